@@ -1,0 +1,104 @@
+"""The embedded model as a `Denoiser`: exact context caching, reused across keystrokes."""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from tokenizers import Tokenizer
+
+from dllm_lsp.engine.denoiser import Canvas, Denoiser, SpecialTokens
+
+from .embedded import KV, EmbeddedConfig, EmbeddedModel
+
+
+@dataclass
+class PrefixCache:
+    """Keys/values of the last request's context, keyed by (token, position) pairs."""
+
+    ids: torch.Tensor         # [M] context token ids, in canvas order
+    positions: torch.Tensor   # [M] their canvas positions
+    kv: list[KV]
+
+    def reusable_length(self, ids: torch.Tensor, positions: torch.Tensor) -> int:
+        """How many leading context tokens of a new canvas match this cache exactly."""
+        n = min(self.ids.numel(), ids.numel())
+        if n == 0:
+            return 0
+        same = (self.ids[:n] == ids[:n]) & (self.positions[:n] == positions[:n])
+        mismatch = (~same).nonzero()
+        return int(mismatch[0, 0]) if mismatch.numel() else n
+
+
+class EmbeddedSession:
+    def __init__(self, model: EmbeddedModel, canvas: Canvas, batch: int, context: list[KV] | None) -> None:
+        self.model = model
+        self.span_positions = canvas.span_positions().to(model.embed.weight.device)
+        self.batch = batch
+        self.context = context
+
+    def logits(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.context is None:   # bidirectional layout: every step sees the whole canvas
+            is_span = torch.zeros_like(ids, dtype=torch.bool)
+            is_span[:, self.span_positions] = True
+            return self.model(ids, is_span)[:, self.span_positions].float()
+        return self.model.span_logits(ids[:, self.span_positions], self.span_positions, self.context).float()
+
+
+class EmbeddedDenoiser(Denoiser):
+    family = "embedded"
+
+    def __init__(self, model: EmbeddedModel, tokenizer: Tokenizer, name: str) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name
+        cfg = model.cfg
+        self.special = SpecialTokens(mask_id=cfg.mask_token_id, pad_id=cfg.pad_token_id, eos_id=cfg.eos_token_id)
+        self.device = model.embed.weight.device
+        self.max_context = cfg.max_positions
+        self._prefix_cache: PrefixCache | None = None
+        self._lock = threading.Lock()
+        self.last_reused_tokens = 0
+
+    @classmethod
+    def load(cls, folder: Path, device: torch.device, dtype: torch.dtype = torch.float32) -> "EmbeddedDenoiser":
+        cfg = EmbeddedConfig.load(folder)
+        with torch.device("meta"):
+            model = EmbeddedModel(cfg)
+        state = load_file(str(folder / "model.safetensors"), device=str(device))
+        model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=True, assign=True)
+        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        return cls(model.to(device), tokenizer, folder.name)
+
+    def session(self, canvas: Canvas, batch: int) -> EmbeddedSession:
+        if self.model.cfg.attention_layout == "bidirectional":
+            return EmbeddedSession(self.model, canvas, batch, None)
+        return EmbeddedSession(self.model, canvas, batch, self._context_kv(canvas))
+
+    def _context_kv(self, canvas: Canvas) -> list[KV]:
+        ctx_mask = canvas.context_mask()
+        ids = canvas.ids[ctx_mask].to(self.device)
+        positions = torch.arange(canvas.length, device=self.device)[ctx_mask.to(self.device)]
+        with self._lock:
+            cache = self._prefix_cache
+            reuse = cache.reusable_length(ids, positions) if cache is not None else 0
+            if reuse == ids.numel() and cache is not None and cache.ids.numel() == reuse:
+                kv = cache.kv
+            else:
+                past = [(k[:, :, :reuse], v[:, :, :reuse]) for k, v in cache.kv] if reuse else None
+                if reuse < ids.numel():
+                    kv = self.model.prefill(ids[None, reuse:], positions[reuse:], past)
+                else:
+                    kv = past
+                if kv is None:   # no context at all (an empty file)
+                    kv = self._empty_kv()
+            self._prefix_cache = PrefixCache(ids, positions, kv)
+            self.last_reused_tokens = reuse
+        return kv
+
+    def _empty_kv(self) -> list[KV]:
+        cfg = self.model.cfg
+        empty = torch.zeros(1, cfg.n_kv_heads, 0, cfg.head_dim, device=self.device, dtype=self.model.embed.weight.dtype)
+        return [(empty, empty) for _ in range(cfg.n_layers)]

@@ -1,0 +1,51 @@
+"""Tiny randomly initialised embedded-model folders, for protocol and shape tests.
+
+They produce well-formed but meaningless completions; quality needs the trained model.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from .embedded import EmbeddedConfig, EmbeddedModel
+from .tokenizer import special_ids, train_tokenizer
+
+
+def sample_corpus() -> list[str]:
+    """Source text to train a tiny tokenizer on: this package's own modules (always present)."""
+    root = Path(__file__).resolve().parent.parent
+    return [p.read_text(encoding="utf-8") for p in sorted(root.rglob("*.py"))]
+
+
+def write_tiny_model(
+    folder: Path, *, seed: int = 0, vocab_size: int = 512, dim: int = 64, n_layers: int = 2,
+    n_heads: int = 4, n_kv_heads: int = 2, layout: str = "causal_context", max_positions: int = 2048,
+) -> Path:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = train_tokenizer(sample_corpus(), vocab_size)
+    ids = special_ids(tokenizer)
+    cfg = EmbeddedConfig(
+        vocab_size=tokenizer.get_vocab_size(), dim=dim, n_layers=n_layers, n_heads=n_heads,
+        n_kv_heads=n_kv_heads, ffn_dim=dim * 2, max_positions=max_positions, attention_layout=layout,
+        mask_token_id=ids["mask"], pad_token_id=ids["pad"], eos_token_id=ids["eos"],
+    )
+    torch.manual_seed(seed)
+    model = EmbeddedModel(cfg)
+    # Random init at std 0.02 gives near-uniform logits; widen it so greedy choices differ by position.
+    with torch.no_grad():
+        model.embed.weight.mul_(25.0)
+        # Tied head: zero rows make mask/pad/eos logits 0, so random models rarely end a span at once.
+        for special in ids.values():
+            model.embed.weight[special].zero_()
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    tokenizer.save(str(folder / "tokenizer.json"))
+    (folder / "config.json").write_text(json.dumps(cfg.to_json(), indent=2) + "\n")
+    (folder / "MODEL_CARD.md").write_text(
+        "# tiny random model\n\nRandomly initialised, untrained: for protocol and shape tests only.\n"
+    )
+    return folder

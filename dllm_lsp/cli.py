@@ -1,0 +1,2 @@
+"""Command line entry point."""
+def main(): print("hi")

@@ -1,0 +1,44 @@
+"""Lay an InfillRequest out as token ids: `[bos][prefix][MASK*L1][middle]...[suffix]`.
+
+The context is cut to the model's budget around the first slot, keeping more prefix than
+suffix: what comes before the cursor predicts the completion best.
+"""
+from __future__ import annotations
+
+import torch
+
+from .denoiser import Canvas, Denoiser
+from .types import InfillRequest
+
+PREFIX_SHARE = 0.75
+
+
+def build_canvas(denoiser: Denoiser, request: InfillRequest, context_budget: int) -> Canvas:
+    """Tokenize and lay out `request`; `context_budget` bounds the context tokens kept."""
+    slot_tokens = sum(s.max_tokens for s in request.slots)
+    budget = min(context_budget, denoiser.max_context - slot_tokens - 1)
+    if budget < 2:
+        raise ValueError(
+            f"slots of {slot_tokens} tokens leave no room for context in {denoiser.max_context} positions"
+        )
+    pieces = [denoiser.encode(p) for p in request.pieces]
+    prefix, middles, suffix = pieces[0], pieces[1:-1], pieces[-1]
+    middle_total = sum(len(m) for m in middles)
+    room = max(budget - middle_total, 2)
+    # Give the prefix its share, then let either side use what the other leaves unused.
+    prefix_room = max(int(room * PREFIX_SHARE), room - len(suffix))
+    prefix = prefix[-prefix_room:] if len(prefix) > prefix_room else prefix
+    suffix_room = room - len(prefix)
+    suffix = suffix[:suffix_room]
+
+    special = denoiser.special
+    ids: list[int] = [special.bos_id] if special.bos_id is not None else []
+    ids += prefix
+    ranges: list[tuple[int, int]] = []
+    context_after = middles + [suffix]
+    for slot, after in zip(request.slots, context_after):
+        start = len(ids)
+        ids += [special.mask_id] * slot.max_tokens
+        ranges.append((start, len(ids)))
+        ids += after
+    return Canvas(torch.tensor(ids, dtype=torch.long), ranges)

@@ -1,0 +1,144 @@
+"""The denoising loop: confidence-threshold parallel decoding with pad collapse.
+
+Each step: logits at every span position, pick a token and a confidence per still-masked
+position, commit those above the threshold (at least enough to finish within the step
+budget, at most `max_per_step`), and end a slot at the first confidently committed pad.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from dllm_lsp.kernels.unmask_select import unmask_select
+
+from .denoiser import Canvas, Denoiser
+from .types import DecodeSettings
+
+
+class Cancelled(Exception):
+    """Raised at a step boundary when the caller asked the loop to stop."""
+
+
+@dataclass
+class DenoiseOutcome:
+    ids: torch.Tensor          # [B, T] final canvas
+    span_ids: torch.Tensor     # [B, S] final span tokens
+    steps: int
+
+
+def confidence_of(kind: str, prob: torch.Tensor, margin: torch.Tensor, entropy: torch.Tensor) -> torch.Tensor:
+    if kind == "prob":
+        return prob
+    if kind == "margin":
+        return margin
+    return -entropy
+
+
+def commit_count_floor(masked_left: torch.Tensor, steps_left: int) -> torch.Tensor:
+    """The fewest commits this step that still finish every row within the step budget."""
+    return torch.ceil(masked_left.float() / max(steps_left, 1)).long()
+
+
+def denoise(
+    denoiser: Denoiser,
+    canvas: Canvas,
+    settings: DecodeSettings,
+    should_stop: Callable[[], bool] = lambda: False,
+    on_step: Callable[[int, torch.Tensor, torch.Tensor, float], None] | None = None,
+) -> DenoiseOutcome:
+    """Fill every slot of `canvas`, `settings.n` candidates in parallel.
+
+    `on_step(step, span_ids [B,S], still_masked [B,S], mean_confidence)` runs after each step.
+    """
+    device = denoiser.device
+    special = denoiser.special
+    batch = settings.n
+    span_pos = canvas.span_positions().to(device)
+    slot_of = canvas.span_slot_index().to(device)
+    n_span = span_pos.numel()
+    ids = canvas.ids.to(device)[None].repeat(batch, 1)
+    masked = torch.ones(batch, n_span, dtype=torch.bool, device=device)
+    committed_conf = torch.zeros(batch, n_span, device=device)
+    end_ids = torch.tensor(special.end_ids or (-1,), device=device)
+    pad_fill = special.end_ids[0] if special.end_ids else special.mask_id
+    generator = torch.Generator(device=device).manual_seed(settings.seed) if settings.temperature > 0 else None
+
+    if should_stop():
+        raise Cancelled()
+    session = denoiser.session(canvas, batch)
+    steps = 0
+    for step in range(settings.steps):
+        if not masked.any():
+            break
+        if should_stop():
+            raise Cancelled()
+        logits = session.logits(ids)                       # [B, S, V]
+        steps += 1
+        rows = masked.nonzero(as_tuple=True)
+        sel = unmask_select(logits[rows], settings.temperature, generator)
+        conf = torch.full((batch, n_span), -math.inf, device=device)
+        conf[rows] = confidence_of(settings.confidence, sel.prob, sel.margin, sel.entropy).float()
+        proposal = torch.full((batch, n_span), special.mask_id, dtype=torch.long, device=device)
+        proposal[rows] = sel.token
+
+        commit = choose_commits(conf, masked, settings, steps_left=settings.steps - step)
+        span_now = ids[:, span_pos]
+        span_now = torch.where(commit, proposal, span_now)
+        committed_conf = torch.where(commit, conf, committed_conf)
+        masked &= ~commit
+        if settings.remask_below is not None and step + 1 < settings.steps:
+            # Error correction: re-open committed tokens the model has since lost faith in.
+            reopen = ~masked & ~commit & (committed_conf < settings.remask_below)
+            span_now = torch.where(reopen, torch.full_like(span_now, special.mask_id), span_now)
+            masked |= reopen
+        span_now, masked = collapse_after_pad(
+            span_now, masked, commit, conf, slot_of, end_ids, pad_fill, settings.pad_collapse_threshold
+        )
+        ids[:, span_pos] = span_now
+        if on_step is not None:
+            finite = conf[commit]
+            mean_conf = float(finite.float().mean()) if finite.numel() else 0.0
+            on_step(steps, span_now, masked.clone(), mean_conf)
+    if masked.any():
+        # The step budget ran out with holes left (only possible with remasking): fill greedily.
+        logits = session.logits(ids)
+        rows = masked.nonzero(as_tuple=True)
+        span_now = ids[:, span_pos]
+        span_now[rows] = logits[rows].argmax(-1)
+        ids[:, span_pos] = span_now
+        steps += 1
+    return DenoiseOutcome(ids, ids[:, span_pos], steps)
+
+
+def choose_commits(conf: torch.Tensor, masked: torch.Tensor, settings: DecodeSettings, steps_left: int) -> torch.Tensor:
+    """[B, S] bool: which masked positions to commit this step."""
+    masked_left = masked.sum(-1)
+    floor = commit_count_floor(masked_left, steps_left).clamp_min(1)
+    cap = masked_left if settings.max_per_step is None else masked_left.clamp_max(settings.max_per_step)
+    above = (conf >= settings.threshold) & masked
+    want = torch.maximum(above.sum(-1), floor)
+    want = torch.minimum(want, cap).clamp_min(torch.minimum(masked_left, torch.ones_like(masked_left)))
+    order = conf.argsort(dim=-1, descending=True)
+    rank = torch.empty_like(order)
+    rank.scatter_(1, order, torch.arange(conf.shape[1], device=conf.device).expand_as(order))
+    return masked & (rank < want[:, None])
+
+
+def collapse_after_pad(span, masked, commit, conf, slot_of, end_ids, pad_fill, threshold):
+    """A pad committed with confidence >= threshold ends its slot: later positions become pad."""
+    is_end = torch.isin(span, end_ids) & ~masked
+    confident_end = is_end & commit & (conf >= threshold)
+    if not confident_end.any():
+        return span, masked
+    n_slots = int(slot_of.max()) + 1
+    batch, n_span = span.shape
+    index = torch.arange(n_span, device=span.device).expand(batch, -1)
+    big = torch.full_like(index, n_span)
+    first = torch.full((batch, n_slots), n_span, dtype=torch.long, device=span.device)
+    first.scatter_reduce_(1, slot_of.expand(batch, -1), torch.where(confident_end, index, big), reduce="amin")
+    after = index > first.gather(1, slot_of.expand(batch, -1))
+    span = torch.where(after, torch.full_like(span, pad_fill), span)
+    return span, masked & ~after

@@ -1,0 +1,103 @@
+"""The engine: InfillRequest in, InfillResult out (tokenize -> canvas -> denoise -> decode).
+
+Thread-safe for one caller at a time per model; the server runs it on a single worker
+thread so the event loop stays free while the model denoises.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import torch
+
+from .canvas import build_canvas
+from .denoise import Cancelled, denoise
+from .denoiser import Canvas, Denoiser
+from .types import DecodeSettings, InfillRequest, InfillResult, StepState
+
+__all__ = ["Engine", "Cancelled", "CancelToken"]
+
+
+class CancelToken:
+    """Set from any thread; the denoise loop checks it at every step boundary."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+
+class Engine:
+    def __init__(self, denoiser: Denoiser, context_tokens: int = 1024) -> None:
+        self.denoiser = denoiser
+        self.context_tokens = context_tokens
+        self._lock = threading.Lock()
+
+    def canvas(self, request: InfillRequest) -> Canvas:
+        return build_canvas(self.denoiser, request, self.context_tokens)
+
+    def infill(
+        self,
+        request: InfillRequest,
+        settings: DecodeSettings = DecodeSettings(),
+        cancel: CancelToken | None = None,
+        on_step: Callable[[StepState], None] | None = None,
+    ) -> InfillResult:
+        """Fill every slot of `request`. Raises Cancelled if `cancel` fires mid-way."""
+        with self._lock, torch.inference_mode():
+            t0 = time.perf_counter()
+            canvas = self.canvas(request)
+            t1 = time.perf_counter()
+            step_cb = None
+            if on_step is not None:
+                def step_cb(step: int, span: torch.Tensor, masked: torch.Tensor, mean_conf: float) -> None:
+                    texts = self.decode_slots(canvas, span, masked)
+                    on_step(StepState(step, settings.steps, texts, mean_conf, int(masked[0].sum())))
+            should_stop = (lambda: cancel.cancelled) if cancel is not None else (lambda: False)
+            outcome = denoise(self.denoiser, canvas, settings, should_stop, step_cb)
+            t2 = time.perf_counter()
+            candidates = self.decode_slots(canvas, outcome.span_ids, None)
+            committed = self.real_tokens(outcome.span_ids[0])
+            t3 = time.perf_counter()
+        return InfillResult(
+            candidates=candidates,
+            steps=outcome.steps,
+            tokens_committed=committed,
+            latency_ms=(t3 - t0) * 1000,
+            timings={"tokenize_ms": (t1 - t0) * 1000, "denoise_ms": (t2 - t1) * 1000, "decode_ms": (t3 - t2) * 1000},
+        )
+
+    def real_tokens(self, span: torch.Tensor) -> int:
+        special = self.denoiser.special
+        skip = torch.tensor([special.mask_id, *special.end_ids], device=span.device)
+        return int((~torch.isin(span, skip)).sum())
+
+    def decode_slots(self, canvas: Canvas, span: torch.Tensor, masked: torch.Tensor | None) -> list[list[str]]:
+        """[B, S] span tokens -> [candidate][slot] text, cut at the first pad, masks left out."""
+        special = self.denoiser.special
+        ends = set(special.end_ids)
+        out: list[list[str]] = []
+        rows = span.tolist()
+        mask_rows = masked.tolist() if masked is not None else None
+        for b, row in enumerate(rows):
+            texts, offset = [], 0
+            for start, end in canvas.slot_ranges:
+                width = end - start
+                kept: list[int] = []
+                for i, token in enumerate(row[offset:offset + width]):
+                    if mask_rows is not None and mask_rows[b][offset + i]:
+                        continue
+                    if token in ends:
+                        break
+                    if token != special.mask_id:
+                        kept.append(token)
+                texts.append(self.denoiser.decode(kept))
+                offset += width
+            out.append(texts)
+        return out

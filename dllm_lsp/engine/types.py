@@ -1,0 +1,98 @@
+"""Plain data passed between the span planner, the engine and the server."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One masked hole in the canvas: at most `max_tokens` tokens, right-padded by the model."""
+
+    max_tokens: int
+    single_line: bool = False
+
+
+@dataclass
+class InfillRequest:
+    """Text pieces interleaved with slots: pieces[0] slot[0] pieces[1] ... slot[n-1] pieces[n].
+
+    A plain cursor completion has one slot, so pieces == [prefix, suffix].
+    """
+
+    pieces: list[str]
+    slots: list[Slot]
+
+    def __post_init__(self) -> None:
+        if len(self.pieces) != len(self.slots) + 1:
+            raise ValueError("an infill request needs exactly one more text piece than slots")
+        if not self.slots:
+            raise ValueError("an infill request needs at least one slot")
+        for slot in self.slots:
+            if slot.max_tokens < 1:
+                raise ValueError("a slot must allow at least one token")
+
+    @classmethod
+    def single(cls, prefix: str, suffix: str, max_tokens: int, single_line: bool = False) -> "InfillRequest":
+        return cls([prefix, suffix], [Slot(max_tokens, single_line)])
+
+    @property
+    def prefix(self) -> str:
+        return self.pieces[0]
+
+    @property
+    def suffix(self) -> str:
+        return self.pieces[-1]
+
+
+ConfidenceKind = Literal["prob", "margin", "entropy"]
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    """How the denoising loop commits tokens. Greedy by default so completions are reproducible."""
+
+    steps: int = 8                      # upper bound on denoising steps (forward passes)
+    threshold: float = 0.9              # commit every masked position at least this confident
+    confidence: ConfidenceKind = "prob"
+    max_per_step: int | None = None     # cap on commits per step (None: no cap)
+    temperature: float = 0.0            # 0: greedy; >0: Gumbel-max sampling
+    n: int = 1                          # candidates decoded together in one batch
+    seed: int = 0
+    pad_collapse_threshold: float = 0.5  # a pad committed this confidently ends its slot
+    remask_below: float | None = None   # re-open committed tokens whose confidence fell below this
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise ValueError("steps must be >= 1")
+        if not 0.0 <= self.threshold <= 1.0 and self.confidence == "prob":
+            raise ValueError("threshold must be within [0, 1]")
+        if self.n < 1:
+            raise ValueError("n must be >= 1")
+        if self.temperature < 0:
+            raise ValueError("temperature must be >= 0")
+
+
+@dataclass
+class StepState:
+    """The canvas after one denoising step, as shown to a streaming client."""
+
+    step: int
+    total_steps: int
+    slot_texts: list[list[str]]          # [candidate][slot]; still-masked positions left out
+    mean_confidence: float
+    masked_left: int
+
+
+@dataclass
+class InfillResult:
+    candidates: list[list[str]]          # [candidate][slot] decoded text, pads stripped
+    steps: int                           # forward passes actually run
+    tokens_committed: int                # real (non-pad) tokens in candidate 0
+    latency_ms: float
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        """The first candidate's first slot: what a single-cursor completion shows."""
+        return self.candidates[0][0]

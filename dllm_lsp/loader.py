@@ -1,0 +1,102 @@
+"""Find and load a model folder, whatever family it is, with clear errors for bad folders.
+
+Only safetensors weights are read and nothing in the folder is executed.
+"""
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import torch
+
+from .engine.denoiser import Denoiser
+
+
+class ModelLoadError(Exception):
+    """The model folder is missing, incomplete, corrupt or of an unsupported family."""
+
+
+def resolve_device(device: str | None) -> torch.device:
+    if device in (None, "", "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError as exc:
+        raise ModelLoadError(f"unknown device {device!r}: use auto, cpu, cuda or cuda:N") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r} asked for, but this torch build sees no CUDA GPU")
+    return dev
+
+
+def shipped_models_dir() -> Path:
+    return Path(str(resources.files("dllm_lsp.shipped_models")))
+
+
+def default_model_path() -> Path:
+    """The shipped model folder named in models/DEFAULT (else the first folder with a config)."""
+    root = shipped_models_dir()
+    marker = root / "DEFAULT"
+    if marker.is_file():
+        return root / marker.read_text().strip()
+    for child in sorted(root.iterdir()):
+        if (child / "config.json").is_file():
+            return child
+    raise ModelLoadError(f"no model is shipped in {root}; pass --model with a model folder")
+
+
+def resolve_model_path(spec: str | Path | None) -> Path:
+    if spec in (None, "", "default"):
+        return default_model_path()
+    path = Path(spec).expanduser()
+    if not path.exists():
+        shipped = shipped_models_dir() / str(spec)
+        if (shipped / "config.json").is_file():
+            return shipped
+        raise ModelLoadError(f"model folder {path} does not exist")
+    if not path.is_dir():
+        raise ModelLoadError(f"model path {path} is not a folder")
+    return path
+
+
+def read_config(folder: Path) -> dict:
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise ModelLoadError(f"{folder} has no config.json")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ModelLoadError(f"{config_path} is not valid JSON: {exc}") from exc
+    if not isinstance(config, dict):
+        raise ModelLoadError(f"{config_path} must hold a JSON object")
+    return config
+
+
+def load_model(spec: str | Path | None = None, device: str | None = "auto") -> Denoiser:
+    """Load the model folder `spec` (default: the shipped model) onto `device`."""
+    from .arch.embedded import MODEL_TYPE  # noqa: PLC0415
+
+    folder = resolve_model_path(spec)
+    dev = resolve_device(device)
+    config = read_config(folder)
+    try:
+        if config.get("model_type") == MODEL_TYPE:
+            return load_embedded(folder, dev)
+        from .checkpoints import load_checkpoint  # noqa: PLC0415
+        return load_checkpoint(folder, config, dev)
+    except ModelLoadError:
+        raise
+    except torch.cuda.OutOfMemoryError as exc:
+        raise ModelLoadError(f"the GPU ran out of memory loading {folder.name}: {exc}") from exc
+    except Exception as exc:  # corrupt weights, shape mismatches, broken tokenizer files
+        raise ModelLoadError(f"could not load {folder}: {type(exc).__name__}: {exc}") from exc
+
+
+def load_embedded(folder: Path, device: torch.device) -> Denoiser:
+    from .arch.embedded_denoiser import EmbeddedDenoiser  # noqa: PLC0415
+
+    for name in ("model.safetensors", "tokenizer.json"):
+        if not (folder / name).is_file():
+            raise ModelLoadError(f"{folder} has no {name}")
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    return EmbeddedDenoiser.load(folder, device, dtype)
