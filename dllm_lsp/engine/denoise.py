@@ -27,6 +27,7 @@ class DenoiseOutcome:
     ids: torch.Tensor          # [B, T] final canvas
     span_ids: torch.Tensor     # [B, S] final span tokens
     steps: int
+    canvas: Canvas             # the layout decoded (a family that grows slots returns its new one)
 
 
 def confidence_of(kind: str, prob: torch.Tensor, margin: torch.Tensor, entropy: torch.Tensor) -> torch.Tensor:
@@ -110,7 +111,7 @@ def denoise(
         span_now[rows] = logits[rows].argmax(-1)
         ids[:, span_pos] = span_now
         steps += 1
-    return DenoiseOutcome(ids, ids[:, span_pos], steps)
+    return DenoiseOutcome(ids, ids[:, span_pos], steps, canvas)
 
 
 def choose_commits(conf: torch.Tensor, masked: torch.Tensor, settings: DecodeSettings, steps_left: int) -> torch.Tensor:

@@ -82,6 +82,12 @@ class Denoiser(ABC):
     def session(self, canvas: Canvas, batch: int) -> DenoiseSession:
         """Prepare a run over `canvas` decoded `batch` times in parallel (prefill happens here)."""
 
+    def run(self, canvas: Canvas, settings, should_stop, on_step):
+        """The denoising loop for this family; families that grow or shrink slots override it."""
+        from .denoise import denoise  # noqa: PLC0415
+
+        return denoise(self, canvas, settings, should_stop, on_step)
+
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids if text else []
 

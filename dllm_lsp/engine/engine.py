@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 
 from .canvas import build_canvas
-from .denoise import Cancelled, denoise
+from .denoise import Cancelled
 from .denoiser import Canvas, Denoiser
 from .types import DecodeSettings, InfillRequest, InfillResult, StepState
 
@@ -60,9 +60,9 @@ class Engine:
                     texts = self.decode_slots(canvas, span, masked)
                     on_step(StepState(step, settings.steps, texts, mean_conf, int(masked[0].sum())))
             should_stop = (lambda: cancel.cancelled) if cancel is not None else (lambda: False)
-            outcome = denoise(self.denoiser, canvas, settings, should_stop, step_cb)
+            outcome = self.denoiser.run(canvas, settings, should_stop, step_cb)
             t2 = time.perf_counter()
-            candidates = self.decode_slots(canvas, outcome.span_ids, None)
+            candidates = self.decode_slots(outcome.canvas, outcome.span_ids, None)
             committed = self.real_tokens(outcome.span_ids[0])
             t3 = time.perf_counter()
         return InfillResult(

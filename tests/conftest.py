@@ -1,0 +1,17 @@
+"""Shared fixtures. TRITON_INTERPRET must be set before any kernel is decorated, so it is set here,
+in the first file pytest imports, so the Triton kernels run on the CPU against their references."""
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A tiny randomly initialised embedded model folder (causal-context layout)."""
+    from dllm_lsp.arch.tiny import write_tiny_model
+
+    return write_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
