@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 
 # Subcommands whose argument parsing lives with the code they run: name -> module with main(argv).
@@ -11,9 +12,50 @@ DELEGATED = {
     "eval": "dllm_lsp.eval.cli",
 }
 BENCH_MODES = {
+    "overhead": "dllm_lsp.bench.overhead",
     "kernels": "dllm_lsp.bench.kernels",
     "checkpoint": "dllm_lsp.bench.checkpoint_latency",
 }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dllm-lsp", description="Code completion by diffusion infilling.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the language server")
+    mode = serve.add_mutually_exclusive_group()
+    mode.add_argument("--stdio", action="store_true", help="talk LSP over stdin/stdout (default)")
+    mode.add_argument("--tcp", metavar="HOST:PORT", help="listen on TCP (HOST defaults to 127.0.0.1)")
+    add_model_args(serve, default=None)
+    serve.add_argument("--log-file", help="write the server log here (stderr otherwise)")
+    serve.add_argument("--log-level", default="INFO")
+
+    complete = sub.add_parser("complete", help="print one completion at FILE:LINE:COL (1-based)")
+    complete.add_argument("location", metavar="FILE:LINE:COL")
+    add_model_args(complete)
+    complete.add_argument("--language", help="language id (default: from the file extension)")
+    complete.add_argument("--steps", type=int, default=8)
+    complete.add_argument("--json", action="store_true", help="print a JSON object instead of the text")
+
+    infill = sub.add_parser("infill", help='JSONL in ({"id","prefix","suffix"}), JSONL out')
+    add_model_args(infill)
+    infill.add_argument("--max-tokens", type=int, default=32, help="slot size when a line has no max_tokens")
+    infill.add_argument("--steps", type=int, default=8)
+
+    bench = sub.add_parser("bench", help="completion latency on a model (see also: bench overhead|kernels|checkpoint)")
+    add_model_args(bench)
+    bench.add_argument("--runs", type=int, default=20)
+    bench.add_argument("--json", action="store_true")
+    bench.add_argument("--out", help="also write the JSON figures to this file")
+
+    for name in DELEGATED:
+        sub.add_parser(name, help=f"see `dllm-lsp {name} --help`", add_help=False)
+    return parser
+
+
+def add_model_args(parser: argparse.ArgumentParser, default: str | None = "default") -> None:
+    parser.add_argument("--model", default=default, help="model folder, or a shipped model's name")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,9 +64,20 @@ def main(argv: list[str] | None = None) -> int:
         return int(importlib.import_module(DELEGATED[argv[0]]).main(argv[1:]) or 0)
     if len(argv) >= 2 and argv[0] == "bench" and argv[1] in BENCH_MODES:
         return int(importlib.import_module(BENCH_MODES[argv[1]]).main(argv[2:]) or 0)
-    print("usage: dllm-lsp {serve,complete,infill,eval,bench,train} ...", file=sys.stderr)
-    return 2
+    args = build_parser().parse_args(argv)
+    from . import commands  # noqa: PLC0415  (keeps `--help` fast: no torch import)
+
+    handler = {"serve": commands.serve, "complete": commands.complete, "infill": commands.infill,
+               "bench": commands.bench}[args.command]
+    try:
+        return handler(args)
+    except commands.UserError as exc:
+        print(f"dllm-lsp: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO)
     sys.exit(main())

@@ -77,6 +77,7 @@ def denoise(
         if should_stop():
             raise Cancelled()
         logits = session.logits(ids)                       # [B, S, V]
+        logits[..., special.mask_id] = -math.inf           # a mask is never an answer
         steps += 1
         rows = masked.nonzero(as_tuple=True)
         sel = unmask_select(logits[rows], settings.temperature, generator)

@@ -1,0 +1,41 @@
+"""What every benchmark records beside its figures: device, versions, host."""
+from __future__ import annotations
+
+import platform
+import statistics
+from datetime import datetime, timezone
+
+
+def environment(device: str | None = None) -> dict:
+    import torch  # noqa: PLC0415
+
+    info = {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cuda": torch.version.cuda,
+        "device": device or ("cuda" if torch.cuda.is_available() else "cpu"),
+    }
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name()
+    try:
+        import triton  # noqa: PLC0415
+
+        info["triton"] = triton.__version__
+    except ImportError:
+        info["triton"] = None
+    return info
+
+
+def percentiles(samples_ms: list[float]) -> dict:
+    ordered = sorted(samples_ms)
+    p95_index = min(len(ordered) - 1, max(0, round(0.95 * (len(ordered) - 1))))
+    return {
+        "p50_ms": round(statistics.median(ordered), 4),
+        "p95_ms": round(ordered[p95_index], 4),
+        "min_ms": round(ordered[0], 4),
+        "max_ms": round(ordered[-1], 4),
+        "samples": len(ordered),
+    }

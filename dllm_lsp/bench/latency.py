@@ -1,0 +1,35 @@
+"""`dllm-lsp bench`: end-to-end completion latency of a model (engine only)."""
+from __future__ import annotations
+
+from dllm_lsp.engine.types import DecodeSettings, InfillRequest
+
+from .environment import environment, percentiles
+from .overhead import synthetic_python
+
+CASES = {
+    "line_tail": (32, True),
+    "block_body": (64, False),
+}
+
+
+def run_latency_bench(engine, runs: int = 20, steps: int = 8) -> dict:
+    text = synthetic_python(400)
+    cut = text.index("        return total", len(text) // 2)
+    prefix, suffix = text[:cut] + "        return ", text[cut + len("        return total"):]
+    cases = {}
+    for name, (tokens, single_line) in CASES.items():
+        request = InfillRequest.single(prefix, suffix, tokens, single_line)
+        engine.infill(request, DecodeSettings(steps=steps))   # warm-up (allocations, prefix cache)
+        samples, cold = [], []
+        for run in range(runs):
+            result = engine.infill(request, DecodeSettings(steps=steps, seed=run))
+            samples.append(result.latency_ms)
+        cases[name] = {**percentiles(samples), "span_tokens": tokens, "steps": result.steps,
+                       "tokens_committed": result.tokens_committed}
+    return {
+        "benchmark": "completion latency (engine, warm prefix cache)",
+        "model": engine.denoiser.describe(),
+        "settings": {"steps": steps, "runs": runs, "context_tokens": engine.context_tokens},
+        "environment": environment(str(engine.denoiser.device)),
+        "cases": cases,
+    }

@@ -1,0 +1,117 @@
+"""`dllm-lsp bench overhead`: the server's own cost per request, model excluded.
+
+Per request: span planning (tree-sitter), tokenization + canvas layout, post-processing
+(suffix overlap, parse check). Keystrokes are applied between requests with incremental
+reparsing, timed separately. Runs on a 2,000-line Python file (generated, or --file).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from pathlib import Path
+
+from .environment import environment, percentiles
+
+
+def synthetic_python(lines: int = 2000, seed: int = 0) -> str:
+    """A plausible Python module of exactly `lines` lines (classes, methods, control flow)."""
+    rng = random.Random(seed)
+    out: list[str] = ['"""Generated module for the overhead benchmark."""', "import os", "import sys", ""]
+    n = 0
+    while len(out) < lines:
+        n += 1
+        out += [f"class Widget{n}:", f'    """Widget number {n}."""', ""]
+        out += ["    def __init__(self, size, name=None):", "        self.size = size",
+                "        self.name = name or f'w{size}'", ""]
+        for m in range(rng.randint(2, 5)):
+            out += [f"    def method_{m}(self, items, limit={rng.randint(1, 99)}):",
+                    "        total = 0",
+                    "        for index, item in enumerate(items):",
+                    "            if index >= limit:",
+                    "                break",
+                    f"            total += item * {rng.randint(2, 9)} + self.size",
+                    "        return total", ""]
+    return "\n".join(out[:lines]) + "\n"
+
+
+def cursor_offsets(text: str, count: int, seed: int) -> list[int]:
+    """Cursors at line ends and mid-line, spread over the file."""
+    rng = random.Random(seed)
+    starts = [0] + [i + 1 for i, c in enumerate(text) if c == "\n"][:-1]
+    chosen = []
+    for _ in range(count):
+        line_start = rng.choice(starts)
+        line_end = text.find("\n", line_start)
+        chosen.append(rng.randint(line_start, line_end))
+    return chosen
+
+
+def run_overhead(text: str, denoiser, requests: int, seed: int = 0) -> dict:
+    from dllm_lsp.engine.canvas import build_canvas  # noqa: PLC0415
+    from dllm_lsp.planner.documents import ParsedDocument  # noqa: PLC0415
+    from dllm_lsp.planner.spans import PlannerSettings, plan_span  # noqa: PLC0415
+    from dllm_lsp.postprocess import finish  # noqa: PLC0415
+
+    doc = ParsedDocument(text, "python")
+    settings = PlannerSettings()
+    plan_ms, tokenize_ms, finish_ms, total_ms, edit_ms = [], [], [], [], []
+    for i, offset in enumerate(cursor_offsets(text, requests, seed)):
+        # A keystroke before each request, as in an editor: insert a space, then remove it.
+        t0 = time.perf_counter()
+        doc.edit(offset, offset, " ")
+        doc.edit(offset, offset + 1, "")
+        t1 = time.perf_counter()
+        plan = plan_span(doc, offset, settings)
+        t2 = time.perf_counter()
+        build_canvas(denoiser, plan.request, 1024)
+        t3 = time.perf_counter()
+        line_end = doc.text.find("\n", offset)
+        completion = doc.text[offset:line_end] if i % 2 else "value)"
+        finish(plan, doc.text, completion)
+        t4 = time.perf_counter()
+        edit_ms.append((t1 - t0) * 1000)
+        plan_ms.append((t2 - t1) * 1000)
+        tokenize_ms.append((t3 - t2) * 1000)
+        finish_ms.append((t4 - t3) * 1000)
+        total_ms.append((t4 - t1) * 1000)
+    return {
+        "request_overhead": percentiles(total_ms),
+        "plan": percentiles(plan_ms),
+        "tokenize_and_canvas": percentiles(tokenize_ms),
+        "postprocess": percentiles(finish_ms),
+        "keystroke_reparse": percentiles(edit_ms),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dllm-lsp bench overhead", description=__doc__)
+    parser.add_argument("--file", help="a Python file to use instead of the generated 2,000-line one")
+    parser.add_argument("--model", default="default", help="model whose tokenizer is timed")
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--out", help="also write the JSON figures here")
+    args = parser.parse_args(argv)
+
+    from dllm_lsp.loader import load_model  # noqa: PLC0415
+
+    text = Path(args.file).read_text(encoding="utf-8") if args.file else synthetic_python()
+    denoiser = load_model(args.model, "cpu")
+    figures = run_overhead(text, denoiser, args.requests)
+    report = {
+        "benchmark": "server overhead per request (model excluded)",
+        "settings": {"file": args.file or "generated", "lines": text.count("\n"), "requests": args.requests,
+                     "model_tokenizer": denoiser.name},
+        "environment": environment("cpu"),
+        "figures": figures,
+        "target": {"request_overhead_p50_ms": 2.0},
+    }
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        for name, row in figures.items():
+            print(f"{name:22s} p50 {row['p50_ms']:7.3f} ms   p95 {row['p95_ms']:7.3f} ms")
+    return 0

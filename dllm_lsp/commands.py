@@ -1,0 +1,165 @@
+"""What the CLI subcommands do (argument parsing is in cli.py)."""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+from .loader import ModelLoadError
+
+MAX_FILE_BYTES = 8 * 1024 * 1024
+
+
+class UserError(Exception):
+    """A problem with the user's input: printed as one line, exit status 1."""
+
+
+def serve(args) -> int:
+    from .server import create_server  # noqa: PLC0415
+    from .server.settings import ServerSettings  # noqa: PLC0415
+
+    logging.basicConfig(
+        filename=args.log_file, level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    overrides = {k: v for k, v in (("model", args.model), ("device", args.device)) if v}
+    server = create_server(ServerSettings().merged(overrides))
+    if args.tcp:
+        host, port = parse_host_port(args.tcp)
+        server.start_tcp(host, port)
+    else:
+        server.start_io()
+    return 0
+
+
+def parse_host_port(spec: str) -> tuple[str, int]:
+    host, _, port = spec.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserError(f"--tcp needs HOST:PORT or :PORT, not {spec!r}")
+    return host or "127.0.0.1", int(port)
+
+
+def load_engine(args):
+    from .engine.engine import Engine  # noqa: PLC0415
+    from .loader import load_model  # noqa: PLC0415
+
+    try:
+        return Engine(load_model(args.model, args.device))
+    except ModelLoadError as exc:
+        raise UserError(str(exc)) from None
+
+
+def read_source(path: Path) -> str:
+    if not path.is_file():
+        raise UserError(f"{path} is not a file")
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise UserError(f"{path} is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
+    data = path.read_bytes()
+    if b"\0" in data[:8192]:
+        raise UserError(f"{path} looks binary")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not UTF-8 text") from None
+
+
+def parse_location(spec: str) -> tuple[Path, int, int]:
+    parts = spec.rsplit(":", 2)
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        raise UserError(f"expected FILE:LINE:COL (1-based), got {spec!r}")
+    line, col = int(parts[1]), int(parts[2])
+    if line < 1 or col < 1:
+        raise UserError("LINE and COL are 1-based")
+    return Path(parts[0]), line, col
+
+
+def offset_for(text: str, line: int, col: int) -> int:
+    lines = text.split("\n")
+    if line > len(lines):
+        raise UserError(f"line {line} is past the end of the file ({len(lines)} lines)")
+    if col - 1 > len(lines[line - 1]):
+        raise UserError(f"column {col} is past the end of line {line} ({len(lines[line - 1])} characters)")
+    return sum(len(l) + 1 for l in lines[: line - 1]) + col - 1
+
+
+def complete(args) -> int:
+    from .engine.types import DecodeSettings  # noqa: PLC0415
+    from .planner.documents import ParsedDocument  # noqa: PLC0415
+    from .planner.languages import language_id_for_path  # noqa: PLC0415
+    from .planner.spans import PlannerSettings, plan_span  # noqa: PLC0415
+    from .postprocess import finish  # noqa: PLC0415
+
+    path, line, col = parse_location(args.location)
+    text = read_source(path)
+    offset = offset_for(text, line, col)
+    language = args.language or language_id_for_path(str(path))
+    engine = load_engine(args)
+    doc = ParsedDocument(text, language)
+    plan = plan_span(doc, offset, PlannerSettings())
+    result = engine.infill(plan.request, DecodeSettings(steps=args.steps))
+    completion = finish(plan, text, result.text) or ""
+    if args.json:
+        start_line = text.count("\n", 0, plan.replace_start) + 1
+        start_col = plan.replace_start - (text.rfind("\n", 0, plan.replace_start) + 1) + 1
+        print(json.dumps({
+            "file": str(path), "line": line, "col": col, "language": language,
+            "completion": completion, "replace_from": {"line": start_line, "col": start_col},
+            "kind": plan.kind, "model": engine.denoiser.name, "steps": result.steps,
+            "latency_ms": round(result.latency_ms, 2),
+        }))
+    else:
+        print(completion)
+    return 0
+
+
+def infill(args) -> int:
+    from .engine.types import DecodeSettings, InfillRequest  # noqa: PLC0415
+
+    engine = load_engine(args)
+    settings = DecodeSettings(steps=args.steps)
+    for number, raw in enumerate(sys.stdin, start=1):
+        if not raw.strip():
+            continue
+        reply = infill_line(engine, raw, number, args.max_tokens, settings, InfillRequest)
+        print(json.dumps(reply), flush=True)
+    return 0
+
+
+def infill_line(engine, raw: str, number: int, default_max: int, settings, request_cls) -> dict:
+    """One JSONL request -> one reply; a bad line gets an `error` reply and the stream goes on."""
+    try:
+        item = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        return {"id": None, "error": f"line {number}: not JSON: {exc.msg}"}
+    if not isinstance(item, dict):
+        return {"id": None, "error": f"line {number}: expected a JSON object"}
+    ident = item.get("id")
+    prefix, suffix = item.get("prefix"), item.get("suffix", "")
+    max_tokens = item.get("max_tokens", default_max)
+    if not isinstance(prefix, str) or not isinstance(suffix, str):
+        return {"id": ident, "error": "prefix and suffix must be strings"}
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= 1024:
+        return {"id": ident, "error": "max_tokens must be an integer within 1..1024"}
+    try:
+        result = engine.infill(request_cls.single(prefix, suffix, max_tokens), settings)
+    except ValueError as exc:
+        return {"id": ident, "error": str(exc)}
+    return {"id": ident, "completion": result.text, "steps": result.steps, "latency_ms": round(result.latency_ms, 2)}
+
+
+def bench(args) -> int:
+    from .bench.latency import run_latency_bench  # noqa: PLC0415
+
+    engine = load_engine(args)
+    figures = run_latency_bench(engine, runs=args.runs)
+    text = json.dumps(figures, indent=2)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    if args.json:
+        print(text)
+    else:
+        for name, row in figures["cases"].items():
+            print(f"{name:12s} p50 {row['p50_ms']:8.2f} ms  p95 {row['p95_ms']:8.2f} ms  steps {row['steps']}")
+    return 0

@@ -1,0 +1,59 @@
+"""Parsed twins of the open documents: pygls keeps the text, this keeps tree-sitter trees
+in step with it, edit by edit, so a keystroke reparses incrementally."""
+from __future__ import annotations
+
+import logging
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
+from pygls.workspace import Workspace
+from pygls.workspace.text_document import TextDocument
+
+from dllm_lsp.planner.documents import ParsedDocument
+
+from .positions import offset_in_text
+
+log = logging.getLogger(__name__)
+
+
+class DocumentTrees:
+    def __init__(self) -> None:
+        self._parsed: dict[str, ParsedDocument] = {}
+        self._language: dict[str, str] = {}
+
+    def open(self, uri: str, language_id: str, text: str) -> None:
+        self._language[uri] = language_id
+        self._parsed[uri] = ParsedDocument(text, language_id)
+
+    def close(self, uri: str) -> None:
+        self._parsed.pop(uri, None)
+        self._language.pop(uri, None)
+
+    def change(self, uri: str, changes: list, current: TextDocument) -> None:
+        """Mirror `changes` (already applied by pygls to `current`) onto the parsed twin."""
+        parsed = self._parsed.get(uri)
+        if parsed is None:
+            return
+        try:
+            for change in changes:
+                if isinstance(change, types.TextDocumentContentChangePartial):
+                    start = offset_in_text(parsed.text, change.range.start, current.position_codec)
+                    end = offset_in_text(parsed.text, change.range.end, current.position_codec)
+                    parsed.edit(start, max(start, end), change.text)
+                else:
+                    parsed.edit(0, len(parsed.text), change.text)
+        except JsonRpcInvalidParams as exc:
+            log.warning("edit outside %s (%s): reparsing from the text", uri, exc)
+        if parsed.text != current.source:
+            self._parsed[uri] = ParsedDocument(current.source, self._language[uri])
+
+    def get(self, uri: str, workspace: Workspace) -> tuple[ParsedDocument, TextDocument, str]:
+        """The parsed document, pygls' document and the language id; InvalidParams if not open."""
+        parsed = self._parsed.get(uri)
+        if parsed is None:
+            raise JsonRpcInvalidParams(f"document {uri} is not open (send textDocument/didOpen first)")
+        return parsed, workspace.get_text_document(uri), self._language[uri]
+
+    def others(self, uri: str) -> list[tuple[str, str]]:
+        """(uri, text) of the other open documents, for cross-file context snippets."""
+        return [(u, p.text) for u, p in self._parsed.items() if u != uri]

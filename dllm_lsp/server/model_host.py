@@ -1,0 +1,112 @@
+"""Owns the loaded model: loads it off the event loop, runs every denoise on one worker
+thread (the GPU serves one request at a time), and remembers why a load failed."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from dllm_lsp.engine.engine import CancelToken, Engine
+from dllm_lsp.engine.types import DecodeSettings, InfillRequest, InfillResult, StepState
+from dllm_lsp.loader import ModelLoadError, load_model
+
+log = logging.getLogger(__name__)
+
+
+class ModelUnavailable(Exception):
+    """No model is loaded: it failed to load (the message says why) or none was asked for."""
+
+
+@dataclass
+class LoadKey:
+    model: str
+    device: str
+
+
+class ModelHost:
+    def __init__(self) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dllm-model")
+        self._engine: Engine | None = None
+        self._key: LoadKey | None = None
+        self._loading: asyncio.Future | None = None
+        self.error: str | None = None
+        self.last_latency_ms: float | None = None
+
+    @property
+    def engine(self) -> Engine | None:
+        return self._engine
+
+    def needs_load(self, model: str, device: str) -> bool:
+        return self._key != LoadKey(model, device)
+
+    async def load(self, model: str, device: str, context_tokens: int) -> Engine:
+        """Load `model` on `device` (replacing the current one). Raises ModelLoadError."""
+        self._key = LoadKey(model, device)
+        loop = asyncio.get_running_loop()
+        self._loading = loop.run_in_executor(self._executor, self._load_blocking, model, device, context_tokens)
+        try:
+            engine = await self._loading
+        except ModelLoadError as exc:
+            self._engine, self.error = None, str(exc)
+            raise
+        except Exception as exc:  # anything unexpected still leaves the server running
+            self._engine, self.error = None, f"{type(exc).__name__}: {exc}"
+            raise ModelLoadError(self.error) from exc
+        self._engine, self.error = engine, None
+        return engine
+
+    def _load_blocking(self, model: str, device: str, context_tokens: int) -> Engine:
+        start = time.perf_counter()
+        engine = Engine(load_model(model, device), context_tokens=context_tokens)
+        log.info("loaded %s on %s in %.2fs", engine.denoiser.name, engine.denoiser.device, time.perf_counter() - start)
+        return engine
+
+    async def ready_engine(self) -> Engine:
+        """The engine, waiting for a load in progress; ModelUnavailable when there is none."""
+        if self._loading is not None and not self._loading.done():
+            try:
+                await asyncio.shield(self._loading)
+            except Exception:
+                pass
+        if self._engine is None:
+            raise ModelUnavailable(f"no model loaded: {self.error or 'the model has not been loaded yet'}")
+        return self._engine
+
+    async def infill(
+        self,
+        request: InfillRequest,
+        settings: DecodeSettings,
+        cancel: CancelToken,
+        on_step: Callable[[StepState], None] | None = None,
+    ) -> InfillResult:
+        """Run one infill on the worker thread. If the awaiting task is cancelled, the loop
+        is told to stop at its next step boundary before the cancellation propagates."""
+        engine = await self.ready_engine()
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self._executor, engine.infill, request, settings, cancel, on_step)
+        try:
+            result = await future
+        except asyncio.CancelledError:
+            cancel.cancel()
+            raise
+        self.last_latency_ms = result.latency_ms
+        return result
+
+    def status(self) -> dict:
+        engine = self._engine
+        info = engine.denoiser.describe() if engine else {"name": self._key.model if self._key else None}
+        return {
+            "model": info.get("name"),
+            "family": info.get("family"),
+            "device": info.get("device"),
+            "loaded": engine is not None,
+            "loading": self._loading is not None and not self._loading.done(),
+            "error": self.error,
+            "lastLatencyMs": self.last_latency_ms,
+        }
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

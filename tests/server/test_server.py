@@ -1,0 +1,239 @@
+"""The real server over stdio, driven by pygls' LanguageClient."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+
+from .lsp_harness import (
+    inline_params, open_doc, raw_inline_params, start_server, stop_server, wait_loaded, wait_until,
+)
+
+URI = "file:///tmp/example.py"
+SOURCE = "import os\n\n\ndef area(width, height):\n    return \n\n\nprint(area(2, 3))\n"
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+async def server(tmp_path, tiny_model_dir):
+    client, seen, result = await start_server(tmp_path, {"model": str(tiny_model_dir), "device": "cpu"})
+    status = await wait_loaded(client)
+    assert status["loaded"], status
+    yield client, seen, result
+    await stop_server(client)
+
+
+async def test_initialize_advertises_capabilities(server):
+    _, _, result = server
+    caps = result.capabilities
+    assert caps.inline_completion_provider is not None and caps.inline_completion_provider is not False
+    assert caps.completion_provider is not None
+    sync = caps.text_document_sync
+    assert sync.change == types.TextDocumentSyncKind.Incremental
+    assert result.server_info.name == "dllm-lsp"
+
+
+async def test_model_load_is_reported_as_work_done_progress(server):
+    client, seen, _ = server
+    await wait_until(lambda: any(getattr(p.value, "kind", None) == "end" for p in seen.progress))
+    kinds = [p.value.kind for p in seen.progress if p.token in seen.created_tokens]
+    assert kinds[0] == "begin" and kinds[-1] == "end"
+
+
+async def test_inline_completion_round_trip_is_deterministic(server):
+    client, _, _ = server
+    open_doc(client, URI, SOURCE)
+    first = await client.text_document_inline_completion_async(inline_params(URI, 4, 11))
+    second = await client.text_document_inline_completion_async(inline_params(URI, 4, 11))
+    assert len(first.items) == 1
+    item = first.items[0]
+    assert item.insert_text and "\n" not in item.insert_text   # a line tail stays on its line
+    assert item.range.start == types.Position(line=4, character=11)
+    assert second.items[0].insert_text == item.insert_text
+
+
+async def test_classic_completion_carries_a_text_edit(server):
+    client, _, _ = server
+    open_doc(client, URI, SOURCE)
+    result = await client.text_document_completion_async(
+        types.CompletionParams(text_document=types.TextDocumentIdentifier(uri=URI),
+                               position=types.Position(line=4, character=11))
+    )
+    assert result.items, "one completion item expected"
+    edit = result.items[0].text_edit
+    assert edit.new_text and edit.range.start == types.Position(line=4, character=11)
+
+
+async def test_incremental_changes_are_applied(server):
+    client, _, _ = server
+    open_doc(client, URI, "x = 1\n")
+    with pytest.raises(JsonRpcException):   # line 2 does not exist yet
+        await client.text_document_inline_completion_async(inline_params(URI, 2, 4))
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=URI, version=2),
+            content_changes=[types.TextDocumentContentChangePartial(
+                range=types.Range(start=types.Position(line=1, character=0), end=types.Position(line=1, character=0)),
+                text="def f():\n    y = ",
+            )],
+        )
+    )
+    result = await client.text_document_inline_completion_async(inline_params(URI, 2, 8))
+    assert result.items and result.items[0].range.start == types.Position(line=2, character=8)
+
+
+async def test_unknown_language_falls_back_to_line_rules(server):
+    client, _, _ = server
+    uri = "file:///tmp/notes.cobol"
+    open_doc(client, uri, "MOVE A TO \n", language="cobol")
+    result = await client.text_document_inline_completion_async(inline_params(uri, 0, 10))
+    assert result.items and result.items[0].insert_text
+
+
+@pytest.mark.parametrize(
+    "line, character, why",
+    [(-1, 0, "negative line"), (0, -3, "negative character"), (99, 0, "line past the end"),
+     (0, 500, "character past the end of the line")],
+)
+async def test_out_of_range_positions_get_an_error(server, line, character, why):
+    client, _, _ = server
+    open_doc(client, URI, SOURCE)
+    with pytest.raises(JsonRpcException) as info:
+        await client.protocol.send_request_async("textDocument/inlineCompletion", raw_inline_params(URI, line, character))
+    assert info.value.code in (-32602, -32603), why
+    status = await client.protocol.send_request_async("dllm/status", {})
+    assert status.loaded   # still alive and serving
+
+
+async def test_document_never_opened_gets_invalid_params(server):
+    client, _, _ = server
+    with pytest.raises(JsonRpcException) as info:
+        await client.text_document_inline_completion_async(inline_params("file:///never/opened.py", 0, 0))
+    assert info.value.code == -32602
+    assert "not open" in str(info.value)
+
+
+@pytest.mark.parametrize("params", [{}, {"textDocument": {"uri": URI}}, {"position": {"line": 0, "character": 0}}, None])
+async def test_missing_params_get_an_error(server, params):
+    client, _, _ = server
+    open_doc(client, URI, SOURCE)
+    with pytest.raises(JsonRpcException):
+        await client.protocol.send_request_async("textDocument/inlineCompletion", params)
+    with pytest.raises(JsonRpcException):
+        await client.protocol.send_request_async("textDocument/completion", params)
+    result = await client.text_document_inline_completion_async(inline_params(URI, 4, 11))
+    assert result.items
+
+
+async def slow_setup(client) -> None:
+    """Many steps over a long span, so a request is still denoising when the test acts."""
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"dllm": {"steps": 256, "maxSpanTokens": 256, "maxLineTokens": 256,
+                                                              "threshold": 1.0}})
+    )
+
+
+async def test_cancel_request_answers_request_cancelled_and_frees_the_model(server):
+    client, _, _ = server
+    await slow_setup(client)
+    open_doc(client, URI, SOURCE)
+    started = time.perf_counter()
+    full = await client.text_document_inline_completion_async(inline_params(URI, 4, 11))
+    full_s = time.perf_counter() - started
+    future = client.protocol.send_request("textDocument/inlineCompletion", inline_params(URI, 4, 11), msg_id="slow-1")
+    await asyncio.sleep(min(0.3, full_s / 4))
+    client.protocol.notify("$/cancelRequest", types.CancelParams(id="slow-1"))
+    with pytest.raises(JsonRpcException) as info:
+        await asyncio.wrap_future(future)
+    assert info.value.code == -32800
+    # The worker stopped at a step boundary: the next request does not wait for the cancelled one.
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"dllm": {"steps": 4, "maxLineTokens": 8}})
+    )
+    started = time.perf_counter()
+    after = await client.text_document_inline_completion_async(inline_params(URI, 4, 11))
+    assert after.items
+    assert time.perf_counter() - started < full_s
+
+
+async def test_newer_request_supersedes_older(server):
+    client, _, _ = server
+    await slow_setup(client)
+    open_doc(client, URI, SOURCE)
+    older = client.protocol.send_request("textDocument/inlineCompletion", inline_params(URI, 4, 11))
+    await asyncio.sleep(0.2)
+    newer = await client.text_document_inline_completion_async(inline_params(URI, 4, 11))
+    assert newer.items
+    with pytest.raises(JsonRpcException) as info:
+        await asyncio.wrap_future(older)
+    assert info.value.code == -32800
+
+
+async def test_streamed_completion_reports_states_in_order(server):
+    client, seen, _ = server
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"dllm": {"steps": 6, "threshold": 1.0, "streamIntervalMs": 0}})
+    )
+    open_doc(client, URI, SOURCE)
+    params = {**raw_inline_params(URI, 4, 11), "partialResultToken": "stream-1"}
+    final = await client.protocol.send_request_async("dllm/inlineCompletion", params)
+    await wait_until(lambda: any(p.token == "stream-1" and p.value.kind == "end" for p in seen.progress))
+    reports = [p.value for p in seen.progress if p.token == "stream-1" and p.value.kind == "report"]
+    steps = [r.step for r in reports]
+    assert steps == sorted(steps) and len(steps) >= 2
+    assert len({r.text for r in reports}) >= 2, "the span should sharpen over the steps"
+    assert all(r.totalSteps == 6 for r in reports)
+    assert final.items[0].insertText
+
+
+async def test_language_can_be_disabled(server):
+    client, _, _ = server
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"dllm": {"languages": {"python": False}}})
+    )
+    open_doc(client, URI, SOURCE)
+    result = await client.text_document_inline_completion_async(inline_params(URI, 4, 11))
+    assert result.items == []
+
+
+async def test_model_that_fails_to_load_leaves_the_server_running(tmp_path):
+    client, seen, _ = await start_server(tmp_path, {"model": str(tmp_path / "no-such-model"), "device": "cpu"})
+    try:
+        status = await wait_loaded(client)
+        assert not status["loaded"] and "does not exist" in status["error"]
+        await wait_until(lambda: seen.messages)
+        assert seen.messages[0].type == types.MessageType.Error
+        assert "no-such-model" in seen.messages[0].message
+        open_doc(client, URI, SOURCE)
+        with pytest.raises(JsonRpcException) as info:
+            await client.text_document_inline_completion_async(inline_params(URI, 4, 11))
+        assert info.value.code == -32803 and "does not exist" in str(info.value)
+    finally:
+        await stop_server(client)
+
+
+async def test_configuration_change_loads_another_model(tmp_path, tiny_model_dir):
+    client, seen, _ = await start_server(tmp_path, {"model": str(tmp_path / "missing"), "device": "cpu"})
+    try:
+        assert not (await wait_loaded(client))["loaded"]
+        client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(settings={"dllm": {"model": str(tiny_model_dir)}})
+        )
+        await asyncio.sleep(0.2)
+        status = await wait_loaded(client)
+        assert status["loaded"] and status["model"] == tiny_model_dir.name
+    finally:
+        await stop_server(client)
+
+
+async def test_bad_options_are_reported_and_defaults_kept(tmp_path, tiny_model_dir):
+    client, seen, _ = await start_server(tmp_path, {"model": str(tiny_model_dir), "device": "cpu", "steps": "many"})
+    try:
+        await wait_until(lambda: seen.messages)
+        assert "steps must be an integer" in seen.messages[0].message
+    finally:
+        await stop_server(client)
