@@ -183,6 +183,10 @@ def create_server(settings: ServerSettings | None = None) -> DllmLanguageServer:
     def status(ls: DllmLanguageServer, params: Any) -> dict:
         return ls.host.status()
 
+    from .multisite_handlers import register as register_multisite  # noqa: PLC0415
+
+    register_multisite(server)
+
     @server.feature(types.SHUTDOWN)
     def shutdown(ls: DllmLanguageServer, params: Any) -> None:
         ls.host.shutdown()
