@@ -1,0 +1,76 @@
+"""The CLI as a user runs it: real subprocesses, a tiny model folder."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "hello.py"
+
+
+def run(*args: str, stdin: str | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "dllm_lsp", *args], input=stdin, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_complete_prints_json_at_a_one_based_position(tiny_model_dir):
+    proc = run("complete", f"{EXAMPLE}:3:12", "--model", str(tiny_model_dir), "--device", "cpu", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["line"] == 3 and out["col"] == 12 and out["language"] == "python"
+    assert out["completion"] and "\n" not in out["completion"]
+    assert out["replace_from"] == {"line": 3, "col": 12}
+    assert out["steps"] >= 1 and out["latency_ms"] > 0
+    plain = run("complete", f"{EXAMPLE}:3:12", "--model", str(tiny_model_dir), "--device", "cpu")
+    assert plain.stdout.rstrip("\n") == out["completion"]
+
+
+def test_infill_jsonl_round_trip_keeps_order_and_survives_bad_lines(tiny_model_dir):
+    lines = [
+        json.dumps({"id": "a", "prefix": "def f(x):\n    return ", "suffix": "\n"}),
+        "this is not json",
+        json.dumps({"id": 7, "prefix": "x = ", "suffix": "\n", "max_tokens": 5}),
+        json.dumps({"id": "bad", "prefix": 3}),
+        json.dumps({"id": "zero", "prefix": "y = ", "suffix": "", "max_tokens": 0}),
+    ]
+    proc = run("infill", "--model", str(tiny_model_dir), "--device", "cpu", stdin="\n".join(lines) + "\n")
+    assert proc.returncode == 0, proc.stderr
+    out = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [o["id"] for o in out] == ["a", None, 7, "bad", "zero"]
+    assert set(out[0]) == {"id", "completion", "steps", "latency_ms"} and out[0]["completion"]
+    assert "not JSON" in out[1]["error"]
+    assert out[2]["steps"] >= 1
+    assert "strings" in out[3]["error"] and "max_tokens" in out[4]["error"]
+
+
+@pytest.mark.parametrize(
+    "location, message",
+    [("nofile.py:1:1", "is not a file"), (f"{EXAMPLE}:0:1", "1-based"), (f"{EXAMPLE}:99:1", "past the end"),
+     (f"{EXAMPLE}:1:999", "past the end of line"), (f"{EXAMPLE}", "FILE:LINE:COL")],
+)
+def test_complete_rejects_bad_locations(tiny_model_dir, location, message):
+    proc = run("complete", location, "--model", str(tiny_model_dir), "--device", "cpu")
+    assert proc.returncode == 1
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_complete_refuses_binary_files(tmp_path, tiny_model_dir):
+    binary = tmp_path / "blob.py"
+    binary.write_bytes(b"\x00\x01\x02binary")
+    proc = run("complete", f"{binary}:1:1", "--model", str(tiny_model_dir), "--device", "cpu")
+    assert proc.returncode == 1 and "binary" in proc.stderr
+
+
+def test_missing_model_folder_is_a_clear_error(tmp_path):
+    proc = run("complete", f"{EXAMPLE}:3:12", "--model", str(tmp_path / "nope"), "--device", "cpu")
+    assert proc.returncode == 1
+    assert "does not exist" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_tcp_address_is_validated():
+    proc = run("serve", "--tcp", "localhost:notaport")
+    assert proc.returncode == 1 and "HOST:PORT" in proc.stderr

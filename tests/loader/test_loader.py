@@ -1,0 +1,85 @@
+"""Model folders that are missing, incomplete or corrupt give errors that name the problem."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from dllm_lsp.loader import ModelLoadError, load_model, resolve_device
+
+
+@pytest.fixture
+def model_copy(tmp_path, tiny_model_dir):
+    return shutil.copytree(tiny_model_dir, tmp_path / "copy")
+
+
+def test_loads_the_tiny_model(model_copy):
+    denoiser = load_model(model_copy, "cpu")
+    assert denoiser.family == "embedded" and denoiser.name == "copy"
+
+
+def test_missing_config(model_copy):
+    (model_copy / "config.json").unlink()
+    with pytest.raises(ModelLoadError, match="no config.json"):
+        load_model(model_copy, "cpu")
+
+
+def test_config_that_is_not_json(model_copy):
+    (model_copy / "config.json").write_text("{not json")
+    with pytest.raises(ModelLoadError, match="not valid JSON"):
+        load_model(model_copy, "cpu")
+
+
+def test_missing_weights(model_copy):
+    (model_copy / "model.safetensors").unlink()
+    with pytest.raises(ModelLoadError, match="no model.safetensors"):
+        load_model(model_copy, "cpu")
+
+
+def test_truncated_weights(model_copy):
+    weights = model_copy / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with pytest.raises(ModelLoadError, match="could not load"):
+        load_model(model_copy, "cpu")
+
+
+def test_weights_of_the_wrong_shape(model_copy):
+    config = json.loads((model_copy / "config.json").read_text())
+    config["dim"] = 128
+    (model_copy / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match="could not load"):
+        load_model(model_copy, "cpu")
+
+
+def test_pickle_weights_are_never_read(model_copy):
+    (model_copy / "model.safetensors").rename(model_copy / "pytorch_model.bin")
+    with pytest.raises(ModelLoadError, match="no model.safetensors"):
+        load_model(model_copy, "cpu")
+
+
+def test_unknown_family_lists_supported_ones(model_copy):
+    config = json.loads((model_copy / "config.json").read_text())
+    config["model_type"] = "mystery"
+    config["architectures"] = ["MysteryForCausalLM"]
+    (model_copy / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match="supported"):
+        load_model(model_copy, "cpu")
+
+
+def test_path_that_is_a_file(tmp_path):
+    target = tmp_path / "file.txt"
+    target.write_text("x")
+    with pytest.raises(ModelLoadError, match="not a folder"):
+        load_model(target, "cpu")
+
+
+def test_cuda_without_a_gpu_is_explained():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(ModelLoadError, match="no CUDA"):
+        resolve_device("cuda")
+    with pytest.raises(ModelLoadError, match="unknown device"):
+        resolve_device("tpu9")
