@@ -1,4 +1,11 @@
-"""Open diffusion checkpoints (LLaDA, Dream family, DreamOn, Open-dCoder) loaded natively."""
+"""Open diffusion checkpoints (LLaDA, Dream family, DreamOn, Open-dCoder) loaded natively.
+
+`load_checkpoint(folder, config, device)` is what dllm_lsp.loader calls for any folder that is
+not the embedded model: it recognises the family from config.json, checks the folder
+(weights, tokenizer, special tokens) before copying anything, and builds the family's
+bidirectional transformer straight from the safetensors shards onto the device. Nothing in
+the folder is executed and no pickle is read.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,13 +14,57 @@ import torch
 
 from dllm_lsp.engine.denoiser import Denoiser
 
-SUPPORTED_FAMILIES = ("dllm-lsp-embedded",)
+from .families import FAMILIES, DREAMON, detect_family, supported_list
+
+SUPPORTED_FAMILIES = tuple(f.key for f in FAMILIES)
+
+__all__ = ["load_checkpoint", "SUPPORTED_FAMILIES", "supported_list"]
 
 
-def load_checkpoint(folder: Path, config: dict, device: torch.device) -> Denoiser:
+def load_checkpoint(folder: Path, config: dict, device: torch.device, *, dtype: torch.dtype | None = None,
+                    cache: str = "dual", refresh_every: int = 0) -> Denoiser:
     from dllm_lsp.loader import ModelLoadError  # noqa: PLC0415
 
-    found = config.get("model_type") or config.get("architectures")
-    raise ModelLoadError(
-        f"{folder} holds an unsupported model family ({found!r}); supported: {', '.join(SUPPORTED_FAMILIES)}"
+    from .architecture import BidirectionalLM  # noqa: PLC0415
+    from .denoiser import CheckpointDenoiser, default_dtype  # noqa: PLC0415
+    from .dreamon import DreamOnDenoiser  # noqa: PLC0415
+    from .families import (  # noqa: PLC0415
+        max_context, model_config, read_generation_config, special_tokens, tensor_names,
     )
+    from .session import CacheSettings  # noqa: PLC0415
+    from .tokenizer_files import load_tokenizer  # noqa: PLC0415
+    from .weights import WeightFiles  # noqa: PLC0415
+
+    folder = Path(folder)
+    generation = read_generation_config(folder)
+    # Family first (config.json alone decides most cases), so an unknown model is refused with the
+    # supported list before its tokenizer or weights are looked at.
+    # (A Qwen2 folder needs its tokenizer to tell Open-dCoder from an autoregressive model.)
+    if not _may_be_qwen2(config):
+        detect_family(config, generation, None)
+    tokens = load_tokenizer(folder)
+    family = detect_family(config, generation, tokens)
+    try:
+        cfg = model_config(family, config)
+    except ValueError as exc:
+        raise ModelLoadError(f"config.json of {folder} describes an impossible shape: {exc}") from exc
+    names = tensor_names(family, cfg)
+    with torch.device("meta"):
+        model = BidirectionalLM(cfg)
+    expected = {name: tuple(p.shape) for name, p in model.named_parameters()}
+    files = WeightFiles.open(folder)
+    files.require({names[ours]: shape for ours, shape in expected.items()})
+    special = special_tokens(family, config, generation, tokens, cfg.vocab_size)
+
+    dtype = dtype or default_dtype(device)
+    state = files.load(names, device, dtype)
+    model.load_state_dict(state, strict=True, assign=True)
+    model.rotary.inv_freq = model.rotary.inv_freq.to(device)
+    kind = DreamOnDenoiser if family is DREAMON else CheckpointDenoiser
+    return kind(model, tokens.tokenizer, special, family, folder.name, max_context(family, config),
+                CacheSettings(cache, refresh_every))
+
+
+def _may_be_qwen2(config: dict) -> bool:
+    archs = config.get("architectures") or []
+    return str(config.get("model_type", "")).lower() == "qwen2" or "Qwen2ForCausalLM" in archs

@@ -1,0 +1,149 @@
+"""The bidirectional transformer behind every supported open checkpoint, in one file.
+
+LLaDA is a Llama-style stack and the Dream family / Open-dCoder are Qwen2 stacks; with
+full (non-causal) attention they compute the same function: pre-RMSNorm blocks, rotary
+positions (rotate-half), grouped-query attention and a SwiGLU MLP. They differ only in
+tensor names, biases (Qwen2 has q/k/v biases) and whether the LM head is tied, which
+`BiConfig` and the family name maps (families.py) carry.
+
+Two ways to run it:
+- `full(ids)`: the whole canvas, every token attending to every token (the exact path);
+  it can return each layer's keys/values for the dual cache.
+- `cached(ids, ...)`: only the active rows (a slot and the row that predicts its first
+  token) attending to the cached context keys/values plus themselves (Fast-dLLM's
+  approximate dual cache: the context was computed with an earlier state of the span).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dllm_lsp.arch.layers import RMSNorm, Rotary, SwiGLU, apply_rotary
+from dllm_lsp.kernels.span_attention import span_attention
+
+KV = tuple[torch.Tensor, torch.Tensor]   # keys, values [B, Hkv, N, D], rotary already applied
+
+
+@dataclass(frozen=True)
+class BiConfig:
+    vocab_size: int             # rows of the embedding (may exceed the tokenizer's size)
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    ffn_dim: int
+    rope_theta: float
+    norm_eps: float
+    qkv_bias: bool
+    out_bias: bool = False
+    mlp_bias: bool = False
+    tied_embeddings: bool = False
+    embed_scale: float = 1.0    # LLaDA's input_emb_norm multiplies embeddings by sqrt(d_model)
+    logit_scale: float = 1.0    # LLaDA's scale_logits divides logits by sqrt(d_model)
+
+    def __post_init__(self) -> None:
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"{self.n_heads} attention heads do not divide into {self.n_kv_heads} key/value heads")
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: BiConfig) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.q_proj = nn.Linear(cfg.dim, cfg.n_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.k_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.v_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=cfg.out_bias)
+
+    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
+
+    def out(self, y: torch.Tensor) -> torch.Tensor:
+        b, _, t, _ = y.shape
+        return self.o_proj(y.transpose(1, 2).reshape(b, t, -1))
+
+    def full(self, x, cos, sin) -> tuple[torch.Tensor, KV]:
+        q, k, v = self.qkv(x, cos, sin)
+        # No mask: every token attends to every token (these models are bidirectional).
+        y = F.scaled_dot_product_attention(q, k, v, enable_gqa=self.n_heads != self.n_kv_heads)
+        return self.out(y), (k, v)
+
+    def cached(self, x, cos, sin, ctx: KV) -> torch.Tensor:
+        q, k, v = self.qkv(x, cos, sin)
+        return self.out(span_attention(q, ctx[0], ctx[1], k, v))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: BiConfig) -> None:
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.mlp_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.mlp = SwiGLU(cfg.dim, cfg.ffn_dim, bias=cfg.mlp_bias)
+
+
+class BidirectionalLM(nn.Module):
+    def __init__(self, cfg: BiConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.lm_head = None if cfg.tied_embeddings else nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        self.rotary = Rotary(cfg.head_dim, cfg.rope_theta)
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed.weight.dtype
+
+    def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.rotary.cos_sin(positions.to(self.device), self.dtype)
+
+    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.embed(ids)
+        return h * self.cfg.embed_scale if self.cfg.embed_scale != 1.0 else h
+
+    @torch.no_grad()
+    def full(self, ids: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+             keep_kv: bool = False) -> tuple[torch.Tensor, list[KV] | None]:
+        """ids [B, T] at positions 0..T-1 -> hidden [B, T, D] (before the final norm), and KV if asked."""
+        cos, sin = rope if rope is not None else self.cos_sin(torch.arange(ids.shape[1]))
+        h = self._embed(ids)
+        kvs: list[KV] | None = [] if keep_kv else None
+        for layer in self.layers:
+            a, kv = layer.attn.full(layer.attn_norm(h), cos, sin)
+            h = h + a
+            h = h + layer.mlp(layer.mlp_norm(h))
+            if kvs is not None:
+                kvs.append(kv)
+        return h, kvs
+
+    @torch.no_grad()
+    def cached(self, ids: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], context: list[KV]) -> torch.Tensor:
+        """Active rows ids [B, A] (rope at their canvas positions) against cached context -> hidden [B, A, D]."""
+        cos, sin = rope
+        h = self._embed(ids)
+        for layer, ctx in zip(self.layers, context):
+            h = h + layer.attn.cached(layer.attn_norm(h), cos, sin, ctx)
+            h = h + layer.mlp(layer.mlp_norm(h))
+        return h
+
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        weight = self.embed.weight if self.lm_head is None else self.lm_head.weight
+        logits = F.linear(self.norm(hidden), weight)
+        return logits * self.cfg.logit_scale if self.cfg.logit_scale != 1.0 else logits
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())

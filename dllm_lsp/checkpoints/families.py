@@ -1,0 +1,238 @@
+"""The supported checkpoint families: how to recognise each from config.json, read its shape,
+name its tensors and find its special tokens.
+
+| family      | config.json                                  | layers | logits          |
+|-------------|----------------------------------------------|--------|-----------------|
+| llada       | model_type "llada" / LLaDAModelLM            | Llama  | same position   |
+| dream       | model_type "Dream" / DreamModel              | Qwen2  | shifted by one  |
+| dreamon     | Dream + an expand token (151667)             | Qwen2  | shifted by one  |
+| open-dcoder | model_type "qwen2" + a mask token            | Qwen2  | shifted by one  |
+
+Dream-v0-Base/Instruct-7B, Dream-Coder-v0-7B and DiffuCoder-7B (base and instruct) are all
+"dream": the same DreamModel files with different weights and tokenizers.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from dllm_lsp.engine.denoiser import SpecialTokens
+from dllm_lsp.loader import ModelLoadError
+
+from .architecture import BiConfig
+from .tokenizer_files import TokenizerFiles
+
+EXPAND_TOKEN = "<|expand|>"
+
+
+@dataclass(frozen=True)
+class Family:
+    key: str
+    title: str              # what the user sees in messages and `describe()`
+    layers: str             # "llama" (LLaDA names) or "qwen2" (Dream / Qwen2 names)
+    shift: int              # 1: logits at position p predict token p+1 (Dream's training); 0: LLaDA
+    prepend_bos: bool       # the family's reference infilling code starts the canvas with BOS
+
+
+LLADA = Family("llada", "LLaDA (LLaDA-8B-Base, LLaDA-8B-Instruct, LLaDA-1.5)", "llama", 0, True)
+DREAM = Family("dream", "Dream (Dream-v0-Base/Instruct-7B, Dream-Coder-v0-7B, DiffuCoder-7B)", "qwen2", 1, False)
+DREAMON = Family("dreamon", "DreamOn (DreamOn-v0-7B, variable-length infilling)", "qwen2", 1, True)
+OPEN_DCODER = Family("open-dcoder", "Open-dCoder (open-dcoder-0.5B)", "qwen2", 1, False)
+FAMILIES = (LLADA, DREAM, DREAMON, OPEN_DCODER)
+
+
+def supported_list() -> str:
+    return "; ".join(f.title for f in FAMILIES)
+
+
+def read_generation_config(folder: Path) -> dict:
+    path = folder / "generation_config.json"
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ModelLoadError(f"{path} is not valid JSON: {exc}") from exc
+    return data if isinstance(data, dict) else {}
+
+
+def detect_family(config: dict, generation: dict, tokens: TokenizerFiles | None) -> Family:
+    """The family of a config.json, or ModelLoadError listing the supported ones."""
+    model_type = str(config.get("model_type", "")).lower()
+    archs = config.get("architectures") or []
+    archs = [str(a) for a in archs] if isinstance(archs, list) else [str(archs)]
+    if model_type == "llada" or "LLaDAModelLM" in archs:
+        return LLADA
+    if model_type == "dream" or "DreamModel" in archs:
+        has_expand = any(k in src for src in (config, generation) for k in ("expand_token_id",))
+        if has_expand or (tokens is not None and tokens.token_id(EXPAND_TOKEN) is not None):
+            return DREAMON
+        return DREAM
+    if model_type == "qwen2" or "Qwen2ForCausalLM" in archs:
+        has_mask = "mask_token_id" in config or "mask_token_id" in generation
+        if has_mask or (tokens is not None and tokens.id_of("mask_token") is not None):
+            return OPEN_DCODER
+        raise ModelLoadError(
+            "this Qwen2 folder declares no mask token, so it is an autoregressive model, not a diffusion one; "
+            f"supported families: {supported_list()}"
+        )
+    found = config.get("model_type") or archs or "nothing"
+    raise ModelLoadError(f"unsupported model family {found!r} in config.json; supported families: {supported_list()}")
+
+
+def _need(config: dict, key: str, family: Family, kind=int):
+    if key not in config or config[key] is None:
+        raise ModelLoadError(f"config.json lacks {key!r}, which the {family.key} family needs")
+    try:
+        return kind(config[key])
+    except (TypeError, ValueError) as exc:
+        raise ModelLoadError(f"config.json {key!r} must be a {kind.__name__}, not {config[key]!r}") from exc
+
+
+def model_config(family: Family, config: dict) -> BiConfig:
+    """The transformer shape from config.json, refusing variants this runtime does not implement."""
+    if family.layers == "llama":
+        return _llada_config(config)
+    return _qwen2_config(family, config)
+
+
+def _llada_config(c: dict) -> BiConfig:
+    f = LLADA
+    for key, want in (("block_type", "llama"), ("layer_norm_type", "rms"), ("activation_type", "silu")):
+        if key in c and str(c[key]).lower() != want:
+            raise ModelLoadError(f"LLaDA variant with {key}={c[key]!r} is not supported (only {want!r})")
+    if c.get("alibi") or c.get("rope") is False or c.get("attention_layer_norm"):
+        raise ModelLoadError("LLaDA variants with ALiBi, no RoPE or q/k layer norms are not supported")
+    if c.get("block_group_size", 1) not in (1, None):
+        raise ModelLoadError("LLaDA checkpoints with block_group_size > 1 are not supported")
+    dim = _need(c, "d_model", f)
+    heads = _need(c, "n_heads", f)
+    kv_heads = int(c.get("n_kv_heads") or heads)
+    ffn = c.get("mlp_hidden_size") or (int(c.get("mlp_ratio", 4)) * dim)
+    bias = bool(c.get("include_bias", False))
+    return BiConfig(
+        vocab_size=int(c.get("embedding_size") or _need(c, "vocab_size", f)),
+        dim=dim, n_layers=_need(c, "n_layers", f), n_heads=heads, n_kv_heads=kv_heads, head_dim=dim // heads,
+        ffn_dim=int(ffn), rope_theta=float(c.get("rope_theta", 10000.0)), norm_eps=float(c.get("rms_norm_eps", 1e-5)),
+        qkv_bias=bias or bool(c.get("include_qkv_bias", False)), out_bias=bias, mlp_bias=bias,
+        tied_embeddings=bool(c.get("weight_tying", False)),
+        embed_scale=dim**0.5 if c.get("input_emb_norm") else 1.0,
+        logit_scale=dim**-0.5 if c.get("scale_logits") else 1.0,
+    )
+
+
+def _qwen2_config(f: Family, c: dict) -> BiConfig:
+    if c.get("rope_scaling") not in (None, {}):
+        raise ModelLoadError(f"rope_scaling {c['rope_scaling']!r} is not supported")
+    if str(c.get("hidden_act", "silu")) != "silu":
+        raise ModelLoadError(f"hidden_act {c['hidden_act']!r} is not supported (only 'silu')")
+    dim = _need(c, "hidden_size", f)
+    heads = _need(c, "num_attention_heads", f)
+    return BiConfig(
+        vocab_size=_need(c, "vocab_size", f), dim=dim, n_layers=_need(c, "num_hidden_layers", f),
+        n_heads=heads, n_kv_heads=int(c.get("num_key_value_heads") or heads),
+        head_dim=int(c.get("head_dim") or dim // heads), ffn_dim=_need(c, "intermediate_size", f),
+        rope_theta=float(c.get("rope_theta", 10000.0)), norm_eps=float(c.get("rms_norm_eps", 1e-6)),
+        qkv_bias=True, tied_embeddings=bool(c.get("tie_word_embeddings", False)),
+    )
+
+
+def max_context(family: Family, config: dict) -> int:
+    key = "max_sequence_length" if family.layers == "llama" else "max_position_embeddings"
+    return int(config.get(key) or 4096)
+
+
+def tensor_names(family: Family, cfg: BiConfig) -> dict[str, str]:
+    """Our parameter name -> the checkpoint's tensor name (the families' real names)."""
+    llama = family.layers == "llama"
+    top = "model.transformer." if llama else "model."
+    names = {"embed.weight": top + ("wte.weight" if llama else "embed_tokens.weight"),
+             "norm.weight": top + ("ln_f.weight" if llama else "norm.weight")}
+    if not cfg.tied_embeddings:
+        names["lm_head.weight"] = "model.transformer.ff_out.weight" if llama else "lm_head.weight"
+    for i in range(cfg.n_layers):
+        ours = f"layers.{i}."
+        if llama:
+            block = f"model.transformer.blocks.{i}."
+            parts = {"attn_norm": "attn_norm", "attn.q_proj": "q_proj", "attn.k_proj": "k_proj",
+                     "attn.v_proj": "v_proj", "attn.o_proj": "attn_out", "mlp_norm": "ff_norm",
+                     "mlp.gate_proj": "ff_proj", "mlp.up_proj": "up_proj", "mlp.down_proj": "ff_out"}
+        else:
+            block = f"model.layers.{i}."
+            parts = {"attn_norm": "input_layernorm", "attn.q_proj": "self_attn.q_proj",
+                     "attn.k_proj": "self_attn.k_proj", "attn.v_proj": "self_attn.v_proj",
+                     "attn.o_proj": "self_attn.o_proj", "mlp_norm": "post_attention_layernorm",
+                     "mlp.gate_proj": "mlp.gate_proj", "mlp.up_proj": "mlp.up_proj", "mlp.down_proj": "mlp.down_proj"}
+        for mine, theirs in parts.items():
+            names[f"{ours}{mine}.weight"] = f"{block}{theirs}.weight"
+        biased = []
+        if cfg.qkv_bias:
+            biased += ["attn.q_proj", "attn.k_proj", "attn.v_proj"]
+        if cfg.out_bias:
+            biased.append("attn.o_proj")
+        if cfg.mlp_bias:
+            biased += ["mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
+        for mine in biased:
+            names[f"{ours}{mine}.bias"] = f"{block}{parts[mine]}.bias"
+    return names
+
+
+def _first_id(value) -> int | None:
+    if isinstance(value, list):
+        value = value[0] if value else None
+    return int(value) if isinstance(value, int) else None
+
+
+def special_tokens(family: Family, config: dict, generation: dict, tokens: TokenizerFiles, vocab_rows: int) -> SpecialTokens:
+    """Mask, in-slot end, BOS and expand ids from config.json, generation_config.json and the tokenizer.
+
+    Order: config.json, then generation_config.json, then the tokenizer's declared token. The in-slot
+    pad prefers the tokenizer's pad token (DiffuCoder pads spans with <|dlm_pad|> while its
+    config.json says <|endoftext|>).
+    """
+    def from_configs(key: str) -> int | None:
+        for source in (config, generation):
+            found = _first_id(source.get(key))
+            if found is not None:
+                return found
+        return None
+
+    mask = from_configs("mask_token_id")
+    if mask is None:
+        mask = tokens.id_of("mask_token")
+    if mask is None:
+        raise ModelLoadError(f"no mask token: config.json has no mask_token_id and the tokenizer declares no mask_token")
+    declared = tokens.id_of("mask_token")
+    if declared is not None and declared != mask:
+        raise ModelLoadError(
+            f"config.json says mask_token_id {mask}, but the tokenizer maps its mask token "
+            f"{tokens.special['mask_token']!r} to {declared}: the folder's files disagree"
+        )
+    eos = from_configs("eos_token_id")
+    if eos is None:
+        eos = tokens.id_of("eos_token")
+    pad = tokens.id_of("pad_token")
+    if pad is None:
+        pad = from_configs("pad_token_id")
+    bos = None
+    if family.prepend_bos or tokens.add_bos:
+        bos = from_configs("bos_token_id")
+        if bos is None:
+            bos = tokens.id_of("bos_token")
+    expand = None
+    if family is DREAMON:
+        expand = from_configs("expand_token_id")
+        if expand is None:
+            expand = tokens.token_id(EXPAND_TOKEN)
+        if expand is None:
+            raise ModelLoadError("DreamOn folder without an expand token id")
+        if eos is None:
+            raise ModelLoadError("DreamOn needs an EOS id (its delete token): config.json has no eos_token_id")
+    ids = {"mask": mask, "eos": eos, "pad": pad, "bos": bos, "expand": expand}
+    for role, value in ids.items():
+        if value is not None and not 0 <= value < vocab_rows:
+            raise ModelLoadError(f"{role} token id {value} is outside the {vocab_rows}-row embedding")
+    if pad == mask:
+        pad = None
+    return SpecialTokens(mask_id=mask, pad_id=pad, eos_id=eos, bos_id=bos, expand_id=expand)

@@ -1,0 +1,141 @@
+"""Safetensors weights of a checkpoint folder: find the shards, check them, load tensors onto the device.
+
+Hugging Face folders hold either one `model.safetensors` or shards named by
+`model.safetensors.index.json` ({"weight_map": {tensor name: shard file}}). Only safetensors are
+read (no pickle): a folder with only `pytorch_model.bin` is refused with a message saying so.
+Headers are read first, so a missing shard, a truncated file or a missing tensor is reported
+before any weight is copied to the device.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from dllm_lsp.loader import ModelLoadError
+
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "consolidated.00.pth")
+
+
+@dataclass
+class WeightFiles:
+    folder: Path
+    shard_of: dict[str, str]                 # tensor name -> shard file name
+    shapes: dict[str, tuple[int, ...]]       # tensor name -> shape, read from the shard headers
+
+    @classmethod
+    def open(cls, folder: Path) -> "WeightFiles":
+        shard_of = _tensor_to_shard(folder)
+        shapes: dict[str, tuple[int, ...]] = {}
+        by_shard: dict[str, list[str]] = {}
+        for name, shard in shard_of.items():
+            by_shard.setdefault(shard, []).append(name)
+        for shard, names in sorted(by_shard.items()):
+            path = folder / shard
+            if not path.is_file():
+                raise ModelLoadError(f"{folder} is incomplete: {INDEX_FILE} names shard {shard}, which is missing")
+            found = _read_header(path)
+            absent = [n for n in names if n not in found]
+            if absent:
+                raise ModelLoadError(
+                    f"shard {shard} in {folder} lacks {len(absent)} tensor(s) the index puts there, e.g. {absent[0]}"
+                )
+            shapes.update({n: found[n] for n in names})
+        return cls(folder, shard_of, shapes)
+
+    def require(self, expected: dict[str, tuple[int, ...]]) -> None:
+        """Every expected tensor exists with the expected shape, or a clear error naming the first that doesn't."""
+        missing = [n for n in expected if n not in self.shapes]
+        if missing:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise ModelLoadError(f"the weights in {self.folder} lack tensor {missing[0]}{more}")
+        for name, shape in expected.items():
+            if tuple(self.shapes[name]) != tuple(shape):
+                raise ModelLoadError(
+                    f"tensor {name} in {self.folder} has shape {tuple(self.shapes[name])}, "
+                    f"but config.json implies {tuple(shape)}"
+                )
+
+    def load(self, names: dict[str, str], device: torch.device, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+        """{target name: tensor name in the files} -> {target name: tensor on `device` in `dtype`}.
+
+        Each shard is opened once, directly on the device, so a 15 GB model never sits in host memory whole.
+        """
+        wanted: dict[str, list[tuple[str, str]]] = {}
+        for target, source in names.items():
+            wanted.setdefault(self.shard_of[source], []).append((target, source))
+        out: dict[str, torch.Tensor] = {}
+        for shard, pairs in sorted(wanted.items()):
+            path = self.folder / shard
+            try:
+                with safe_open(str(path), framework="pt", device=str(device)) as f:
+                    for target, source in pairs:
+                        out[target] = f.get_tensor(source).to(dtype)
+            except SafetensorError as exc:
+                raise ModelLoadError(f"shard {shard} in {self.folder} is corrupt: {exc}") from exc
+        return out
+
+
+def _tensor_to_shard(folder: Path) -> dict[str, str]:
+    index = folder / INDEX_FILE
+    if index.is_file():
+        try:
+            data = json.loads(index.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ModelLoadError(f"{index} is not valid JSON: {exc}") from exc
+        weight_map = data.get("weight_map") if isinstance(data, dict) else None
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise ModelLoadError(f"{index} has no weight_map (tensor name -> shard file)")
+        bad = [s for s in weight_map.values() if not isinstance(s, str) or "/" in s or "\\" in s]
+        if bad:
+            raise ModelLoadError(f"{index} names an invalid shard file {bad[0]!r}")
+        return dict(weight_map)
+    single = folder / SINGLE_FILE
+    if single.is_file():
+        return {name: SINGLE_FILE for name in _read_header(single)}
+    shards = sorted(p.name for p in folder.glob("*.safetensors"))
+    if shards:
+        raise ModelLoadError(
+            f"{folder} has safetensors shards ({', '.join(shards[:3])}) but no {INDEX_FILE} to say which tensor is where"
+        )
+    pickles = [name for name in PICKLE_FILES if (folder / name).exists()]
+    if pickles:
+        raise ModelLoadError(
+            f"{folder} only has pickle weights ({pickles[0]}); they can run code when loaded and are refused. "
+            "Convert them to safetensors (or download the folder's *.safetensors files)"
+        )
+    raise ModelLoadError(f"{folder} has no weights: expected {SINGLE_FILE} or {INDEX_FILE} with its shards")
+
+
+def _read_header(path: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor names and shapes from a safetensors header, and a check that the file holds all their bytes."""
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+    except (SafetensorError, OSError) as exc:
+        raise ModelLoadError(f"{path.name} in {path.parent} is not a readable safetensors file: {exc}") from exc
+    _check_length(path)
+    return shapes
+
+
+def _check_length(path: Path) -> None:
+    """A shard cut short (an interrupted download) must fail here, not halfway through loading."""
+    have = path.stat().st_size
+    with path.open("rb") as fh:
+        raw = fh.read(8)
+        if len(raw) < 8:
+            raise ModelLoadError(f"{path.name} in {path.parent} is truncated (no header)")
+        header_len = int.from_bytes(raw, "little")
+        try:
+            header = json.loads(fh.read(header_len))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ModelLoadError(f"{path.name} in {path.parent} has a corrupt header: {exc}") from exc
+    ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
+    need = 8 + header_len + (max(ends) if ends else 0)
+    if have < need:
+        raise ModelLoadError(f"{path.name} in {path.parent} is truncated: {have} bytes of {need}")
