@@ -1,0 +1,147 @@
+// Entry point: starts the language client and wires the features (one module each) to commands.
+import * as vscode from "vscode";
+import { ExecuteCommandRequest, LanguageClient, LanguageClientOptions, State } from "vscode-languageclient/node";
+import { serverOptionsFor } from "./launch";
+import { NextEdits } from "./nextEdits";
+import * as settings from "./settings";
+import { DllmStatusBar, ServerStatus } from "./statusBar";
+import { isMethodNotFound, StreamingInlineCompletions } from "./streaming";
+
+let client: LanguageClient | undefined;
+let statusBar: DllmStatusBar;
+let streaming: StreamingInlineCompletions;
+let nextEdits: NextEdits;
+let statusSupported = true;
+
+export async function activate(context: vscode.ExtensionContext): Promise<void> {
+  statusBar = new DllmStatusBar(settings.completionsEnabled);
+  streaming = new StreamingInlineCompletions(
+    () => client,
+    settings.completionsEnabled,
+    settings.streamingEnabled,
+    {
+      onLatency: (ms) => {
+        statusBar.setLatency(ms);
+        void refreshStatus();
+      },
+      onStreamingSupport: () => undefined,
+    },
+  );
+  nextEdits = new NextEdits(() => client, (n) => statusBar.setPendingEdits(n));
+  context.subscriptions.push(statusBar, streaming, nextEdits);
+
+  const command = (id: string, fn: (...args: unknown[]) => unknown) =>
+    context.subscriptions.push(vscode.commands.registerCommand(id, fn));
+  command("dllm.triggerCompletion", () => vscode.commands.executeCommand("editor.action.inlineSuggest.trigger"));
+  command("dllm.toggle", async () => {
+    await settings.setCompletionsEnabled(!settings.completionsEnabled());
+    statusBar.render();
+    if (!settings.completionsEnabled()) await vscode.commands.executeCommand("editor.action.inlineSuggest.hide");
+  });
+  command("dllm.fillHolesInSelection", fillHolesInSelection);
+  command("dllm.nextEdits", () => nextEdits.suggest());
+  command("dllm.nextEdits.acceptAll", () => nextEdits.acceptAll());
+  command("dllm.nextEdits.acceptOne", () => nextEdits.acceptOne());
+  command("dllm.nextEdits.dismiss", () => nextEdits.dismiss());
+  command("dllm.restartServer", restartClient);
+  command("dllm.showStatus", async () => {
+    const status = await refreshStatus();
+    void vscode.window.showInformationMessage(`dllm-lsp: ${JSON.stringify(status ?? { error: "no status" })}`);
+  });
+
+  context.subscriptions.push(
+    vscode.workspace.onDidChangeConfiguration(async (e) => {
+      if (!e.affectsConfiguration("dllm")) return;
+      statusBar.render();
+      if (e.affectsConfiguration("dllm.server")) {
+        await restartClient();
+      } else if (client?.isRunning()) {
+        await client.sendNotification("workspace/didChangeConfiguration", {
+          settings: { dllm: settings.serverOptions() },
+        });
+        void refreshStatus();
+      }
+    }),
+  );
+  await startClient();
+}
+
+export async function deactivate(): Promise<void> {
+  await client?.stop();
+  client = undefined;
+}
+
+async function startClient(): Promise<void> {
+  let serverOptions;
+  try {
+    serverOptions = serverOptionsFor(settings.launchSettings());
+  } catch (err) {
+    statusBar.setState("error", (err as Error).message);
+    void vscode.window.showErrorMessage(`dllm-lsp: ${(err as Error).message}`);
+    return;
+  }
+  const clientOptions: LanguageClientOptions = {
+    documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
+    initializationOptions: settings.serverOptions(),
+    outputChannelName: "dllm-lsp",
+    middleware: { provideInlineCompletionItems: streaming.middleware },
+  };
+  client = new LanguageClient("dllm", "dllm-lsp", serverOptions, clientOptions);
+  client.onDidChangeState((e) => {
+    if (e.newState === State.Running) statusBar.setState("running");
+    else if (e.newState === State.Stopped) statusBar.setState("stopped");
+    else statusBar.setState("starting");
+  });
+  statusBar.setState("starting");
+  try {
+    await client.start();
+  } catch (err) {
+    statusBar.setState("error", (err as Error).message);
+    void vscode.window.showErrorMessage(`dllm-lsp failed to start: ${(err as Error).message}`);
+    return;
+  }
+  streaming.noteCapabilities(client.initializeResult?.capabilities.experimental);
+  statusBar.setServerStatus({ model: settings.serverOptions().model, device: settings.serverOptions().device });
+  void refreshStatus();
+}
+
+async function restartClient(): Promise<void> {
+  streaming.dispose();
+  nextEdits.dismiss();
+  const old = client;
+  client = undefined;
+  await old?.stop().catch(() => undefined);
+  statusSupported = true;
+  await startClient();
+}
+
+/** Asks the server for `dllm/status` (model, device, last latency); quiet when it lacks the method. */
+async function refreshStatus(): Promise<ServerStatus | undefined> {
+  if (!client?.isRunning() || !statusSupported) return undefined;
+  try {
+    const status = await client.sendRequest<ServerStatus>("dllm/status", null);
+    if (status) statusBar.setServerStatus(status);
+    return status;
+  } catch (err) {
+    if (isMethodNotFound(err)) statusSupported = false;
+    return undefined;
+  }
+}
+
+/** Runs the server's `dllm.fillHoles` command on the selection (or the scope around the cursor). */
+async function fillHolesInSelection(): Promise<void> {
+  const editor = vscode.window.activeTextEditor;
+  if (!editor || !client?.isRunning()) return;
+  const commands = client.initializeResult?.capabilities.executeCommandProvider?.commands ?? [];
+  if (!commands.includes("dllm.fillHoles")) {
+    void vscode.window.showInformationMessage("dllm-lsp: this server does not offer hole filling (dllm.fillHoles).");
+    return;
+  }
+  await client.sendRequest(ExecuteCommandRequest.type, {
+    command: "dllm.fillHoles",
+    arguments: [
+      client.code2ProtocolConverter.asUri(editor.document.uri),
+      client.code2ProtocolConverter.asRange(editor.selection),
+    ],
+  });
+}

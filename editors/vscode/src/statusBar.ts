@@ -1,0 +1,83 @@
+// The status-bar item: model, device, last latency; a click turns completions on or off.
+import * as vscode from "vscode";
+
+export interface ServerStatus {
+  model?: string;
+  family?: string;
+  device?: string;
+  loaded?: boolean;
+  error?: string | null;
+  lastLatencyMs?: number | null;
+}
+
+export class DllmStatusBar implements vscode.Disposable {
+  private readonly item: vscode.StatusBarItem;
+  private status: ServerStatus = {};
+  private latencyMs?: number;
+  private state: "starting" | "running" | "stopped" | "error" = "starting";
+  private detail = "";
+  private pendingEdits = 0;
+
+  constructor(private readonly isEnabled: () => boolean) {
+    this.item = vscode.window.createStatusBarItem("dllm.status", vscode.StatusBarAlignment.Right, 100);
+    this.item.name = "dllm-lsp";
+    this.item.command = "dllm.toggle";
+    this.render();
+    this.item.show();
+  }
+
+  dispose(): void {
+    this.item.dispose();
+  }
+
+  setState(state: "starting" | "running" | "stopped" | "error", detail = ""): void {
+    this.state = state;
+    this.detail = detail;
+    this.render();
+  }
+
+  setServerStatus(status: ServerStatus): void {
+    this.status = { ...this.status, ...status };
+    if (typeof status.lastLatencyMs === "number") this.latencyMs = status.lastLatencyMs;
+    this.render();
+  }
+
+  setLatency(ms: number): void {
+    this.latencyMs = ms;
+    this.render();
+  }
+
+  setPendingEdits(n: number): void {
+    this.pendingEdits = n;
+    this.render();
+  }
+
+  render(): void {
+    const on = this.isEnabled();
+    const parts = ["dllm"];
+    if (this.status.model) parts.push(shortModel(this.status.model));
+    if (this.status.device) parts.push(this.status.device);
+    if (this.latencyMs !== undefined) parts.push(`${Math.round(this.latencyMs)} ms`);
+    if (this.pendingEdits > 0) parts.push(`${this.pendingEdits} next edit${this.pendingEdits > 1 ? "s" : ""}`);
+    let icon = on ? "$(sparkle)" : "$(circle-slash)";
+    if (this.state === "starting") icon = "$(loading~spin)";
+    if (this.state === "error" || this.status.error) icon = "$(error)";
+    this.item.text = `${icon} ${parts.join(" · ")}${on ? "" : " (off)"}`;
+    const lines = [
+      `dllm-lsp: completions ${on ? "on" : "off"} (click to toggle)`,
+      `server: ${this.state}${this.detail ? ` (${this.detail})` : ""}`,
+      `model: ${this.status.model ?? "?"}${this.status.family ? ` (${this.status.family})` : ""}`,
+      `device: ${this.status.device ?? "?"}`,
+      `loaded: ${this.status.loaded ?? "?"}`,
+    ];
+    if (this.status.error) lines.push(`error: ${this.status.error}`);
+    if (this.latencyMs !== undefined) lines.push(`last completion: ${Math.round(this.latencyMs)} ms`);
+    this.item.tooltip = lines.join("\n");
+  }
+}
+
+/** The last path component of a model folder, or the shipped model's name. */
+function shortModel(model: string): string {
+  const parts = model.split(/[\\/]/).filter(Boolean);
+  return parts.length ? parts[parts.length - 1] : model;
+}

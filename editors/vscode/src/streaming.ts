@@ -1,0 +1,234 @@
+// Inline completions that sharpen while the server denoises.
+//
+// VS Code asks a provider once and shows what it returns; it cannot be pushed updates. So one
+// `dllm/inlineCompletion` request (with a partialResultToken) runs per cursor state, its `$/progress`
+// reports are kept, and each report re-triggers the inline suggestion: VS Code asks again, and for
+// the same document version and position we answer with the newest text instead of a new request.
+// When the server lacks the method (MethodNotFound) we fall back to plain textDocument/inlineCompletion.
+import * as vscode from "vscode";
+import { ProgressType } from "vscode-languageclient";
+import { LanguageClient } from "vscode-languageclient/node";
+import type * as proto from "vscode-languageclient";
+
+const METHOD_NOT_FOUND = -32601;
+const REQUEST_CANCELLED = -32800;
+const SERVER_CANCELLED = -32802;
+
+interface StreamReport {
+  kind: "report";
+  step: number;
+  totalSteps: number;
+  text: string;
+  meanConfidence?: number;
+  range?: proto.Range;
+}
+
+type InlineResult = proto.InlineCompletionList | proto.InlineCompletionItem[] | null | undefined;
+
+type Next = (
+  document: vscode.TextDocument,
+  position: vscode.Position,
+  context: vscode.InlineCompletionContext,
+  token: vscode.CancellationToken,
+) => vscode.ProviderResult<vscode.InlineCompletionItem[] | vscode.InlineCompletionList>;
+
+/** One running streamed request, for one (document version, position). */
+class Stream {
+  latest?: StreamReport;
+  final?: InlineResult;
+  done = false;
+  failed?: unknown;
+  readonly cts = new vscode.CancellationTokenSource();
+  readonly started = Date.now();
+  private waiters: (() => void)[] = [];
+
+  constructor(
+    readonly key: string,
+    readonly uri: string,
+    readonly version: number,
+    readonly position: vscode.Position,
+  ) {}
+
+  changed(): void {
+    const waiters = this.waiters;
+    this.waiters = [];
+    waiters.forEach((w) => w());
+  }
+
+  /** Resolves at the next report or at the end, or when VS Code gives up on this call. */
+  nextChange(token: vscode.CancellationToken): Promise<void> {
+    if (this.done) return Promise.resolve();
+    return new Promise((resolve) => {
+      this.waiters.push(resolve);
+      token.onCancellationRequested(() => resolve());
+    });
+  }
+}
+
+export interface CompletionEvents {
+  onLatency(ms: number): void;
+  onStreamingSupport(supported: boolean): void;
+}
+
+let tokenCounter = 0;
+
+export class StreamingInlineCompletions implements vscode.Disposable {
+  private current?: Stream;
+  /** undefined: not known yet (the first request tells). */
+  private supported?: boolean;
+  private retriggerPending = false;
+
+  constructor(
+    private readonly clientRef: () => LanguageClient | undefined,
+    private readonly enabled: () => boolean,
+    private readonly streaming: () => boolean,
+    private readonly events: CompletionEvents,
+  ) {}
+
+  dispose(): void {
+    this.current?.cts.cancel();
+    this.current = undefined;
+  }
+
+  /** Called once the server has answered `initialize`. */
+  noteCapabilities(experimental: unknown): void {
+    const exp = experimental as { dllm?: { inlineCompletionStreaming?: boolean } } | undefined;
+    if (exp?.dllm?.inlineCompletionStreaming !== undefined) {
+      this.supported = exp.dllm.inlineCompletionStreaming;
+      this.events.onStreamingSupport(this.supported);
+    }
+  }
+
+  /** vscode-languageclient middleware for textDocument/inlineCompletion. */
+  readonly middleware = async (
+    document: vscode.TextDocument,
+    position: vscode.Position,
+    context: vscode.InlineCompletionContext,
+    token: vscode.CancellationToken,
+    next: Next,
+  ): Promise<vscode.InlineCompletionItem[] | vscode.InlineCompletionList | null | undefined> => {
+    if (!this.enabled()) return null;
+    const client = this.clientRef();
+    if (!client || this.supported === false || !this.streaming()) {
+      const started = Date.now();
+      const result = await next(document, position, context, token);
+      if (!token.isCancellationRequested) this.events.onLatency(Date.now() - started);
+      return result;
+    }
+    const key = `${document.uri.toString()}@${document.version}:${position.line}:${position.character}`;
+    let stream = this.current;
+    if (!stream || stream.key !== key) {
+      stream?.cts.cancel();
+      stream = this.start(client, document, position, context, key);
+      this.current = stream;
+    }
+    if (!stream.done && !stream.latest) await stream.nextChange(token);
+    if (stream.failed !== undefined && isMethodNotFound(stream.failed)) {
+      return next(document, position, context, token);
+    }
+    return this.itemsOf(client, stream, position);
+  };
+
+  private start(
+    client: LanguageClient,
+    document: vscode.TextDocument,
+    position: vscode.Position,
+    context: vscode.InlineCompletionContext,
+    key: string,
+  ): Stream {
+    const stream = new Stream(key, document.uri.toString(), document.version, position);
+    const partialResultToken = `dllm-inline-${process.pid}-${++tokenCounter}`;
+    const progress = client.onProgress(new ProgressType<StreamReport>(), partialResultToken, (value) => {
+      if (stream.done || value?.kind !== "report") return;
+      stream.latest = value;
+      stream.changed();
+      this.retrigger(stream);
+    });
+    const params = {
+      ...client.code2ProtocolConverter.asInlineCompletionParams(document, position, context),
+      partialResultToken,
+    };
+    client.sendRequest<InlineResult>("dllm/inlineCompletion", params, stream.cts.token).then(
+      (result) => {
+        stream.final = result;
+        if (this.supported === undefined) {
+          this.supported = true;
+          this.events.onStreamingSupport(true);
+        }
+        this.events.onLatency(Date.now() - stream.started);
+        const changed = finalText(result) !== stream.latest?.text;
+        stream.done = true;
+        progress.dispose();
+        stream.changed();
+        if (changed) this.retrigger(stream);
+      },
+      (err) => {
+        stream.failed = err;
+        stream.done = true;
+        progress.dispose();
+        if (isMethodNotFound(err)) {
+          this.supported = false;
+          this.events.onStreamingSupport(false);
+        } else if (!isCancelled(err)) {
+          client.warn(`dllm/inlineCompletion failed: ${String((err as Error)?.message ?? err)}`);
+        }
+        stream.changed();
+      },
+    );
+    return stream;
+  }
+
+  /** Asks VS Code to query the provider again, if the cursor is still where the stream started. */
+  private retrigger(stream: Stream): void {
+    if (this.retriggerPending) return;
+    const editor = vscode.window.activeTextEditor;
+    if (
+      !editor ||
+      this.current !== stream ||
+      editor.document.uri.toString() !== stream.uri ||
+      editor.document.version !== stream.version ||
+      !editor.selection.active.isEqual(stream.position)
+    ) {
+      return;
+    }
+    this.retriggerPending = true;
+    Promise.resolve(vscode.commands.executeCommand("editor.action.inlineSuggest.trigger")).finally(() => {
+      this.retriggerPending = false;
+    });
+  }
+
+  private async itemsOf(
+    client: LanguageClient,
+    stream: Stream,
+    position: vscode.Position,
+  ): Promise<vscode.InlineCompletionItem[] | vscode.InlineCompletionList | null | undefined> {
+    if (stream.done) {
+      if (stream.final === undefined || stream.final === null) return null;
+      return client.protocol2CodeConverter.asInlineCompletionResult(stream.final);
+    }
+    const report = stream.latest;
+    if (!report || !report.text) return null;
+    const range = report.range ? client.protocol2CodeConverter.asRange(report.range) : new vscode.Range(position, position);
+    return [new vscode.InlineCompletionItem(report.text, range)];
+  }
+}
+
+function finalText(result: InlineResult): string | undefined {
+  if (!result) return undefined;
+  const items = Array.isArray(result) ? result : result.items;
+  const first = items[0]?.insertText;
+  return typeof first === "string" ? first : first?.value;
+}
+
+function errorCode(err: unknown): number | undefined {
+  return (err as { code?: number } | undefined)?.code;
+}
+
+export function isMethodNotFound(err: unknown): boolean {
+  return errorCode(err) === METHOD_NOT_FOUND;
+}
+
+function isCancelled(err: unknown): boolean {
+  const code = errorCode(err);
+  return code === REQUEST_CANCELLED || code === SERVER_CANCELLED;
+}
