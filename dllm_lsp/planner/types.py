@@ -1,11 +1,15 @@
 """What the span planner tells the server about one cursor position."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from dllm_lsp.engine.types import InfillRequest
 
-SpanKind = str   # "line_tail" | "block_body" | "arguments" | "string" | "identifier" | "line"
+if TYPE_CHECKING:
+    from .documents import DocumentSnapshot
+
+SpanKind = str   # "line_tail" | "block_body" | "arguments" | "string" | "identifier" | "line"  (see shapes.py)
 
 
 @dataclass
@@ -23,3 +27,11 @@ class SpanPlan:
     single_line: bool
     indent: str               # indentation a multi-line body uses (the block's inner indent)
     language: str | None      # tree-sitter language name used, None for line rules
+    # Added by the planner for post-processing and for callers that want to know more:
+    indent_unit: str = "    "         # one indentation step as the file writes it
+    line_rest: str = ""               # the cursor line after the cursor (what a one-line span stops before)
+    closer_indent: str | None = None  # `{|}`: a multi-line body ends with a newline and this indentation
+    context_start: int = 0            # the document text the request shows is [context_start, context_end)
+    context_end: int = 0
+    snippet_sources: tuple[str, ...] = ()   # other documents whose snippets were prepended to the prefix
+    snapshot: DocumentSnapshot | None = field(default=None, repr=False, compare=False)  # text + tree planned on

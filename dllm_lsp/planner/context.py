@@ -1,0 +1,110 @@
+"""The context window around a span: the nearest prefix and suffix within a character budget
+(a stand-in for the token budget: code runs about 3-4 characters per token), and snippets from
+other open documents that share identifiers with the text near the cursor.
+"""
+from __future__ import annotations
+
+import functools
+import re
+from collections import Counter
+from collections.abc import Sequence
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}")
+_QUERY_BEFORE, _QUERY_AFTER = 800, 200   # characters around the cursor that say what is relevant
+
+# Words every file of a language has: they say nothing about relevance.
+_COMMON_WORDS = frozenset("""
+and as assert async await break case catch char class const continue def default del delete do
+double elif else end enum except export extends false final finally float for from func function
+global goto if impl import in int interface is lambda let local long loop match mod module mut new
+nil none None not null or package pass private protected pub public raise return self Self short
+static str string struct super switch then this throw true True False try type typedef typeof undefined
+union unsigned use var void volatile while with yield println printf print len range std include
+""".split())
+
+
+def prefix_cut(text: str, end: int, budget: int, quantum: int) -> int:
+    """Where the prefix begins: the first line start inside the budget before `end`.
+
+    The lower bound is rounded up to a multiple of `quantum`, so as the user types the prefix
+    start stays put for a while and a model's cached prefix stays valid."""
+    low = end - budget
+    if low <= 0:
+        return 0
+    low = min(end, -(-low // quantum) * quantum)
+    if text[low - 1] == "\n":
+        return low
+    newline = text.find("\n", low, end)
+    return low if newline < 0 else newline + 1
+
+
+def suffix_cut(text: str, start: int, budget: int) -> int:
+    """Where the suffix ends: after the last whole line inside the budget after `start`."""
+    high = start + budget
+    if high >= len(text):
+        return len(text)
+    newline = text.rfind("\n", start, high)
+    return high if newline < 0 else newline + 1
+
+
+@functools.lru_cache(maxsize=64)
+def _index(text: str, lines_per_chunk: int) -> tuple[list[str], dict[str, list[int]]]:
+    """Chunks of a document and an inverted index identifier -> chunk numbers (cached per text)."""
+    lines = text.split("\n")
+    chunks: list[str] = []
+    index: dict[str, list[int]] = {}
+    for first in range(0, len(lines), lines_per_chunk):
+        chunk = "\n".join(lines[first: first + lines_per_chunk]).strip("\n")
+        if not chunk.strip():
+            continue
+        number = len(chunks)
+        chunks.append(chunk)
+        for word in set(_IDENTIFIER.findall(chunk)) - _COMMON_WORDS:
+            index.setdefault(word, []).append(number)
+    return chunks, index
+
+
+def query_words(text: str, start: int, end: int) -> set[str]:
+    near = text[max(0, start - _QUERY_BEFORE): start] + "\n" + text[end: end + _QUERY_AFTER]
+    return set(_IDENTIFIER.findall(near)) - _COMMON_WORDS
+
+
+def document_name(uri: str) -> str:
+    return uri.rstrip("/").rsplit("/", 1)[-1] or uri
+
+
+def relevant_snippets(
+    words: set[str],
+    others: Sequence[tuple[str, str]],
+    budget: int,
+    comment: str,
+    lines_per_chunk: int,
+    min_overlap: int,
+) -> tuple[str, tuple[str, ...]]:
+    """Commented snippets (most shared identifiers first) fitting in `budget` characters, and the
+    names of the documents they came from."""
+    if budget <= 0 or not words or not others:
+        return "", ()
+    scored: list[tuple[int, int, int, str, str]] = []
+    for doc_number, (uri, text) in enumerate(others):
+        chunks, index = _index(text, lines_per_chunk)
+        hits: Counter[int] = Counter()
+        for word in words:
+            for number in index.get(word, ()):
+                hits[number] += 1
+        for number, score in hits.items():
+            if score >= min_overlap:
+                scored.append((-score, doc_number, number, document_name(uri), chunks[number]))
+    scored.sort()
+    pieces: list[str] = []
+    sources: list[str] = []
+    used = 0
+    for _, _, _, name, chunk in scored:
+        block = f"{comment} From {name}:\n" + "".join(f"{comment} {line}".rstrip() + "\n" for line in chunk.split("\n"))
+        if used + len(block) > budget:
+            continue
+        pieces.append(block)
+        used += len(block)
+        if name not in sources:
+            sources.append(name)
+    return "".join(pieces), tuple(sources)

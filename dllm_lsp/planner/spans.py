@@ -1,0 +1,88 @@
+"""plan_span: from a cursor in a parsed document to the infill request the engine runs.
+
+The shape of the hole comes from shapes.py, the context window from context.py; this module
+puts them together under the budgets in PlannerSettings.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dllm_lsp.engine.types import InfillRequest
+
+from .context import prefix_cut, query_words, relevant_snippets, suffix_cut
+from .documents import ParsedDocument
+from .languages import facts_for
+from .lines import line_bounds
+from .shapes import cursor_shape
+from .types import SpanPlan
+
+
+@dataclass(frozen=True)
+class PlannerSettings:
+    max_span_tokens: int = 64       # multi-line spans (block bodies, new lines)
+    max_line_tokens: int = 32       # one-line spans (line tails, arguments, strings, identifiers)
+    context_chars: int = 6000       # prefix + suffix budget (about 1,500-2,000 tokens of code)
+    prefix_share: float = 0.75      # share of the budget that goes before the cursor
+    snippet_chars: int = 1500       # at most this much of the prefix budget goes to other documents
+    snippet_lines: int = 12         # other documents are cut into chunks of this many lines
+    min_snippet_overlap: int = 2    # a chunk must share this many identifiers with the cursor's surroundings
+    prefix_quantum: int = 256       # the prefix start moves in steps of this many characters (cache reuse)
+
+    def __post_init__(self) -> None:
+        for name in ("max_span_tokens", "max_line_tokens", "context_chars", "snippet_lines", "prefix_quantum"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"PlannerSettings.{name} must be a positive integer, got {value!r}")
+        if self.snippet_chars < 0 or self.min_snippet_overlap < 1:
+            raise ValueError("PlannerSettings.snippet_chars must be >= 0 and min_snippet_overlap >= 1")
+        if not 0.0 < self.prefix_share < 1.0:
+            raise ValueError(f"PlannerSettings.prefix_share must be within (0, 1), got {self.prefix_share!r}")
+
+
+def plan_span(
+    doc: ParsedDocument,
+    offset: int,
+    settings: PlannerSettings | None = None,
+    other_documents: Sequence[tuple[str, str]] = (),
+) -> SpanPlan:
+    """Plan the completion at string offset `offset`; other_documents are (uri, text) pairs."""
+    settings = settings or PlannerSettings()
+    snapshot = doc.snapshot
+    text = snapshot.text
+    if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset <= len(text):
+        raise ValueError(f"cursor offset {offset!r} is outside the document (0..{len(text)})")
+    facts = facts_for(snapshot.language_id)
+    shape = cursor_shape(snapshot, offset, facts)
+
+    prefix_budget = int(settings.context_chars * settings.prefix_share)
+    suffix_budget = settings.context_chars - prefix_budget
+    snippets, sources = "", ()
+    if other_documents and facts.line_comment and settings.snippet_chars:
+        snippets, sources = relevant_snippets(
+            query_words(text, shape.replace_start, offset), other_documents,
+            min(settings.snippet_chars, prefix_budget // 2), facts.line_comment,
+            settings.snippet_lines, settings.min_snippet_overlap)
+    start = prefix_cut(text, shape.replace_start, prefix_budget - len(snippets), settings.prefix_quantum)
+    end = suffix_cut(text, offset, suffix_budget)
+
+    max_tokens = settings.max_line_tokens if shape.single_line else settings.max_span_tokens
+    request = InfillRequest.single(snippets + text[start: shape.replace_start], text[offset:end],
+                                   max_tokens, shape.single_line)
+    return SpanPlan(
+        request=request,
+        kind=shape.kind,
+        replace_start=shape.replace_start,
+        replace_end=offset,
+        typed_prefix=text[shape.replace_start: offset],
+        single_line=shape.single_line,
+        indent=shape.indent,
+        language=snapshot.language,
+        indent_unit=shape.indent_unit,
+        line_rest=text[offset: line_bounds(text, offset)[1]],
+        closer_indent=shape.closer_indent,
+        context_start=start,
+        context_end=end,
+        snippet_sources=sources,
+        snapshot=snapshot,
+    )

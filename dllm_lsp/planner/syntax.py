@@ -1,0 +1,127 @@
+"""Tree-sitter questions the planner and post-processing ask: what is at this byte, is it a block,
+and how broken is a piece of the file (ERROR and MISSING nodes)."""
+from __future__ import annotations
+
+import tree_sitter
+
+from .documents import DocumentSnapshot, utf8_len
+from .languages import parser_for
+from .lines import previous_nonblank_line
+
+# `{` whose parent is one of these opens a block of statements or members (multi-line body);
+# any other `{` is a literal (object, initializer, struct expression) filled on one line.
+BLOCK_NODE_TYPES = frozenset({
+    "block", "statement_block", "compound_statement", "declaration_list", "class_body",
+    "interface_body", "enum_body", "enum_class_body", "annotation_type_body", "constructor_body",
+    "switch_body", "switch_block", "field_declaration_list", "enum_variant_list", "match_block",
+    "enumerator_list", "object_type", "interface_type", "expression_switch_statement",
+    "type_switch_statement", "select_statement", "ERROR",
+})
+
+# Nodes whose children are statements or members: a child of one of these can be reparsed alone.
+CONTAINER_NODE_TYPES = BLOCK_NODE_TYPES | frozenset({
+    "module", "program", "source_file", "translation_unit", "chunk", "statement_list",
+})
+
+# The parent of a Python `:` that ends a block header.
+PYTHON_HEADER_TYPES = frozenset({
+    "function_definition", "class_definition", "if_statement", "elif_clause", "else_clause",
+    "for_statement", "while_statement", "try_statement", "except_clause", "except_group_clause",
+    "finally_clause", "with_statement", "match_statement", "case_clause", "ERROR",
+})
+
+# Largest piece of the file reparsed to judge a completion (bytes); bigger enclosing statements
+# fall back to the lines around the edit. Keeps post-processing well under a millisecond.
+REGION_LIMIT_BYTES = 3000
+
+
+def token_at(tree: tree_sitter.Tree, byte: int) -> tree_sitter.Node:
+    """The smallest node covering the byte at `byte` (the token it belongs to)."""
+    return tree.root_node.descendant_for_byte_range(byte, byte + 1)
+
+
+def in_comment_or_string(node: tree_sitter.Node | None, depth: int = 6) -> bool:
+    while node is not None and depth > 0:
+        kind = node.type
+        if "comment" in kind or ("string" in kind and node.is_named) or kind in ("char_literal", "character_literal"):
+            return True
+        node = node.parent
+        depth -= 1
+    return False
+
+
+def string_around(tree: tree_sitter.Tree, byte: int) -> tree_sitter.Node | None:
+    """The string literal node strictly enclosing `byte`, if any."""
+    node = tree.root_node.descendant_for_byte_range(max(0, byte - 1), byte)
+    while node is not None:
+        kind = node.type
+        if ("string" in kind or kind in ("char_literal", "character_literal")) and node.is_named:
+            if node.start_byte < byte < node.end_byte:
+                return node
+        node = node.parent
+    return None
+
+
+def count_errors(node: tree_sitter.Node) -> int:
+    """ERROR and MISSING nodes under `node`; subtrees without errors are skipped."""
+    if not node.has_error and not node.is_missing:
+        return 0
+    total = 0
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if current.is_error or current.is_missing:
+            total += 1
+        for child in current.children:
+            if child.has_error or child.is_missing:
+                stack.append(child)
+    return total
+
+
+def parse_errors(language_id: str, text: str) -> int:
+    parser = parser_for(language_id)
+    if parser is None:
+        return 0
+    return count_errors(parser.parse(text.encode("utf-8", errors="surrogatepass")).root_node)
+
+
+def _is_statement_level(node: tree_sitter.Node) -> bool:
+    parent = node.parent
+    return parent is not None and (parent.parent is None or parent.type in CONTAINER_NODE_TYPES)
+
+
+def check_region(snapshot: DocumentSnapshot, start: int, end: int) -> tuple[int, int]:
+    """Whole lines [lo, hi) of the snapshot text around the edit [start, end) that parse on their
+    own: the largest enclosing statement (or member) under REGION_LIMIT_BYTES, else the edited
+    lines plus the non-blank line before them (a block header)."""
+    text = snapshot.text
+    best = None
+    if snapshot.tree is not None:
+        node = snapshot.tree.root_node.descendant_for_byte_range(snapshot.byte_offset(start), snapshot.byte_offset(end))
+        while node is not None and node.parent is not None:
+            if _is_statement_level(node):
+                if node.end_byte - node.start_byte > REGION_LIMIT_BYTES:
+                    break
+                best = node
+            node = node.parent
+    if best is not None:
+        lo, hi = _char_offset(snapshot, best.start_byte), _char_offset(snapshot, best.end_byte)
+    else:
+        lo, hi = start, end
+        previous = previous_nonblank_line(text, text.rfind("\n", 0, start) + 1)
+        if previous is not None:
+            lo = previous[0]
+    lo = text.rfind("\n", 0, min(lo, start)) + 1
+    newline = text.find("\n", max(hi, end))
+    hi = len(text) if newline < 0 else newline
+    return lo, hi
+
+
+def _char_offset(snapshot: DocumentSnapshot, byte: int) -> int:
+    if snapshot.is_ascii:
+        return byte
+    return len(snapshot.data[:byte].decode("utf-8", errors="surrogatepass"))
+
+
+__all__ = ["BLOCK_NODE_TYPES", "PYTHON_HEADER_TYPES", "check_region", "count_errors", "in_comment_or_string",
+           "parse_errors", "string_around", "token_at", "utf8_len"]
