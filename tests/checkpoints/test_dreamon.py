@@ -1,0 +1,93 @@
+"""DreamOn's expand / delete rules (its reference sampler), on the tiny DreamOn folder."""
+import torch
+
+from dllm_lsp.checkpoints.dreamon import DreamOnDenoiser, Layout
+from dllm_lsp.engine.engine import Engine
+from dllm_lsp.engine.types import DecodeSettings, InfillRequest
+from dllm_lsp.loader import load_model
+
+
+def dreamon(tiny_checkpoints) -> DreamOnDenoiser:
+    model = load_model(str(tiny_checkpoints["dreamon"]), "cpu")
+    assert isinstance(model, DreamOnDenoiser)
+    return model
+
+
+def steer(denoiser, token: int) -> None:
+    """Edit the weights so the model predicts `token` everywhere (a model that always wants to expand/delete)."""
+    m = denoiser.model
+    with torch.no_grad():
+        m.embed.weight[:, 0] = 1000.0          # hidden dim 0 dominates after the final RMSNorm...
+        m.lm_head.weight[:, 0] = 0.0
+        m.lm_head.weight[token, 0] = 60.0      # ...and only `token` reads it
+
+
+def test_canvas_layout_follows_the_reference(tiny_checkpoints):
+    d = dreamon(tiny_checkpoints)
+    canvas = Engine(d).canvas(InfillRequest.single("x = ", "\nprint(x)\n", 20))
+    layout = d.initial_layout(canvas)
+    ids = layout.canvas().ids.tolist()
+    assert ids[0] == d.special.bos_id and ids[-1] == d.special.eos_id       # [BOS] prefix ... suffix [EOS]
+    assert layout.slots == [[d.special.mask_id] * d.initial_masks] and layout.widths == [20]
+
+
+def test_delete_removes_the_position_and_every_mask_after_it(tiny_checkpoints):
+    d = dreamon(tiny_checkpoints)
+    m, eos, a, b = d.special.mask_id, d.special.eos_id, 5, 6
+    layout = Layout([[1], [2]], [[a, m, m, b, m]], [8])
+    resized = d._apply(layout, [a, eos, m, b, m], [False, True, False, False, False])
+    assert resized and layout.slots == [[a, b]]
+
+
+def test_expand_turns_a_position_into_two_masks_within_the_width(tiny_checkpoints):
+    d = dreamon(tiny_checkpoints)
+    m, x = d.special.mask_id, d.special.expand_id
+    layout = Layout([[1], [2]], [[m, m, m]], [5])
+    d._apply(layout, [x, x, x], [True, True, True])
+    assert layout.slots == [[m, m, m, m, m]]    # room for two expansions; the third position is re-opened
+    full = Layout([[1], [2]], [[m, m]], [2])
+    d._apply(full, [x, m], [True, False])
+    assert full.slots == [[m, m]]
+
+
+def test_expansion_is_blocked_when_full_and_at_the_last_step(tiny_checkpoints):
+    d = dreamon(tiny_checkpoints)
+    m, x = d.special.mask_id, d.special.expand_id
+    layout = Layout([[1], [2], [3]], [[m, m], [m, m]], [2, 6])
+    logits = torch.zeros(4, d.vocab_limit)
+    d._limit_expansion(logits, layout, steps_left=3)
+    assert torch.isinf(logits[:2, x]).all() and not torch.isinf(logits[2:, x]).any()
+    d._limit_expansion(logits, layout, steps_left=1)
+    assert torch.isinf(logits[:, x]).all()
+
+
+def test_a_model_that_expands_grows_the_slot_to_its_width(tiny_checkpoints):
+    d = dreamon(tiny_checkpoints)
+    steer(d, d.special.expand_id)
+    engine = Engine(d)
+    request = InfillRequest.single("def f():\n    ", "\n", 14)
+    result = engine.infill(request, DecodeSettings(steps=6, threshold=0.5))
+    assert result.steps <= 6
+    # 8 initial masks grew to the slot's 14 tokens, and nothing is left as an expand token.
+    canvas = engine.canvas(request)
+    final = d.run(canvas, DecodeSettings(steps=6, threshold=0.5), lambda: False, None)
+    (start, end), = final.canvas.slot_ranges
+    assert end - start == 14
+    assert d.special.expand_id not in final.span_ids.tolist()[0]
+    assert d.special.mask_id not in final.span_ids.tolist()[0]
+
+
+def test_a_model_that_deletes_returns_an_empty_span(tiny_checkpoints):
+    d = dreamon(tiny_checkpoints)
+    steer(d, d.special.eos_id)
+    result = Engine(d).infill(InfillRequest.single("x = 1", "\n", 12), DecodeSettings(steps=4))
+    assert result.text == "" and result.tokens_committed == 0 and result.steps == 1
+
+
+def test_candidates_and_streaming(tiny_checkpoints):
+    d = dreamon(tiny_checkpoints)
+    states = []
+    result = Engine(d).infill(InfillRequest.single("def add(a, b):\n    return ", "\n", 10),
+                              DecodeSettings(steps=4, n=2, temperature=0.8, threshold=0.5), on_step=states.append)
+    assert len(result.candidates) == 2 and all(len(c) == 1 for c in result.candidates)
+    assert states and states[-1].masked_left == 0

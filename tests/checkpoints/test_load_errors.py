@@ -1,0 +1,155 @@
+"""(a) every family loads and is recognised; (d) a corrupt or incomplete folder gives a clear error."""
+import json
+
+import pytest
+
+from dllm_lsp.checkpoints import SUPPORTED_FAMILIES
+from dllm_lsp.checkpoints.tiny import EXECUTED_MARKER
+from dllm_lsp.loader import ModelLoadError, load_model
+
+FAMILY = {"llada": "llada", "dream": "dream", "diffucoder": "dream", "dreamon": "dreamon", "open-dcoder": "open-dcoder"}
+
+
+@pytest.mark.parametrize("layout", sorted(FAMILY))
+def test_each_family_loads_without_running_folder_code(layout, tiny_checkpoints, loaded):
+    denoiser = loaded[layout]
+    assert denoiser.family == FAMILY[layout]
+    assert not (tiny_checkpoints[layout] / EXECUTED_MARKER).exists()
+    config = json.loads((tiny_checkpoints[layout] / "config.json").read_text())
+    if "mask_token_id" in config:
+        assert denoiser.special.mask_id == config["mask_token_id"]
+    assert denoiser.tokenizer.id_to_token(denoiser.special.mask_id) in ("<|mask|>", "<|mdm_mask|>")
+    assert denoiser.decode(denoiser.encode("def f(x):\n    return x\n")) == "def f(x):\n    return x\n"
+
+
+def test_special_tokens_come_from_the_folder(loaded):
+    diffucoder, dream = loaded["diffucoder"].special, loaded["dream"].special
+    assert loaded["diffucoder"].tokenizer.id_to_token(diffucoder.pad_id) == "<|dlm_pad|>"
+    assert loaded["dream"].tokenizer.id_to_token(dream.pad_id) == "<|endoftext|>"
+    llada = loaded["llada"]
+    assert llada.tokenizer.id_to_token(llada.special.bos_id) == "<|startoftext|>"
+    assert loaded["dreamon"].tokenizer.id_to_token(loaded["dreamon"].special.expand_id) == "<|expand|>"
+
+
+def edit_json(path, **changes):
+    data = json.loads(path.read_text())
+    for key, value in changes.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    path.write_text(json.dumps(data))
+
+
+def expect_error(folder, *fragments):
+    with pytest.raises(ModelLoadError) as info:
+        load_model(str(folder), "cpu")
+    message = str(info.value)
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+
+
+def test_unknown_family_lists_the_supported_ones(fresh_copy):
+    folder = fresh_copy("dream")
+    edit_json(folder / "config.json", model_type="mamba", architectures=["MambaForCausalLM"])
+    message = expect_error(folder, "unsupported model family", "mamba")
+    for title in ("LLaDA", "Dream", "DreamOn", "Open-dCoder"):
+        assert title in message
+    assert len(SUPPORTED_FAMILIES) == 4
+
+
+def test_qwen2_without_mask_is_called_autoregressive(fresh_copy):
+    folder = fresh_copy("open-dcoder")
+    edit_json(folder / "tokenizer_config.json", mask_token=None)
+    edit_json(folder / "special_tokens_map.json", mask_token=None)
+    expect_error(folder, "autoregressive")
+
+
+def test_missing_shard(fresh_copy):
+    folder = fresh_copy("llada")
+    (folder / "model-00002-of-00002.safetensors").unlink()
+    expect_error(folder, "incomplete", "model-00002-of-00002.safetensors", "missing")
+
+
+def test_truncated_shard(fresh_copy):
+    folder = fresh_copy("dream")
+    shard = folder / "model-00001-of-00002.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-100])
+    expect_error(folder, "model-00001-of-00002.safetensors")
+
+
+def test_garbage_shard(fresh_copy):
+    folder = fresh_copy("dream")
+    (folder / "model-00002-of-00002.safetensors").write_bytes(b"not a safetensors file at all")
+    expect_error(folder, "model-00002-of-00002.safetensors")
+
+
+def test_missing_tensor(fresh_copy):
+    folder = fresh_copy("dream")
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    del index["weight_map"]["model.layers.1.mlp.up_proj.weight"]
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    expect_error(folder, "lack tensor model.layers.1.mlp.up_proj.weight")
+
+
+def test_index_points_at_wrong_shard(fresh_copy):
+    folder = fresh_copy("llada")
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    name = next(iter(index["weight_map"]))
+    index["weight_map"][name] = "model-00002-of-00002.safetensors" if index["weight_map"][name].startswith(
+        "model-00001") else "model-00001-of-00002.safetensors"
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    expect_error(folder, "lacks", name)
+
+
+def test_shape_disagrees_with_config(fresh_copy):
+    folder = fresh_copy("dream")
+    edit_json(folder / "config.json", intermediate_size=96)
+    expect_error(folder, "has shape", "config.json implies")
+
+
+def test_config_missing_a_key(fresh_copy):
+    folder = fresh_copy("llada")
+    edit_json(folder / "config.json", d_model=None)
+    expect_error(folder, "config.json lacks 'd_model'")
+
+
+def test_bad_index_json(fresh_copy):
+    folder = fresh_copy("dream")
+    (folder / "model.safetensors.index.json").write_text("{ nope")
+    expect_error(folder, "model.safetensors.index.json is not valid JSON")
+
+
+def test_pickle_only_folder_is_refused(fresh_copy):
+    folder = fresh_copy("dream")
+    for shard in folder.glob("*.safetensors"):
+        shard.unlink()
+    (folder / "model.safetensors.index.json").unlink()
+    (folder / "pytorch_model.bin").write_bytes(b"\x80\x04pickle")
+    expect_error(folder, "pickle", "refused")
+
+
+def test_no_tokenizer(fresh_copy):
+    folder = fresh_copy("open-dcoder")
+    (folder / "tokenizer.json").unlink()
+    expect_error(folder, "no tokenizer")
+
+
+def test_mask_id_disagreement(fresh_copy):
+    folder = fresh_copy("dream")
+    edit_json(folder / "config.json", mask_token_id=7)
+    edit_json(folder / "generation_config.json", mask_token_id=7)
+    expect_error(folder, "mask_token_id 7", "disagree")
+
+
+def test_mask_id_outside_the_embedding(fresh_copy):
+    folder = fresh_copy("llada")
+    edit_json(folder / "config.json", mask_token_id=126336)
+    expect_error(folder, "126336", "outside")
+
+
+def test_unsupported_variant(fresh_copy):
+    folder = fresh_copy("dream")
+    edit_json(folder / "config.json", rope_scaling={"type": "yarn", "factor": 4})
+    expect_error(folder, "rope_scaling")
