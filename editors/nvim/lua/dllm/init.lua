@@ -1,0 +1,208 @@
+-- dllm-lsp for Neovim >= 0.11: require('dllm').setup({...}).
+--
+-- The client is configured with vim.lsp.config / vim.lsp.enable. Ghost text: on 0.12 Neovim's
+-- vim.lsp.inline_completion draws it (fed streamed refinements, see dllm.native); on 0.11 the
+-- plugin draws it with extmarks (dllm.suggest). Fill holes and next edits work on both.
+local config = require('dllm.config')
+local ghost = require('dllm.ghost')
+local native = require('dllm.native')
+local next_edits = require('dllm.next_edits')
+local stream = require('dllm.stream')
+local suggest = require('dllm.suggest')
+local util = require('dllm.util')
+
+local M = {}
+
+M._setup_done = false
+
+local function use_native()
+  return config.options.native and native.available()
+end
+
+local function attach(client, bufnr)
+  if use_native() then
+    native.attach(client, bufnr)
+  else
+    suggest.attach(bufnr)
+  end
+end
+
+local function map_keys(keymaps)
+  if not keymaps then
+    return
+  end
+  local function imap(lhs, fn, desc)
+    if not lhs then
+      return
+    end
+    vim.keymap.set('i', lhs, function()
+      if not fn() then
+        -- Nothing to accept: the key does what it does without the plugin.
+        vim.api.nvim_feedkeys(vim.keycode(lhs), 'n', false)
+      end
+    end, { desc = desc, silent = true })
+  end
+  imap(keymaps.accept, function() return M.accept() end, 'dllm: accept the suggestion')
+  imap(keymaps.accept_line, function() return M.accept_line() end, 'dllm: accept one line')
+  imap(keymaps.accept_word, function() return M.accept_word() end, 'dllm: accept one word')
+  imap(keymaps.dismiss, function() return M.dismiss() end, 'dllm: dismiss the suggestion')
+  imap(keymaps.trigger, function()
+    M.trigger()
+    return true
+  end, 'dllm: ask for a suggestion')
+end
+
+function M.setup(user_opts)
+  if vim.fn.has('nvim-0.11') ~= 1 then
+    vim.notify('dllm: Neovim >= 0.11 is needed', vim.log.levels.ERROR)
+    return
+  end
+  local opts = config.merge(user_opts)
+  stream.enabled = opts.streaming
+  if vim.fn.hlexists('ComplHint') == 0 or vim.tbl_isempty(vim.api.nvim_get_hl(0, { name = 'ComplHint' })) then
+    vim.api.nvim_set_hl(0, 'ComplHint', { link = 'Comment', default = true })
+  end
+
+  vim.lsp.config('dllm', {
+    cmd = config.server_cmd(opts),
+    filetypes = opts.filetypes,
+    root_markers = opts.root_markers,
+    init_options = opts.server,
+    settings = { dllm = opts.server },
+    handlers = { ['$/progress'] = stream.progress_handler },
+    on_init = function(client)
+      if use_native() then
+        native.wrap_client(client)
+      end
+      local exp = client.server_capabilities and client.server_capabilities.experimental
+      if type(exp) == 'table' and type(exp.dllm) == 'table' and exp.dllm.inlineCompletionStreaming ~= nil then
+        stream.supported = exp.dllm.inlineCompletionStreaming
+      end
+    end,
+    on_attach = attach,
+  })
+  vim.lsp.enable('dllm')
+
+  local group = vim.api.nvim_create_augroup('dllm', { clear = true })
+  vim.api.nvim_create_autocmd('LspDetach', {
+    group = group,
+    callback = function(ev)
+      local client = vim.lsp.get_client_by_id(ev.data.client_id)
+      if client and client.name == 'dllm' then
+        suggest.detach(ev.buf)
+        native.detach(ev.buf)
+        next_edits.dismiss(ev.buf)
+      end
+    end,
+  })
+  map_keys(opts.keymaps)
+  M._setup_done = true
+end
+
+--- Accepts the whole suggestion. Returns false when none is shown.
+function M.accept()
+  if use_native() then
+    return native.accept('all')
+  end
+  return suggest.accept('all')
+end
+
+function M.accept_line()
+  if use_native() then
+    return native.accept('line')
+  end
+  return suggest.accept('line')
+end
+
+function M.accept_word()
+  if use_native() then
+    return native.accept('word')
+  end
+  return suggest.accept('word')
+end
+
+function M.dismiss()
+  local bufnr = vim.api.nvim_get_current_buf()
+  local shown = ghost.read(bufnr) ~= nil
+  suggest.dismiss(bufnr)
+  if use_native() and shown then
+    -- Neovim's own suggestion goes away when insert mode is left; this hides it in place.
+    vim.api.nvim_buf_clear_namespace(bufnr, ghost.native_ns, 0, -1)
+  end
+  return shown
+end
+
+--- Asks for a suggestion at the cursor now (no debounce).
+function M.trigger()
+  if use_native() then
+    -- Neovim requests on CursorMovedI; an explicit request goes through its completor.
+    vim.api.nvim_exec_autocmds('CursorMovedI', { buffer = 0, modeline = false })
+  else
+    suggest.request(vim.api.nvim_get_current_buf())
+  end
+end
+
+--- Turns automatic suggestions on or off.
+function M.toggle(on)
+  if on == nil then
+    on = not suggest.enabled
+  end
+  suggest.enabled = on
+  if native.available() then
+    vim.lsp.inline_completion.enable(on and use_native())
+  end
+  if not on then
+    suggest.dismiss(vim.api.nvim_get_current_buf())
+  end
+  return on
+end
+
+--- Fills the holes in `range` (LSP range; default: the cursor, i.e. its enclosing scope) through the
+--- server's dllm.fillHoles command; the server sends the edit with workspace/applyEdit.
+function M.fill_holes(range, bufnr)
+  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  local client = util.client(bufnr)
+  if not client then
+    vim.notify('dllm: no dllm-lsp client in this buffer', vim.log.levels.WARN)
+    return false
+  end
+  local provider = client.server_capabilities.executeCommandProvider or {}
+  if not vim.tbl_contains(provider.commands or {}, 'dllm.fillHoles') then
+    vim.notify('dllm: this server does not offer hole filling (dllm.fillHoles)', vim.log.levels.INFO)
+    return false
+  end
+  if not range then
+    local pos = vim.lsp.util.make_position_params(0, client.offset_encoding).position
+    range = { start = pos, ['end'] = pos }
+  end
+  client:request('workspace/executeCommand', {
+    command = 'dllm.fillHoles',
+    arguments = { vim.uri_from_bufnr(bufnr), range },
+  }, function(err)
+    if err then
+      vim.notify('dllm: fill holes failed: ' .. tostring(err.message), vim.log.levels.WARN)
+    end
+  end, bufnr)
+  return true
+end
+
+M.next_edits = next_edits.request
+M.next_edits_accept_all = next_edits.accept_all
+M.next_edits_accept_one = next_edits.accept_one
+M.next_edits_dismiss = next_edits.dismiss
+
+--- The ghost text shown in the current buffer (what is left to insert), or nil.
+function M.ghost_text(bufnr)
+  return (ghost.read(bufnr or vim.api.nvim_get_current_buf()))
+end
+
+--- Counters for statuslines and tests: requests, streamed reports, last latency.
+function M.stats()
+  return vim.tbl_extend('force', {}, stream.stats, {
+    streaming = stream.supported,
+    native = use_native(),
+    enabled = suggest.enabled,
+  })
+end
+
+return M

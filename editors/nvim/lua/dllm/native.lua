@@ -1,0 +1,131 @@
+-- Neovim >= 0.12: vim.lsp.inline_completion requests, draws and accepts the suggestion. To show
+-- streamed refinements through it, the dllm client's textDocument/inlineCompletion requests are sent
+-- as dllm/inlineCompletion with a partialResultToken, and each `$/progress` report is handed to
+-- Neovim's handler as if it were an answer (it redraws on every call); the final answer follows.
+local partial = require('dllm.partial')
+local stream = require('dllm.stream')
+local util = require('dllm.util')
+
+local M = {}
+
+function M.available()
+  return vim.lsp.inline_completion ~= nil and vim.fn.has('nvim-0.12') == 1
+end
+
+local pending = {} ---@type table<integer, fun()> bufnr -> cancel of the running streamed request
+
+--- Wraps client.request (on_init of the dllm client).
+function M.wrap_client(client)
+  local request = client.request
+  client.request = function(self, method, params, handler, bufnr)
+    if method ~= 'textDocument/inlineCompletion' or not stream.enabled or stream.supported == false or not handler then
+      return request(self, method, params, handler, bufnr)
+    end
+    bufnr = vim._resolve_bufnr(bufnr)
+    if pending[bufnr] then
+      pending[bufnr]()
+    end
+    local tick = vim.api.nvim_buf_get_changedtick(bufnr)
+    local win = vim.fn.bufwinid(bufnr)
+    local cursor = win ~= -1 and vim.api.nvim_win_get_cursor(win) or nil
+    local ctx = { method = method, client_id = self.id, bufnr = bufnr, params = params }
+    local function current()
+      if not vim.api.nvim_buf_is_valid(bufnr) or vim.api.nvim_buf_get_changedtick(bufnr) ~= tick then
+        return false
+      end
+      local w = vim.fn.bufwinid(bufnr)
+      local now = w ~= -1 and vim.api.nvim_win_get_cursor(w) or nil
+      return vim.deep_equal(now, cursor) and vim.api.nvim_get_mode().mode:sub(1, 1) == 'i'
+    end
+    local cancel
+    -- The original request function: through self.request it would come back here.
+    cancel = stream.request(self, bufnr, params, function(item)
+      if current() and item.text ~= '' then
+        handler(nil, { items = { { insertText = item.text, range = item.range } } }, ctx)
+      end
+    end, function(err, result)
+      if pending[bufnr] == cancel then
+        pending[bufnr] = nil
+      end
+      if util.is_cancelled(err) then
+        return
+      end
+      if err or current() then
+        handler(err, result, ctx)
+      end
+    end, request)
+    pending[bufnr] = cancel
+    return true, nil
+  end
+end
+
+function M.attach(client, bufnr)
+  vim.lsp.inline_completion.enable(true, { bufnr = bufnr })
+  vim.api.nvim_create_autocmd('InsertLeave', {
+    group = vim.api.nvim_create_augroup('dllm.native.' .. bufnr, { clear = true }),
+    buffer = bufnr,
+    callback = function()
+      if pending[bufnr] then
+        pending[bufnr]()
+        pending[bufnr] = nil
+      end
+    end,
+  })
+end
+
+function M.detach(bufnr)
+  pcall(vim.api.nvim_del_augroup_by_name, 'dllm.native.' .. bufnr)
+  if pending[bufnr] then
+    pending[bufnr]()
+    pending[bufnr] = nil
+  end
+end
+
+--- The text Neovim's current suggestion still has to insert at the cursor (nil when none).
+local function native_rest(item, bufnr)
+  local text = type(item.insert_text) == 'string' and item.insert_text or nil
+  if not text then
+    return nil
+  end
+  local win = vim.fn.bufwinid(bufnr)
+  local row, col = unpack(vim.api.nvim_win_get_cursor(win))
+  row = row - 1
+  if item.range then
+    local srow, scol = item.range.start.row, item.range.start.col
+    if srow ~= row or scol > col then
+      return nil
+    end
+    local line = vim.api.nvim_buf_get_lines(bufnr, row, row + 1, false)[1] or ''
+    local typed = line:sub(scol + 1, col)
+    if text:sub(1, #typed) ~= typed then
+      return nil
+    end
+    return text:sub(#typed + 1)
+  end
+  return text
+end
+
+--- Accepts all, a line or a word of Neovim's current suggestion.
+function M.accept(kind, bufnr)
+  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  if kind == 'all' or kind == nil then
+    return vim.lsp.inline_completion.get({ bufnr = bufnr })
+  end
+  return vim.lsp.inline_completion.get({
+    bufnr = bufnr,
+    on_accept = function(item)
+      local rest = native_rest(item, bufnr)
+      if not rest or rest == '' then
+        return
+      end
+      local chunk = kind == 'line' and partial.line(rest) or partial.word(rest)
+      local win = vim.fn.bufwinid(bufnr)
+      local row, col = unpack(vim.api.nvim_win_get_cursor(win))
+      local lines = vim.split(chunk, '\n', { plain = true })
+      vim.api.nvim_buf_set_text(bufnr, row - 1, col, row - 1, col, lines)
+      vim.api.nvim_win_set_cursor(win, { row + #lines - 1, (#lines == 1 and col or 0) + #lines[#lines] })
+    end,
+  })
+end
+
+return M

@@ -1,0 +1,252 @@
+-- Inline suggestions drawn by the plugin itself (Neovim 0.11, or 0.12 with native = false):
+-- requests on typing (debounced), streamed refinements redrawn as they arrive, accept whole / line /
+-- word, typing through a suggestion keeps it.
+local config = require('dllm.config')
+local ghost = require('dllm.ghost')
+local partial = require('dllm.partial')
+local stream = require('dllm.stream')
+local util = require('dllm.util')
+
+local M = {}
+
+---@class dllm.BufState
+---@field item? {text: string, range?: table, encoding: string} the suggestion (whole insert text)
+---@field cancel? fun() cancels the running request
+---@field done? boolean the request has answered
+---@field timer? uv.uv_timer_t
+local states = {} ---@type table<integer, dllm.BufState>
+
+M.enabled = true
+
+local function state(bufnr)
+  states[bufnr] = states[bufnr] or {}
+  return states[bufnr]
+end
+
+local function cursor(bufnr)
+  local win = vim.fn.bufwinid(bufnr)
+  if win == -1 then
+    return nil
+  end
+  local pos = vim.api.nvim_win_get_cursor(win)
+  return pos[1] - 1, pos[2]
+end
+
+--- What of `item` is still to insert at the cursor: the text after what the user already typed
+--- inside its range, minus the part of the line after the cursor that the range replaces anyway.
+--- nil when the buffer no longer agrees with the suggestion.
+function M.remainder(bufnr, item)
+  local row, col = cursor(bufnr)
+  if not row or not item or item.text == '' then
+    return nil
+  end
+  local line = vim.api.nvim_buf_get_lines(bufnr, row, row + 1, false)[1] or ''
+  local srow, scol, erow, ecol = row, col, row, col
+  if item.range then
+    srow, scol = util.to_buf(bufnr, item.range.start, item.encoding)
+    erow, ecol = util.to_buf(bufnr, item.range['end'], item.encoding)
+  end
+  if srow ~= row or scol > col then
+    return nil
+  end
+  local typed = line:sub(scol + 1, col)
+  if item.text:sub(1, #typed) ~= typed then
+    return nil
+  end
+  local rest = item.text:sub(#typed + 1)
+  if rest == '' then
+    return nil
+  end
+  -- The replaced part of the line after the cursor (e.g. an auto-paired ')') is not drawn twice.
+  if erow == row and ecol > col then
+    local replaced = line:sub(col + 1, ecol)
+    local first_line_end = rest:find('\n', 1, true)
+    local first = first_line_end and rest:sub(1, first_line_end - 1) or rest
+    if first:sub(-#replaced) == replaced then
+      first = first:sub(1, #first - #replaced)
+      rest = first .. (first_line_end and rest:sub(first_line_end) or '')
+    end
+  end
+  return rest, row, col
+end
+
+local function render(bufnr)
+  local st = state(bufnr)
+  local rest, row, col = M.remainder(bufnr, st.item)
+  if not rest or vim.api.nvim_get_mode().mode:sub(1, 1) ~= 'i' then
+    ghost.clear(bufnr)
+    return false
+  end
+  ghost.draw(bufnr, row, col, rest, config.options.hl_group)
+  return true
+end
+
+function M.dismiss(bufnr)
+  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  local st = state(bufnr)
+  if st.cancel then
+    st.cancel()
+  end
+  st.cancel, st.item, st.done = nil, nil, nil
+  ghost.clear(bufnr)
+end
+
+function M.request(bufnr)
+  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  local client = util.client(bufnr)
+  if not client or not M.enabled then
+    return
+  end
+  local st = state(bufnr)
+  if st.cancel then
+    st.cancel()
+  end
+  local tick = vim.api.nvim_buf_get_changedtick(bufnr)
+  local row, col = cursor(bufnr)
+  local params = vim.lsp.util.make_position_params(vim.fn.bufwinid(bufnr), client.offset_encoding)
+  params.context = { triggerKind = 2 }
+  local function current()
+    local r, c = cursor(bufnr)
+    return vim.api.nvim_buf_is_valid(bufnr) and vim.api.nvim_buf_get_changedtick(bufnr) == tick and r == row and c == col
+  end
+  st.done = false
+  st.cancel = stream.request(client, bufnr, params, function(item)
+    if current() then
+      item.encoding = client.offset_encoding
+      st.item = item
+      render(bufnr)
+    end
+  end, function(err, _, item)
+    st.done = true
+    st.cancel = nil
+    if err then
+      if not util.is_cancelled(err) then
+        vim.notify_once('dllm: ' .. tostring(err.message or err), vim.log.levels.WARN)
+      end
+      return
+    end
+    if current() then
+      if item then
+        item.encoding = client.offset_encoding
+      end
+      st.item = item
+      render(bufnr)
+    end
+  end)
+end
+
+--- On each keystroke in insert mode: keep a suggestion the user is typing through, else ask again.
+local function on_change(bufnr)
+  local st = state(bufnr)
+  if st.item and st.done and render(bufnr) then
+    return
+  end
+  ghost.clear(bufnr)
+  st.item = nil
+  if not config.options.auto_trigger then
+    return
+  end
+  if st.timer then
+    st.timer:stop()
+  else
+    st.timer = vim.uv.new_timer()
+  end
+  st.timer:start(
+    config.options.debounce_ms,
+    0,
+    vim.schedule_wrap(function()
+      if vim.api.nvim_buf_is_valid(bufnr) and vim.api.nvim_get_mode().mode:sub(1, 1) == 'i' then
+        M.request(bufnr)
+      end
+    end)
+  )
+end
+
+function M.attach(bufnr)
+  local group = vim.api.nvim_create_augroup('dllm.suggest.' .. bufnr, { clear = true })
+  vim.api.nvim_create_autocmd({ 'TextChangedI', 'CursorMovedI' }, {
+    group = group,
+    buffer = bufnr,
+    callback = function()
+      on_change(bufnr)
+    end,
+  })
+  vim.api.nvim_create_autocmd({ 'InsertLeave', 'BufLeave' }, {
+    group = group,
+    buffer = bufnr,
+    callback = function()
+      M.dismiss(bufnr)
+    end,
+  })
+end
+
+function M.detach(bufnr)
+  pcall(vim.api.nvim_del_augroup_by_name, 'dllm.suggest.' .. bufnr)
+  M.dismiss(bufnr)
+  local st = states[bufnr]
+  if st and st.timer then
+    st.timer:stop()
+    st.timer:close()
+  end
+  states[bufnr] = nil
+end
+
+--- Inserts `chunk` at the cursor and moves the cursor after it.
+local function insert_at_cursor(bufnr, chunk)
+  local row, col = cursor(bufnr)
+  local lines = vim.split(chunk, '\n', { plain = true })
+  vim.api.nvim_buf_set_text(bufnr, row, col, row, col, lines)
+  local last_row = row + #lines - 1
+  local last_col = (#lines == 1 and col or 0) + #lines[#lines]
+  vim.api.nvim_win_set_cursor(vim.fn.bufwinid(bufnr), { last_row + 1, last_col })
+end
+
+--- Accepts all of the suggestion ('all'), its current line ('line') or its next word ('word').
+--- Returns false when there is nothing to accept.
+function M.accept(kind, bufnr)
+  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  local st = state(bufnr)
+  local rest = M.remainder(bufnr, st.item)
+  if not rest then
+    return false
+  end
+  local item = st.item
+  if kind == 'all' or kind == nil then
+    if st.cancel then
+      st.cancel()
+    end
+    st.item, st.cancel = nil, nil
+    ghost.clear(bufnr)
+    if not item.range then
+      insert_at_cursor(bufnr, rest)
+      return true
+    end
+    -- Replace the whole range: the server's range may cover text after the cursor.
+    local srow, scol = util.to_buf(bufnr, item.range.start, item.encoding)
+    local erow, ecol = util.to_buf(bufnr, item.range['end'], item.encoding)
+    local crow, ccol = cursor(bufnr)
+    if erow < crow or (erow == crow and ecol < ccol) then
+      erow, ecol = crow, ccol
+    end
+    local lines = vim.split(item.text, '\n', { plain = true })
+    vim.api.nvim_buf_set_text(bufnr, srow, scol, erow, ecol, lines)
+    local last_row = srow + #lines - 1
+    local last_col = (#lines == 1 and scol or 0) + #lines[#lines]
+    vim.api.nvim_win_set_cursor(vim.fn.bufwinid(bufnr), { last_row + 1, last_col })
+    return true
+  end
+  local chunk = kind == 'line' and partial.line(rest) or partial.word(rest)
+  insert_at_cursor(bufnr, chunk)
+  -- The suggestion stays: the text just inserted is now "typed through" it.
+  st.done = true
+  render(bufnr)
+  return true
+end
+
+--- The suggestion currently shown in `bufnr` (what is left to insert), or nil.
+function M.current(bufnr)
+  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  return (M.remainder(bufnr, state(bufnr).item))
+end
+
+return M
