@@ -4,10 +4,12 @@ All of them look only at the lines near an offset, so they cost the same in a hu
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 TAB_SIZE = 4
-_INDENT_SAMPLE_CHARS = 12_000   # indentation is guessed from this much text around the cursor
+_INDENT_SAMPLE_CHARS = 3000   # indentation is guessed from this much text around the cursor
+_INDENTS = re.compile(r"^([ \t]*)\S", re.MULTILINE)   # leading whitespace of non-blank lines
 
 
 def line_bounds(text: str, offset: int) -> tuple[int, int]:
@@ -63,30 +65,14 @@ def next_nonblank_line(text: str, line_end: int) -> tuple[int, str] | None:
 
 
 def detect_indent_unit(text: str, offset: int, default: str) -> str:
-    """The file's indentation step near `offset`: a tab, or the most common increase in spaces."""
-    lo = max(0, offset - _INDENT_SAMPLE_CHARS // 2)
-    sample = text[lo: lo + _INDENT_SAMPLE_CHARS].split("\n")[1:-1] if lo else \
-        text[:_INDENT_SAMPLE_CHARS].split("\n")[:-1] or [text]
-    tabs = spaces = 0
-    steps: Counter[int] = Counter()
-    previous = 0
-    for line in sample:
-        if not line.strip():
-            continue
-        ws = leading_ws(line)
-        if ws.startswith("\t"):
-            tabs += 1
-            continue
-        width = len(ws)
-        if width:
-            spaces += 1
-        if width > previous:
-            steps[width - previous] += 1
-        previous = width
-    if tabs > spaces:
+    """The file's indentation step near `offset`: a tab, or the smallest space indentation that
+    several lines use (first-level lines are indented by exactly one step)."""
+    low = max(0, offset - _INDENT_SAMPLE_CHARS // 2)
+    counts = Counter(_INDENTS.findall(text, low, low + _INDENT_SAMPLE_CHARS))
+    tabs = sum(n for ws, n in counts.items() if ws.startswith("\t"))
+    spaced = {len(ws): n for ws, n in counts.items() if ws.startswith(" ") and "\t" not in ws}
+    if tabs > sum(spaced.values()):
         return "\t"
-    if spaces and steps:
-        step = steps.most_common(1)[0][0]
-        if 1 < step <= 8:
-            return " " * step
-    return default
+    widths = [width for width in spaced if 1 < width <= 8]
+    usual = [width for width in widths if spaced[width] >= 2] or widths   # one odd line is no evidence
+    return " " * min(usual) if usual else default

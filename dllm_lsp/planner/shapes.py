@@ -32,6 +32,9 @@ _PAIRS = {"(": ")", "[": "]", "{": "}"}
 _QUOTES = "\"'`"
 _WORD_BEFORE = re.compile(r"(?:[^\W\d]|\$)[\w$]*$")
 _LUA_FUNCTION_HEADER = re.compile(r"\bfunction\b[^()]*\([^()]*\)$")
+_FIRST_WORD = re.compile(r"\s*(?:async\s+)?(\w+)")
+_PYTHON_HEADER_KEYWORDS = frozenset({"def", "class", "if", "elif", "else", "for", "while", "try", "except",
+                                     "finally", "with", "match", "case"})
 _CASE_LABEL = re.compile(r"^(case\b.*|default\s*):$")
 
 
@@ -84,7 +87,9 @@ def cursor_shape(snapshot: DocumentSnapshot, offset: int, facts: LanguageFacts) 
         header_indent = leading_ws(header)
         if _opens_block(snapshot, header_start, header.rstrip(" \t"), facts) \
                 and _block_is_empty(text, line_end, header_indent):
-            body_indent = before if indent_width(before) > indent_width(header_indent) else header_indent + unit
+            body_indent = header_indent + unit
+            if indent_width(before) > indent_width(body_indent):   # the editor indented deeper: keep it
+                body_indent = before
             return shape("block_body", indent=body_indent)
     return shape("line", indent=before)
 
@@ -138,10 +143,14 @@ def _opens_block(snapshot: DocumentSnapshot, line_start: int, head: str, facts: 
     if head[-1] != ":":
         return False
     if facts.name == "python":
+        first = _FIRST_WORD.match(head)
+        keyword_header = first is not None and first.group(1) in _PYTHON_HEADER_KEYWORDS
         if snapshot.tree is None:
-            return True
+            return keyword_header
         token = token_at(snapshot.tree, snapshot.byte_offset(last))
-        return token.parent is not None and token.parent.type in PYTHON_HEADER_TYPES
+        parent = token.parent.type if token.parent is not None else ""
+        # In broken code the `:` sits in an ERROR node: trust it only on a line that starts like a header
+        return parent in PYTHON_HEADER_TYPES and (parent != "ERROR" or keyword_header)
     if facts.name == "text":
         return True
     return bool(_CASE_LABEL.match(head.strip()))   # `case 1:` / `default:` in switch-like blocks

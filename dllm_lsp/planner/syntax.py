@@ -30,8 +30,10 @@ PYTHON_HEADER_TYPES = frozenset({
     "finally_clause", "with_statement", "match_statement", "case_clause", "ERROR",
 })
 
-# Largest piece of the file reparsed to judge a completion (bytes); bigger enclosing statements
-# fall back to the lines around the edit. Keeps post-processing well under a millisecond.
+# The piece of the file reparsed to judge a completion: the smallest enclosing statement of at
+# least REGION_MIN_BYTES (a lone line says little), never more than REGION_LIMIT_BYTES (parsing
+# costs about 0.1 ms per kilobyte: post-processing has to stay well under a millisecond).
+REGION_MIN_BYTES = 160
 REGION_LIMIT_BYTES = 3000
 
 
@@ -92,8 +94,8 @@ def _is_statement_level(node: tree_sitter.Node) -> bool:
 
 def check_region(snapshot: DocumentSnapshot, start: int, end: int) -> tuple[int, int]:
     """Whole lines [lo, hi) of the snapshot text around the edit [start, end) that parse on their
-    own: the largest enclosing statement (or member) under REGION_LIMIT_BYTES, else the edited
-    lines plus the non-blank line before them (a block header)."""
+    own: the smallest enclosing statement (or member) of REGION_MIN_BYTES or more, within
+    REGION_LIMIT_BYTES; else the edited lines plus the non-blank line before them (a header)."""
     text = snapshot.text
     best = None
     if snapshot.tree is not None:
@@ -103,6 +105,8 @@ def check_region(snapshot: DocumentSnapshot, start: int, end: int) -> tuple[int,
                 if node.end_byte - node.start_byte > REGION_LIMIT_BYTES:
                     break
                 best = node
+                if node.end_byte - node.start_byte >= REGION_MIN_BYTES:
+                    break
             node = node.parent
     if best is not None:
         lo, hi = _char_offset(snapshot, best.start_byte), _char_offset(snapshot, best.end_byte)

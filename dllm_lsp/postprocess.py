@@ -1,0 +1,246 @@
+"""From the model's raw span text to the text the editor inserts (or None: show nothing).
+
+finish() runs, in order:
+  1. strip special-token text a decoder left behind (`<pad>`, `<|endoftext|>`, ...);
+  2. mid-identifier spans must start with the typed word (the editor replaces it);
+  3. one-line spans stop at the first newline; multi-line bodies are re-indented to the plan's
+     indentation (Python: a line dedented out of the body ends it);
+  4. overlap with the suffix is trimmed: closers the line already has (`)`, `"`, `);`) and trailing
+     lines the suffix already has (`}`), but never a bracket the completion itself opened;
+  5. trailing whitespace and empty results are dropped;
+  6. the file's tree-sitter parse must not get worse (more ERROR/MISSING nodes) than without the
+     completion; a worse one is cut back line by line, or dropped. Only the enclosing statement is
+     reparsed (see planner.syntax.check_region), which keeps this step well under a millisecond.
+"""
+from __future__ import annotations
+
+from dllm_lsp.planner.documents import ParsedDocument
+from dllm_lsp.planner.languages import facts_for
+from dllm_lsp.planner.lines import indent_width, leading_ws, line_bounds, render_indent
+from dllm_lsp.planner.syntax import check_region, parse_errors
+from dllm_lsp.planner.types import SpanPlan
+
+# Text a decoder may leave when it renders special tokens: everything from an end marker on is
+# dropped, fillers are removed wherever they are.
+END_MARKERS = ("<eos>", "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "</s>", "<|dlm_eos|>")
+FILLER_MARKERS = ("<pad>", "<mask>", "<|mask|>", "<|pad|>", "<|fim_pad|>", "<|expand|>", "<|dlm_pad|>")
+
+_OPENERS = {"(": ")", "[": "]", "{": "}"}
+_CLOSERS = {v: k for k, v in _OPENERS.items()}
+_QUOTES = "\"'`"
+_CLOSING_PUNCTUATION = frozenset(")]};,\"'` \t")
+_SUFFIX_LINES_LOOKED_AT = 2000   # characters of suffix compared with a multi-line completion's tail
+
+
+def finish(plan: SpanPlan, doc_text: str, completion: str) -> str | None:
+    """The text to insert over [plan.replace_start, plan.replace_end) of doc_text, or None."""
+    if not isinstance(completion, str):
+        raise TypeError(f"completion must be a string, got {type(completion).__name__}")
+    if not isinstance(doc_text, str):
+        raise TypeError(f"document text must be a string, got {type(doc_text).__name__}")
+    if not 0 <= plan.replace_start <= plan.replace_end <= len(doc_text):
+        raise ValueError(f"the plan's range [{plan.replace_start}, {plan.replace_end}) is outside the "
+                         f"document (length {len(doc_text)}): was the plan made for another version?")
+    text = strip_markers(completion).replace("\r\n", "\n")
+    if plan.typed_prefix and not text.startswith(plan.typed_prefix):
+        return None
+    if plan.single_line:
+        return _finish_line(plan, doc_text, text)
+    return _finish_block(plan, doc_text, text)
+
+
+def strip_markers(text: str) -> str:
+    for marker in END_MARKERS:
+        cut = text.find(marker)
+        if cut >= 0:
+            text = text[:cut]
+    for marker in FILLER_MARKERS:
+        text = text.replace(marker, "")
+    return text
+
+
+# --- one-line spans --------------------------------------------------------------------------------
+
+def _finish_line(plan: SpanPlan, doc_text: str, text: str) -> str | None:
+    newline = text.find("\n")
+    if newline >= 0:
+        text = text[:newline]
+    text = trim_line_overlap(text.rstrip(), plan.line_rest)
+    if not text.strip() or text == plan.typed_prefix or not text.startswith(plan.typed_prefix):
+        return None
+    return text if _ParseCheck(plan, doc_text)(text) else None
+
+
+def trim_line_overlap(text: str, rest: str) -> str:
+    """Drop the end of `text` that the rest of the line already has (`foo(a)` before `)` -> `foo(a`
+    only if that `)` is not the completion's own)."""
+    rest = rest.rstrip()
+    if not rest or not text:
+        return text
+    for size in range(min(len(text), len(rest)), 0, -1):
+        tail = rest[:size]
+        if not text.endswith(tail) or not tail.strip():
+            continue
+        if size != len(rest) and not set(tail) <= _CLOSING_PUNCTUATION:
+            continue   # a partial match of real code is a coincidence, not an overlap
+        if _removable(text[:-size], tail, quotes=True):
+            return text[:-size].rstrip()
+    # The line ends in closers only (`)`, `);`): the completion may have written them and gone on
+    # (`x):` before `)`), so cut at the first place it writes them that closes nothing of its own.
+    closers = rest.lstrip()
+    if set(closers) <= _CLOSING_PUNCTUATION:
+        at = text.find(closers)
+        while at >= 0:
+            if _removable(text[:at], closers, quotes=True):
+                return text[:at].rstrip()
+            at = text.find(closers, at + 1)
+    return text
+
+
+def _removable(kept: str, removed: str, quotes: bool = False) -> bool:
+    """True when no closer (or quote) in `removed` closes something opened in `kept`: the removed
+    text then only duplicates closers the document already has."""
+    stack: list[str] = []
+    for ch in kept:
+        if ch in _OPENERS:
+            stack.append(ch)
+        elif ch in _CLOSERS and stack and stack[-1] == _CLOSERS[ch]:
+            stack.pop()
+    own = 0   # openers inside `removed`, which its own closers may close
+    for ch in removed:
+        if ch in _OPENERS:
+            own += 1
+        elif ch in _CLOSERS:
+            if own:
+                own -= 1
+            elif stack:
+                return False
+    if quotes:
+        for quote in set(removed) & set(_QUOTES):
+            if kept.count(quote) % 2 == 1:
+                return False
+    return True
+
+
+# --- multi-line spans ------------------------------------------------------------------------------
+
+def _finish_block(plan: SpanPlan, doc_text: str, text: str) -> str | None:
+    line_start = line_bounds(doc_text, plan.replace_start)[0]
+    before = doc_text[line_start: plan.replace_start]
+    header_mode = bool(before.strip())   # the cursor ends a header line: the body starts on the next line
+    lines = reindent(text, plan, None if header_mode else before)
+    suffix = doc_text[plan.replace_end: plan.replace_end + _SUFFIX_LINES_LOOKED_AT]
+    lines = trim_duplicate_lines(lines, suffix if plan.closer_indent is None else suffix.lstrip(" \t"))
+    while lines and not lines[-1].strip():
+        lines.pop()
+    newline = "\r\n" if "\r\n" in doc_text[line_start: line_start + 4000] else "\n"
+
+    def render(body: list[str]) -> str:
+        joined = newline.join(body)
+        if header_mode:
+            joined = newline + joined
+            if plan.closer_indent is not None:
+                joined += newline + plan.closer_indent
+        return joined
+
+    parse_not_worse = _ParseCheck(plan, doc_text)
+    for count in range(len(lines), 0, -1):   # cut back line by line until the parse is no worse
+        if not lines[count - 1].strip():
+            continue
+        candidate = render(lines[:count])
+        if parse_not_worse(candidate):
+            return candidate
+    return None
+
+
+def reindent(text: str, plan: SpanPlan, cursor_ws: str | None) -> list[str]:
+    """The completion's lines with indentation rebased onto plan.indent (relative nesting kept,
+    written with the file's tabs or spaces). cursor_ws is the whitespace before the cursor on a
+    blank line (line 0 starts there), None when the body starts on the next line."""
+    raw = text.split("\n")
+    if cursor_ws is None:
+        while raw and not raw[0].strip():
+            raw.pop(0)
+        if not raw:
+            return []
+        base = indent_width(leading_ws(raw[0]))
+    else:
+        base = indent_width(cursor_ws + leading_ws(raw[0]))
+    keep_first = plan.kind != "block_body" and cursor_ws is not None   # a new line keeps its own indent
+    target = base if keep_first else indent_width(plan.indent)
+    dedent_ends = plan.kind == "block_body" and _indent_sensitive(plan)
+    out: list[str] = []
+    for number, line in enumerate(raw):
+        body = line.strip(" \t\r")
+        if not body:
+            out.append("")
+            continue
+        if number == 0 and cursor_ws is not None:
+            if keep_first:
+                out.append(line.rstrip())
+            else:
+                missing = plan.indent[len(cursor_ws):] if plan.indent.startswith(cursor_ws) else ""
+                out.append(missing + body)
+            continue
+        width = indent_width(leading_ws(line))
+        if width < base and dedent_ends:
+            break   # the model left the block and went on with code the suffix already has
+        out.append(render_indent(max(0, target + width - base), plan.indent_unit) + body)
+    return out
+
+
+def trim_duplicate_lines(lines: list[str], suffix: str) -> list[str]:
+    """Cut the completion where its lines start repeating the suffix's next non-blank lines: either
+    all its remaining lines match, or at least two do (the model rewrote what follows)."""
+    completion = [(number, line.strip()) for number, line in enumerate(lines) if line.strip()]
+    if not completion:
+        return lines
+    following: list[str] = []
+    for line in suffix.split("\n"):
+        if line.strip():
+            following.append(line.strip())
+            if len(following) >= len(completion):
+                break
+    if not following:
+        return lines
+    for position, (number, _) in enumerate(completion):
+        matched = 0
+        while (position + matched < len(completion) and matched < len(following)
+               and completion[position + matched][1] == following[matched]):
+            matched += 1
+        if matched and (position + matched == len(completion) or matched >= 2):
+            if _removable("\n".join(lines[:number]), "\n".join(lines[number:])):
+                return lines[:number]
+    return lines
+
+
+def _indent_sensitive(plan: SpanPlan) -> bool:
+    language_id = plan.snapshot.language_id if plan.snapshot is not None else (plan.language or "plaintext")
+    return facts_for(language_id).indent_sensitive
+
+
+# --- parse check -----------------------------------------------------------------------------------
+
+class _ParseCheck:
+    """Does inserting a text over the plan's range keep the enclosing region's error count?
+    The region and its error count without the completion are computed once per finish()."""
+
+    def __init__(self, plan: SpanPlan, doc_text: str) -> None:
+        self.plan = plan
+        snapshot = plan.snapshot
+        if snapshot is None or (snapshot.text is not doc_text and snapshot.text != doc_text):
+            language_id = snapshot.language_id if snapshot is not None else (plan.language or "plaintext")
+            snapshot = ParsedDocument(doc_text, language_id).snapshot   # the document moved on: parse it
+        self.snapshot = snapshot
+        self.baseline: int | None = None
+
+    def __call__(self, insert: str) -> bool:
+        snapshot, plan = self.snapshot, self.plan
+        if snapshot.tree is None:
+            return True   # line rules: nothing to compare
+        if self.baseline is None:
+            self.lo, self.hi = check_region(snapshot, plan.replace_start, plan.replace_end)
+            self.baseline = parse_errors(snapshot.language_id, snapshot.text[self.lo: self.hi])
+        text = snapshot.text
+        edited = text[self.lo: plan.replace_start] + insert + text[plan.replace_end: self.hi]
+        return parse_errors(snapshot.language_id, edited) <= self.baseline
