@@ -5,11 +5,25 @@ context key and every span key, so no mask is needed; a fully bidirectional mode
 this the same way with its (approximately) cached prefix/suffix keys as the context.
 
 `span_attention` dispatches: the Triton kernel on CUDA, the torch reference elsewhere.
+
+The Triton kernel is flash-decoding shaped, because L is small (<= 128) and N large:
+  - GQA packing: the G = H / Hkv query heads that share a key/value head are stacked with
+    the L span rows into one block of G*L query rows, so each key/value tile is read once
+    per kv head and the tensor cores get a tall enough M;
+  - split-K: the N context keys are cut into splits that run as separate programs (one
+    extra split takes the L span keys), each writing a partial output and its log-sum-exp;
+  - a second small kernel merges the splits (weights exp(lse_s - max lse)).
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
+
+from .dispatch import interpreting, multiprocessor_count, next_power_of_2, triton_available, use_triton
+
+LOG2E = 1.4426950408889634
 
 
 def span_attention_reference(
@@ -29,4 +43,184 @@ def span_attention(
     q: torch.Tensor, k_ctx: torch.Tensor, v_ctx: torch.Tensor, k_span: torch.Tensor, v_span: torch.Tensor,
     scale: float | None = None,
 ) -> torch.Tensor:
+    """Triton on CUDA (see kernels/dispatch.py), the torch reference elsewhere."""
+    if use_triton(q, k_ctx, v_ctx, k_span, v_span):
+        return span_attention_triton(q, k_ctx, v_ctx, k_span, v_span, scale)
     return span_attention_reference(q, k_ctx, v_ctx, k_span, v_span, scale)
+
+
+def check_shapes(q, k_ctx, v_ctx, k_span, v_span) -> None:
+    for name, t in (("q", q), ("k_ctx", k_ctx), ("v_ctx", v_ctx), ("k_span", k_span), ("v_span", v_span)):
+        if t.dim() != 4:
+            raise ValueError(f"span_attention: {name} must be 4-D [B, heads, T, D], got shape {tuple(t.shape)}")
+    b, h, l, d = q.shape
+    if k_span.shape != v_span.shape or k_ctx.shape != v_ctx.shape:
+        raise ValueError("span_attention: keys and values must have the same shape "
+                         f"(ctx {tuple(k_ctx.shape)} vs {tuple(v_ctx.shape)}, span {tuple(k_span.shape)} vs {tuple(v_span.shape)})")
+    hkv = k_span.shape[1]
+    if k_span.shape != (b, hkv, l, d):
+        raise ValueError(f"span_attention: k_span must be [B={b}, Hkv, L={l}, D={d}], got {tuple(k_span.shape)}")
+    if k_ctx.shape[0] not in (1, b) or k_ctx.shape[1] != hkv or k_ctx.shape[3] != d:
+        raise ValueError(f"span_attention: k_ctx must be [1 or {b}, {hkv}, N, {d}], got {tuple(k_ctx.shape)}")
+    if hkv == 0 or h % hkv:
+        raise ValueError(f"span_attention: query heads ({h}) must be a multiple of key/value heads ({hkv})")
+    if len({t.dtype for t in (q, k_ctx, v_ctx, k_span, v_span)}) != 1:
+        raise ValueError("span_attention: q, k and v must share one dtype")
+
+
+if triton_available():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _attend_range(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
+                      start, end, d_offs, d_ok, qk_scale,
+                      BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr, IEEE: tl.constexpr):
+        """Online softmax (base 2) of the query block over keys [start, end) of one key/value tensor."""
+        for n0 in range(start, end, BLOCK_N):
+            n_offs = n0 + tl.arange(0, BLOCK_N)
+            n_ok = n_offs < end
+            kv_mask = n_ok[:, None] & d_ok[None, :]
+            k = tl.load(k_base + n_offs[:, None] * stride_kn + d_offs[None, :] * stride_kd, mask=kv_mask, other=0.0)
+            v = tl.load(v_base + n_offs[:, None] * stride_vn + d_offs[None, :] * stride_vd, mask=kv_mask, other=0.0)
+            if DOT_FP32:   # the interpreter's bf16 dot is wrong, and fp32 inputs want an exact dot
+                k = k.to(tl.float32)
+                v = v.to(tl.float32)
+            if IEEE:
+                qk = tl.dot(q, tl.trans(k), input_precision="ieee")
+            else:
+                qk = tl.dot(q, tl.trans(k))
+            qk = tl.where(n_ok[None, :], qk * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(qk - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            if IEEE:
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+            else:
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            m_i = m_new
+        return acc, m_i, l_i
+
+    @triton.jit
+    def _span_attention_split_kernel(
+        Q, KC, VC, KS, VS, O_PART, LSE_PART,
+        sq_b, sq_h, sq_l, sq_d,
+        skc_b, skc_h, skc_n, skc_d,
+        svc_b, svc_h, svc_n, svc_d,
+        sks_b, sks_h, sks_n, sks_d,
+        svs_b, svs_h, svs_n, svs_d,
+        L, N, D, G, n_kv_heads, n_heads, keys_per_split, n_splits, qk_scale,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+        DOT_FP32: tl.constexpr, IEEE: tl.constexpr,
+    ):
+        pid_bh = tl.program_id(0)
+        pid_m = tl.program_id(1)
+        pid_s = tl.program_id(2)
+        b = pid_bh // n_kv_heads
+        kvh = pid_bh % n_kv_heads
+        # Query rows r in [0, G*L): head kvh*G + r // L, span row r % L.
+        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = rows < G * L
+        head = kvh * G + rows // L
+        pos = rows % L
+        d_offs = tl.arange(0, BLOCK_D)
+        d_ok = d_offs < D
+        q_mask = row_ok[:, None] & d_ok[None, :]
+        q = tl.load(Q + b * sq_b + head[:, None] * sq_h + pos[:, None] * sq_l + d_offs[None, :] * sq_d,
+                    mask=q_mask, other=0.0)
+        if DOT_FP32:
+            q = q.to(tl.float32)
+
+        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        if pid_s < n_splits - 1:   # a slice of the cached context
+            start = pid_s * keys_per_split
+            end = tl.minimum(start + keys_per_split, N)
+            acc, m_i, l_i = _attend_range(
+                acc, m_i, l_i, q, KC + b * skc_b + kvh * skc_h, VC + b * svc_b + kvh * svc_h,
+                skc_n, skc_d, svc_n, svc_d, start, end, d_offs, d_ok, qk_scale, BLOCK_N, DOT_FP32, IEEE)
+        else:                      # the last split: the span's own keys
+            acc, m_i, l_i = _attend_range(
+                acc, m_i, l_i, q, KS + b * sks_b + kvh * sks_h, VS + b * svs_b + kvh * svs_h,
+                sks_n, sks_d, svs_n, svs_d, 0, L, d_offs, d_ok, qk_scale, BLOCK_N, DOT_FP32, IEEE)
+
+        out = acc / l_i[:, None]
+        lse = m_i + tl.log2(l_i)
+        # Partials are contiguous [B, H, L, S, D] and [B, H, L, S].
+        part_row = ((b * n_heads + head) * L + pos) * n_splits + pid_s
+        tl.store(O_PART + part_row[:, None] * D + d_offs[None, :], out, mask=q_mask)
+        tl.store(LSE_PART + part_row, lse, mask=row_ok)
+
+    @triton.jit
+    def _span_attention_merge_kernel(O_PART, LSE_PART, OUT, n_splits, D,
+                                     BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+        row = tl.program_id(0)            # flattened (b, h, l) of a contiguous [B, H, L, D] output
+        s_offs = tl.arange(0, BLOCK_S)
+        s_ok = s_offs < n_splits
+        d_offs = tl.arange(0, BLOCK_D)
+        d_ok = d_offs < D
+        lse = tl.load(LSE_PART + row * n_splits + s_offs, mask=s_ok, other=float("-inf"))
+        weight = tl.exp2(lse - tl.max(lse, 0))
+        part = tl.load(O_PART + (row * n_splits + s_offs)[:, None] * D + d_offs[None, :],
+                       mask=s_ok[:, None] & d_ok[None, :], other=0.0)
+        out = tl.sum(part * weight[:, None], 0) / tl.sum(weight, 0)
+        tl.store(OUT + row * D + d_offs, out.to(OUT.dtype.element_ty), mask=d_ok)
+
+
+def plan_splits(n_ctx: int, programs_per_split: int, block_n: int, target_programs: int,
+                keys_per_split: int | None = None) -> tuple[int, int]:
+    """(keys per context split, number of context splits): enough programs to fill the GPU."""
+    if n_ctx == 0:
+        return block_n, 0
+    if keys_per_split is None:
+        wanted = max(1, min(math.ceil(target_programs / programs_per_split), math.ceil(n_ctx / block_n)))
+        keys_per_split = math.ceil(math.ceil(n_ctx / wanted) / block_n) * block_n
+    return keys_per_split, math.ceil(n_ctx / keys_per_split)
+
+
+def span_attention_triton(
+    q: torch.Tensor, k_ctx: torch.Tensor, v_ctx: torch.Tensor, k_span: torch.Tensor, v_span: torch.Tensor,
+    scale: float | None = None, keys_per_split: int | None = None,
+) -> torch.Tensor:
+    """The Triton path; `keys_per_split` overrides the split plan (tests use it to force many splits)."""
+    if not triton_available():
+        raise RuntimeError("span_attention_triton needs the triton package")
+    check_shapes(q, k_ctx, v_ctx, k_span, v_span)
+    b, h, l, d = q.shape
+    hkv, n_ctx = k_span.shape[1], k_ctx.shape[2]
+    group = h // hkv
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    rows = group * l
+    block_m = min(64, max(16, next_power_of_2(rows)))
+    block_d = max(16, next_power_of_2(d))
+    block_n = 64 if block_d >= 128 else 128
+    if interpreting():
+        block_n = 16   # the interpreter is slow per element; small tiles keep tests quick
+    m_blocks = triton.cdiv(rows, block_m)
+    target = 2 * multiprocessor_count(q.device)
+    keys_per_split, ctx_splits = plan_splits(n_ctx, b * hkv * m_blocks, block_n, target, keys_per_split)
+    n_splits = ctx_splits + 1
+    o_part = torch.empty(b, h, l, n_splits, d, device=q.device, dtype=torch.float32)
+    lse_part = torch.empty(b, h, l, n_splits, device=q.device, dtype=torch.float32)
+    # A context shared by the batch (leading dim 1) is read with batch stride 0.
+    kc_strides = list(k_ctx.stride())
+    vc_strides = list(v_ctx.stride())
+    if k_ctx.shape[0] != b:
+        kc_strides[0] = vc_strides[0] = 0
+    dot_fp32 = interpreting() or q.dtype == torch.float32
+    _span_attention_split_kernel[(b * hkv, m_blocks, n_splits)](
+        q, k_ctx, v_ctx, k_span, v_span, o_part, lse_part,
+        *q.stride(), *kc_strides, *vc_strides, *k_span.stride(), *v_span.stride(),
+        l, n_ctx, d, group, hkv, h, keys_per_split, n_splits, scale * LOG2E,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+        DOT_FP32=dot_fp32, IEEE=q.dtype == torch.float32,
+        num_warps=4, num_stages=2,
+    )
+    out = torch.empty(b, h, l, d, device=q.device, dtype=q.dtype)
+    _span_attention_merge_kernel[(b * h * l,)](
+        o_part, lse_part, out, n_splits, d, BLOCK_S=max(2, next_power_of_2(n_splits)), BLOCK_D=block_d,
+    )
+    return out

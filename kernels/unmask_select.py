@@ -2,12 +2,23 @@
 entropy and an optional Gumbel-max sample, without materialising probabilities.
 
 `unmask_select` dispatches: the Triton kernel on CUDA, the torch reference elsewhere.
+
+The Triton kernel reads each row of logits once. The vocabulary (up to 152k for Qwen-family
+models) is cut into splits so that a handful of rows still fills the GPU; each split keeps
+running statistics over its columns:
+  m  running max;  s = sum exp(x - m);  t = sum exp(x - m) * (x - m)   (entropy = log s - t / s)
+  top-1 value and index, top-2 value, and the best Gumbel-perturbed score with its index.
+A second kernel merges the splits of a row. Sampling draws its noise from Triton's Philox
+generator seeded from the caller's torch.Generator, so samples follow the same distribution
+as the reference's but are not the same draws.
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
 import torch
+
+from .dispatch import interpreting, multiprocessor_count, next_power_of_2, triton_available, use_triton
 
 
 class Selection(NamedTuple):
@@ -45,4 +56,185 @@ def unmask_select(
     logits: torch.Tensor, temperature: float = 0.0, generator: torch.Generator | None = None
 ) -> Selection:
     """logits [R, V] -> Selection. Triton on CUDA, the torch reference elsewhere."""
+    if use_triton(logits):
+        return unmask_select_triton(logits, temperature, generator)
     return unmask_select_reference(logits, temperature, generator)
+
+
+def check_logits(logits: torch.Tensor, temperature: float) -> None:
+    if logits.dim() != 2:
+        raise ValueError(f"unmask_select: logits must be [rows, vocab], got shape {tuple(logits.shape)}")
+    if logits.shape[1] == 0:
+        raise ValueError("unmask_select: the vocabulary dimension is empty")
+    if not logits.dtype.is_floating_point:
+        raise ValueError(f"unmask_select: logits must be floating point, got {logits.dtype}")
+    if temperature < 0:
+        raise ValueError(f"unmask_select: temperature must be >= 0, got {temperature}")
+
+
+if triton_available():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _select_split_kernel(
+        X, stride_row, V, cols_per_split, n_splits, SEED, inv_temp,
+        P_M, P_S, P_T, P_TOP1, P_IDX1, P_TOP2, P_GBEST, P_GIDX, P_GX,
+        SAMPLE: tl.constexpr, BLOCK_V: tl.constexpr,
+    ):
+        row = tl.program_id(0)
+        split = tl.program_id(1)
+        start = split * cols_per_split
+        end = tl.minimum(start + cols_per_split, V)
+        lane = tl.arange(0, BLOCK_V)
+        neg_inf = float("-inf")
+        m = tl.full([], neg_inf, tl.float32)
+        s = tl.zeros([], tl.float32)
+        t = tl.zeros([], tl.float32)
+        top1 = tl.full([], neg_inf, tl.float32)
+        idx1 = tl.zeros([], tl.int32) + start
+        top2 = tl.full([], neg_inf, tl.float32)
+        g_best = tl.full([], neg_inf, tl.float32)
+        g_idx = tl.zeros([], tl.int32) + start
+        g_x = tl.full([], neg_inf, tl.float32)
+        if SAMPLE:
+            seed = tl.load(SEED)
+        row_ptr = X + row.to(tl.int64) * stride_row
+        for c0 in range(start, end, BLOCK_V):
+            cols = c0 + lane
+            ok = cols < end
+            x = tl.load(row_ptr + cols, mask=ok, other=neg_inf).to(tl.float32)
+            # Streaming log-sum-exp with the entropy term, guarded against all -inf prefixes.
+            m_new = tl.maximum(m, tl.max(x, 0))
+            shift = tl.where(m_new == neg_inf, 0.0, m_new)
+            e = tl.exp(x - shift)
+            alpha = tl.exp(m - shift)
+            delta = tl.where(s > 0, m - shift, 0.0)
+            t = alpha * (t + s * delta) + tl.sum(e * tl.where(x > neg_inf, x - shift, 0.0), 0)
+            s = alpha * s + tl.sum(e, 0)
+            m = m_new
+            # Top-2 (ties: the first index wins, like torch.argmax; an equal runner-up counts as top-2).
+            b_idx = tl.argmax(x, 0)
+            b1 = tl.max(x, 0)
+            b2 = tl.max(tl.where(lane == b_idx, neg_inf, x), 0)
+            better = b1 > top1
+            top2 = tl.where(better, tl.maximum(top1, b2), tl.maximum(top2, b1))
+            idx1 = tl.where(better, c0 + b_idx, idx1)
+            top1 = tl.maximum(top1, b1)
+            if SAMPLE:
+                u = tl.maximum(tl.rand(seed + row, cols), 1e-20)
+                gumbel = -tl.log(tl.maximum(-tl.log(u), 1e-20))
+                g = tl.where(ok, x * inv_temp + gumbel, neg_inf)
+                gb_idx = tl.argmax(g, 0)
+                gb = tl.max(g, 0)
+                gx = tl.max(tl.where(lane == gb_idx, x, neg_inf), 0)
+                g_better = gb > g_best
+                g_idx = tl.where(g_better, c0 + gb_idx, g_idx)
+                g_x = tl.where(g_better, gx, g_x)
+                g_best = tl.maximum(g_best, gb)
+        out = row * n_splits + split
+        tl.store(P_M + out, m)
+        tl.store(P_S + out, s)
+        tl.store(P_T + out, t)
+        tl.store(P_TOP1 + out, top1)
+        tl.store(P_IDX1 + out, idx1)
+        tl.store(P_TOP2 + out, top2)
+        if SAMPLE:
+            tl.store(P_GBEST + out, g_best)
+            tl.store(P_GIDX + out, g_idx)
+            tl.store(P_GX + out, g_x)
+
+    @triton.jit
+    def _select_merge_kernel(
+        P_M, P_S, P_T, P_TOP1, P_IDX1, P_TOP2, P_GBEST, P_GIDX, P_GX,
+        TOKEN, PROB, MARGIN, ENTROPY, n_splits,
+        SAMPLE: tl.constexpr, BLOCK_S: tl.constexpr,
+    ):
+        row = tl.program_id(0)
+        k = tl.arange(0, BLOCK_S)
+        ok = k < n_splits
+        at = row * n_splits + k
+        neg_inf = float("-inf")
+        m = tl.load(P_M + at, mask=ok, other=neg_inf)
+        s = tl.load(P_S + at, mask=ok, other=0.0)
+        t = tl.load(P_T + at, mask=ok, other=0.0)
+        big_m = tl.max(m, 0)
+        live = s > 0
+        w = tl.where(live, tl.exp(m - big_m), 0.0)
+        total = tl.sum(w * s, 0)
+        t_all = tl.sum(w * (t + s * tl.where(live, m - big_m, 0.0)), 0)
+        # Probabilities as exp(x - max) / total: exact shifts, no rounding of a large log-sum-exp.
+        entropy = tl.log(total) - t_all / total
+
+        top1_k = tl.load(P_TOP1 + at, mask=ok, other=neg_inf)
+        top2_k = tl.load(P_TOP2 + at, mask=ok, other=neg_inf)
+        idx1_k = tl.load(P_IDX1 + at, mask=ok, other=0)
+        best = tl.argmax(top1_k, 0)            # the first split holding the max: the first index overall
+        top1 = tl.max(top1_k, 0)
+        top2 = tl.maximum(tl.max(top2_k, 0), tl.max(tl.where(k == best, neg_inf, top1_k), 0))
+        idx1 = tl.sum(tl.where(k == best, idx1_k, 0), 0)
+        p1 = tl.exp(top1 - big_m) / total
+        margin = p1 - tl.exp(top2 - big_m) / total
+        if SAMPLE:
+            g_k = tl.load(P_GBEST + at, mask=ok, other=neg_inf)
+            g_best = tl.argmax(g_k, 0)
+            token = tl.sum(tl.where(k == g_best, tl.load(P_GIDX + at, mask=ok, other=0), 0), 0)
+            gx = tl.max(tl.where(k == g_best, tl.load(P_GX + at, mask=ok, other=neg_inf), neg_inf), 0)
+            prob = tl.exp(gx - big_m) / total
+        else:
+            token = idx1
+            prob = p1
+        tl.store(TOKEN + row, token.to(tl.int64))
+        tl.store(PROB + row, prob)
+        tl.store(MARGIN + row, margin)
+        tl.store(ENTROPY + row, entropy)
+
+
+def plan_vocab_splits(rows: int, vocab: int, block_v: int, target_programs: int) -> tuple[int, int]:
+    """(columns per split, number of splits): split a row only while rows alone leave the GPU idle."""
+    max_splits = triton.cdiv(vocab, block_v)
+    wanted = max(1, min(max_splits, triton.cdiv(target_programs, max(rows, 1))))
+    cols = triton.cdiv(triton.cdiv(vocab, wanted), block_v) * block_v
+    return cols, triton.cdiv(vocab, cols)
+
+
+def unmask_select_triton(
+    logits: torch.Tensor, temperature: float = 0.0, generator: torch.Generator | None = None,
+    block_v: int | None = None, target_programs: int | None = None,
+) -> Selection:
+    """The Triton path; `block_v` / `target_programs` override the split plan (tests use them)."""
+    if not triton_available():
+        raise RuntimeError("unmask_select_triton needs the triton package")
+    check_logits(logits, temperature)
+    if logits.stride(1) != 1:
+        logits = logits.contiguous()
+    rows, vocab = logits.shape
+    device = logits.device
+    if block_v is None:
+        block_v = 1024 if interpreting() else 2048
+    block_v = min(block_v, max(16, next_power_of_2(vocab)))
+    if target_programs is None:
+        target_programs = 4 * multiprocessor_count(device)
+    cols, n_splits = plan_vocab_splits(rows, vocab, block_v, target_programs)
+    token = torch.empty(rows, device=device, dtype=torch.int64)
+    prob, margin, entropy = (torch.empty(rows, device=device, dtype=torch.float32) for _ in range(3))
+    if rows == 0:
+        return Selection(token, prob, margin, entropy)
+    f32 = dict(device=device, dtype=torch.float32)
+    p_m, p_s, p_t, p_top1, p_top2, p_gbest, p_gx = (torch.empty(rows, n_splits, **f32) for _ in range(7))
+    p_idx1, p_gidx = (torch.empty(rows, n_splits, device=device, dtype=torch.int32) for _ in range(2))
+    sample = temperature > 0
+    # The seed stays on the device (no host sync, CUDA-graph safe) and comes from the caller's generator.
+    seed = (torch.randint(0, 2**30, (1,), generator=generator, device=device, dtype=torch.int64)
+            if sample else torch.zeros(1, device=device, dtype=torch.int64))
+    _select_split_kernel[(rows, n_splits)](
+        logits, logits.stride(0), vocab, cols, n_splits, seed, 1.0 / temperature if sample else 1.0,
+        p_m, p_s, p_t, p_top1, p_idx1, p_top2, p_gbest, p_gidx, p_gx,
+        SAMPLE=sample, BLOCK_V=block_v, num_warps=8 if block_v >= 2048 else 4,
+    )
+    _select_merge_kernel[(rows,)](
+        p_m, p_s, p_t, p_top1, p_idx1, p_top2, p_gbest, p_gidx, p_gx,
+        token, prob, margin, entropy, n_splits,
+        SAMPLE=sample, BLOCK_S=max(2, next_power_of_2(n_splits)),
+    )
+    return Selection(token, prob, margin, entropy)

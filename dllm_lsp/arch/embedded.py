@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dllm_lsp.kernels.rmsnorm import add_rms_norm
 from dllm_lsp.kernels.span_attention import span_attention
 
 from .layers import RMSNorm, Rotary, SwiGLU, apply_rotary
@@ -189,10 +190,13 @@ class EmbeddedModel(nn.Module):
         """One denoising step: span_ids [B, S] at `span_positions` [S] against cached context."""
         h = self.embed(span_ids)
         cos, sin = self.rotary.cos_sin(span_positions, h.dtype)
-        for layer, ctx in zip(self.layers, context):
-            h = h + layer.attn.span(layer.input_norm(h), cos, sin, ctx)
-            h = h + layer.mlp(layer.post_attn_norm(h))
-        return self.head(h)
+        # Same arithmetic as forward(), with each residual add fused into the norm that follows it.
+        norms_after = [layer.input_norm for layer in self.layers[1:]] + [self.norm]
+        x = self.layers[0].input_norm(h)
+        for layer, ctx, next_norm in zip(self.layers, context, norms_after):
+            x, h = add_rms_norm(layer.attn.span(x, cos, sin, ctx), h, layer.post_attn_norm.weight, layer.post_attn_norm.eps)
+            x, h = add_rms_norm(layer.mlp(x), h, next_norm.weight, next_norm.eps)
+        return F.linear(x, self.embed.weight)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

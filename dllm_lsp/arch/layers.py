@@ -5,6 +5,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dllm_lsp.kernels import rmsnorm, rope
+
 
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float = 1e-6) -> None:
@@ -13,10 +15,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+        # weight * (x.float() * rsqrt(mean(x^2) + eps)).to(x.dtype); fused kernel on CUDA.
+        return rmsnorm.rms_norm(x, self.weight, self.eps)
 
 
 class SwiGLU(nn.Module):
@@ -45,9 +45,5 @@ class Rotary:
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [B, H, T, D]; cos/sin [T, D] or [B, T, D]."""
-    if cos.dim() == 3:
-        cos, sin = cos[:, None], sin[:, None]
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos + rotated * sin
+    """x [B, H, T, D]; cos/sin [T, D] or [B, T, D]. x * cos + rotate_half(x) * sin; fused kernel on CUDA."""
+    return rope.apply_rotary(x, cos, sin)

@@ -1,0 +1,60 @@
+"""The kernels wired into the embedded model: a cached denoising step through the Triton path
+(forced on CPU under the interpreter) matches the reference path and the uncached full-canvas
+forward, and the dispatch policy picks what DESIGN.md says."""
+import pytest
+import torch
+
+from dllm_lsp.arch.embedded import EmbeddedConfig, EmbeddedModel
+from dllm_lsp.kernels import dispatch
+
+
+def tiny_model(dtype=torch.float32) -> EmbeddedModel:
+    torch.manual_seed(0)
+    cfg = EmbeddedConfig(vocab_size=97, dim=32, n_layers=2, n_heads=4, n_kv_heads=1, ffn_dim=48)
+    model = EmbeddedModel(cfg).eval()
+    with torch.no_grad():
+        model.embed.weight.mul_(20)
+    return model.to(dtype)
+
+
+def cached_step(model, ids, span):
+    ctx_pos = (~span).nonzero()[:, 0]
+    span_pos = span.nonzero()[:, 0]
+    kv = model.prefill(ids[None, ctx_pos], ctx_pos)
+    return model.span_logits(ids[None, span_pos].repeat(2, 1), span_pos, kv)
+
+
+@pytest.fixture
+def canvas():
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, 97, (14,), generator=g)
+    span = torch.zeros(14, dtype=torch.bool)
+    span[6:11] = True
+    ids[span] = 0
+    return ids, span
+
+
+def test_triton_step_matches_reference_and_full_forward(canvas, monkeypatch):
+    ids, span = canvas
+    model = tiny_model()
+    monkeypatch.setenv("DLLM_LSP_KERNELS", "reference")
+    reference = cached_step(model, ids, span)
+    with torch.no_grad():
+        full = model(ids[None], span[None])[:, span]
+    torch.testing.assert_close(reference[0:1], full, atol=1e-4, rtol=1e-4)
+    monkeypatch.setenv("DLLM_LSP_KERNELS", "triton")
+    assert dispatch.use_triton(ids.float())
+    fused = cached_step(model, ids, span)
+    torch.testing.assert_close(fused, reference, atol=1e-4, rtol=1e-4)
+
+
+def test_dispatch_policy(monkeypatch):
+    x = torch.zeros(2)
+    monkeypatch.delenv("DLLM_LSP_KERNELS", raising=False)
+    assert not dispatch.use_triton(x)                      # CPU: the reference
+    monkeypatch.setenv("DLLM_LSP_KERNELS", "triton")
+    assert dispatch.use_triton(x) == dispatch.interpreting()
+    assert not dispatch.use_triton(torch.zeros(2, requires_grad=True))
+    monkeypatch.setenv("DLLM_LSP_KERNELS", "fastest")
+    with pytest.raises(ValueError, match="DLLM_LSP_KERNELS"):
+        dispatch.use_triton(x)
