@@ -13,10 +13,14 @@ _INDENTS = re.compile(r"^([ \t]*)\S", re.MULTILINE)   # leading whitespace of no
 
 
 def line_bounds(text: str, offset: int) -> tuple[int, int]:
-    """[start, end) of the line holding `offset`; end is the index of its newline (or len)."""
+    """[start, end) of the line holding `offset`; end is the index of its newline (or len), or of
+    the carriage return of a CRLF line ending."""
     start = text.rfind("\n", 0, offset) + 1
     end = text.find("\n", offset)
-    return start, (len(text) if end < 0 else end)
+    end = len(text) if end < 0 else end
+    if end > offset and text[end - 1] == "\r":
+        end -= 1
+    return start, end
 
 
 def leading_ws(line: str) -> str:
@@ -42,7 +46,7 @@ def previous_nonblank_line(text: str, line_start: int) -> tuple[int, str] | None
     end = line_start - 1
     while end > 0:
         start = text.rfind("\n", 0, end) + 1
-        line = text[start:end]
+        line = text[start:end].rstrip("\r")
         if line.strip():
             return start, line
         end = start - 1
@@ -55,7 +59,7 @@ def next_nonblank_line(text: str, line_end: int) -> tuple[int, str] | None:
     while start <= len(text) and start > 0:
         end = text.find("\n", start)
         end = len(text) if end < 0 else end
-        line = text[start:end]
+        line = text[start:end].rstrip("\r")
         if line.strip():
             return start, line
         if end >= len(text):
