@@ -1,0 +1,173 @@
+"""Companion edits: the import a completion needs, filled in the same denoising run.
+
+The completion's request gets one more masked one-line slot at the start of the line after
+the file's import block. The model fills both jointly; when the companion slot holds a
+syntactically valid import statement that the file does not already have, the completion
+carries it (classic items as `additionalTextEdits`, inline items as an accept command).
+Anything else in that slot (empty, prose, a broken or duplicate import) is dropped.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from dllm_lsp.engine.types import InfillRequest, InfillResult, Slot, StepState
+
+from .syntax import COMMENT_TYPES, Source
+
+COMPANION_TOKENS = 24
+APPLY_COMMAND = "dllm.applyCompanionEdit"
+
+IMPORT_TYPES: dict[str, frozenset[str]] = {
+    "python": frozenset({"import_statement", "import_from_statement", "future_import_statement"}),
+    "javascript": frozenset({"import_statement"}),
+    "typescript": frozenset({"import_statement"}),
+    "tsx": frozenset({"import_statement"}),
+    "rust": frozenset({"use_declaration", "extern_crate_declaration"}),
+    "go": frozenset({"import_declaration"}),
+    "java": frozenset({"import_declaration"}),
+    "c": frozenset({"preproc_include"}),
+    "cpp": frozenset({"preproc_include"}),
+}
+# Top-level nodes that may come before the imports without ending the import block.
+HEADER_TYPES = COMMENT_TYPES | frozenset({"package_clause", "package_declaration", "inner_attribute_item"})
+# How far back the text before the insertion point must match when finding it in a prefix piece.
+ANCHOR_CHARS = 200
+
+
+@dataclass(frozen=True)
+class CompanionEdit:
+    """Insert `text` (one import line, newline included) at string offset `offset`."""
+
+    offset: int
+    text: str
+    statement: str     # the import itself, as the accept command carries it
+
+
+def import_types(language: str | None) -> frozenset[str]:
+    return IMPORT_TYPES.get(language or "", frozenset())
+
+
+def is_docstring(source: Source, node) -> bool:
+    """A leading string statement: Python's module docstring, JavaScript's "use strict"."""
+    return node.type == "expression_statement" and node.named_child_count == 1 and \
+        node.named_children[0].type == "string"
+
+
+def insertion_offset(source: Source) -> tuple[int, bool] | None:
+    """(offset, needs a newline first): the start of the line after the import block (after
+    the file's header comments, docstring or package line when it has no imports); None when
+    the language has no imports we know."""
+    kinds = import_types(source.language)
+    if source.tree is None or not kinds:
+        return None
+    last_import = last_header = None
+    for child in source.root.named_children:
+        if child.type in kinds:
+            last_import = child
+        elif child.type in HEADER_TYPES or (last_import is None and is_docstring(source, child)):
+            # a comment after the imports may belong to the code below it: never insert after it
+            last_header = last_header if last_import is not None else child
+        else:
+            break
+    anchor = last_import or last_header
+    if anchor is None:
+        return 0, False
+    end = source.end(anchor)
+    if source.text[end - 1:end] == "\n":   # Rust's line comments own their newline
+        return end, False
+    newline = source.text.find("\n", end)
+    if newline == -1:
+        return len(source.text), True
+    return newline + 1, False
+
+
+def normalized(statement: str) -> str:
+    return " ".join(statement.replace(";", " ").split())
+
+
+def existing_imports(source: Source) -> set[str]:
+    kinds = import_types(source.language)
+    return {normalized(source.node_text(n)) for n in source.root.named_children if n.type in kinds}
+
+
+def is_valid_import(statement: str, language_id: str) -> bool:
+    """True when `statement` alone parses as exactly one import statement, without errors."""
+    probe = Source(statement + "\n", language_id)
+    kinds = import_types(probe.language)
+    if probe.tree is None or not kinds or probe.error_count() or probe.root.has_error:
+        return False
+    nodes = [n for n in probe.root.named_children if n.type not in COMMENT_TYPES]
+    return len(nodes) == 1 and nodes[0].type in kinds
+
+
+def companion_edit(slot_text: str, doc_text: str, language_id: str, tree=None) -> CompanionEdit | None:
+    """The edit that adds the import the model wrote in the companion slot, or None when the
+    slot holds no valid import or the file already has it."""
+    if not isinstance(slot_text, str):
+        return None
+    lines = slot_text.strip().splitlines()
+    statement = lines[0].strip() if lines else ""
+    if not statement or not is_valid_import(statement, language_id):
+        return None
+    source = Source(doc_text, language_id, tree)
+    if normalized(statement) in existing_imports(source):
+        return None
+    where = insertion_offset(source)
+    if where is None:
+        return None
+    offset, newline_first = where
+    return CompanionEdit(offset, ("\n" if newline_first else "") + statement + "\n", statement)
+
+
+@dataclass
+class CompanionSlot:
+    """A cursor request with the companion slot added in front of its own slots."""
+
+    offset: int                 # document offset the companion slot stands for
+    request: InfillRequest      # what to give the engine
+
+    def main_result(self, result: InfillResult) -> InfillResult:
+        """The result as the plain cursor request would have had it (companion slot removed)."""
+        return replace(result, candidates=[c[1:] for c in result.candidates])
+
+    def main_state(self, state: StepState) -> StepState:
+        """A streamed step without the companion slot, for progress reports."""
+        return replace(state, slot_texts=[c[1:] for c in state.slot_texts])
+
+    def slot_text(self, result: InfillResult) -> str:
+        return result.candidates[0][0]
+
+    def edit(self, result: InfillResult, doc_text: str, language_id: str, tree=None) -> CompanionEdit | None:
+        return companion_edit(self.slot_text(result), doc_text, language_id, tree)
+
+
+def with_companion_slot(
+    request: InfillRequest,
+    doc_text: str,
+    language_id: str,
+    prefix_end: int,
+    tree=None,
+    max_tokens: int = COMPANION_TOKENS,
+) -> CompanionSlot | None:
+    """`request` (whose first piece ends at document offset `prefix_end`) with a one-line
+    companion slot at the insertion point after the imports; None when the language has no
+    imports, the cursor is above or inside the import block, or the first piece does not hold
+    that part of the document (the planner cut it)."""
+    source = Source(doc_text, language_id, tree)
+    where = insertion_offset(source)
+    if where is None or where[1]:
+        return None
+    offset = where[0]
+    if offset >= prefix_end or prefix_end > len(doc_text):
+        return None
+    prefix = request.pieces[0]
+    between = doc_text[offset:prefix_end]
+    split = len(prefix) - len(between)
+    anchor = doc_text[max(0, offset - ANCHOR_CHARS):offset]
+    before = prefix[:split]
+    # the planner may cut the prefix inside the anchor; it may not cut between anchor and cursor
+    if split < 0 or not prefix.endswith(between) or not (before.endswith(anchor) or anchor.endswith(before)):
+        return None
+    pieces = [prefix[:split], prefix[split:], *request.pieces[1:]]
+    slots = [Slot(max_tokens, single_line=True), *request.slots]
+    return CompanionSlot(offset, InfillRequest(pieces, slots))

