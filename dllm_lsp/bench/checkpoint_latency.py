@@ -1,0 +1,283 @@
+"""`dllm-lsp bench checkpoint`: open-checkpoint latency, dual cache vs none vs autoregressive.
+
+A randomly initialised model of Dream-7B's exact shape (Qwen2.5-7B layers: 28 x 3584, GQA
+28/4, FFN 18944, vocabulary 152064) in bf16 fills one 32-token span inside a 2,048-token
+context in exactly 8 steps (4 tokens committed per step, no early stop), three ways:
+- `dual`: the Fast-dLLM dual cache (one full pass, then 7 steps over the active rows);
+- `none`: a full pass every step (the exact path);
+- `autoregressive`: the same weights decoding the same 32 tokens left to right with a KV
+  cache (a causal prefill of the context, then one token per forward pass).
+It also times one cached step on its own against the weight-read bound: the bytes of every
+weight divided by the device's memory bandwidth, measured here with a large on-device copy.
+Random weights are fine for speed (the steps are fixed); quality needs the real checkpoints.
+
+`--quick` swaps in a tiny shape and short context so the code path runs in seconds on a CPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from dllm_lsp.checkpoints.architecture import BiConfig, BidirectionalLM
+from dllm_lsp.checkpoints.denoiser import CheckpointDenoiser
+from dllm_lsp.checkpoints.families import DREAM
+from dllm_lsp.checkpoints.session import CacheSettings
+from dllm_lsp.engine.denoise import denoise
+from dllm_lsp.engine.denoiser import Canvas, SpecialTokens
+from dllm_lsp.engine.types import DecodeSettings
+
+from .environment import environment
+
+DREAM_7B = BiConfig(vocab_size=152064, dim=3584, n_layers=28, n_heads=28, n_kv_heads=4, head_dim=128,
+                    ffn_dim=18944, rope_theta=1_000_000.0, norm_eps=1e-6, qkv_bias=True)
+TINY = BiConfig(vocab_size=1024, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, ffn_dim=128,
+                rope_theta=10000.0, norm_eps=1e-6, qkv_bias=True)
+MASK_ID, EOS_ID = 151666, 151643          # Dream's ids; the tiny shape uses the last rows instead
+
+TARGET_SPEEDUP_VS_AR = 3.0
+TARGET_STEP_VS_BOUND = 1.5
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="dllm-lsp bench checkpoint", description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    p.add_argument("--json", action="store_true", help="print the JSON figures instead of a summary")
+    p.add_argument("--out", help="also write the JSON figures to this file")
+    p.add_argument("--quick", action="store_true", help="tiny shape and context: checks the code path (CPU)")
+    p.add_argument("--context", type=int, default=None, help="context tokens (default 2048; 64 with --quick)")
+    p.add_argument("--span", type=int, default=32)
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--runs", type=int, default=None, help="timed repetitions (default 10; 2 with --quick)")
+    return p.parse_args(argv)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn, device: torch.device, runs: int, warmup: int = 1) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(runs):
+        sync(device)
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        samples.append((time.perf_counter() - t0) * 1000)
+    return samples
+
+
+def random_model(cfg: BiConfig, device: torch.device, dtype: torch.dtype, seed: int = 0) -> BidirectionalLM:
+    """Built on the meta device, then materialised and initialised on `device` (no host copy of 15 GB)."""
+    with torch.device("meta"):
+        model = BidirectionalLM(cfg)
+    model = model.to_empty(device=device).to(dtype)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, 0.02, generator=generator)
+    model.rotary.inv_freq = model.rotary.inv_freq.to(device)
+    return model.eval()
+
+
+def bench_denoiser(model: BidirectionalLM, cfg: BiConfig) -> CheckpointDenoiser:
+    from dllm_lsp.checkpoints.tiny import tiny_tokenizer  # noqa: PLC0415
+
+    mask, eos = (MASK_ID, EOS_ID) if cfg.vocab_size > MASK_ID else (cfg.vocab_size - 2, cfg.vocab_size - 1)
+    special = SpecialTokens(mask_id=mask, pad_id=eos, eos_id=eos)
+    denoiser = CheckpointDenoiser(model, tiny_tokenizer(["<|endoftext|>"], 300), special, DREAM, "random-dream-7b-shape",
+                                  max_context=1 << 20)
+    denoiser.vocab_limit = cfg.vocab_size     # decide over the full vocabulary, as the real model does
+    return denoiser
+
+
+def random_canvas(cfg: BiConfig, context: int, span: int, mask_id: int, seed: int = 0) -> Canvas:
+    """`context` random tokens with the span three quarters of the way in (more prefix than suffix)."""
+    g = torch.Generator().manual_seed(seed)
+    ctx = torch.randint(0, min(cfg.vocab_size, 150000) - 2, (context,), generator=g)
+    cut = context * 3 // 4
+    ids = torch.cat([ctx[:cut], torch.full((span,), mask_id), ctx[cut:]])
+    return Canvas(ids, [(cut, cut + span)])
+
+
+def fixed_steps(steps: int) -> DecodeSettings:
+    # Threshold 1.0 is never reached by a softmax, so each step commits exactly span/steps tokens,
+    # and an unreachable pad-collapse threshold keeps every step in play.
+    return DecodeSettings(steps=steps, threshold=1.0, pad_collapse_threshold=2.0)
+
+
+@torch.no_grad()
+def autoregressive_decode(model: BidirectionalLM, context: torch.Tensor, new_tokens: int) -> torch.Tensor:
+    """Greedy left-to-right decoding with a preallocated KV cache: a causal prefill, then one token per pass."""
+    cfg, device = model.cfg, model.device
+    total = context.numel() + new_tokens
+    cache_k = [torch.empty(1, cfg.n_kv_heads, total, cfg.head_dim, device=device, dtype=model.dtype)
+               for _ in model.layers]
+    cache_v = [torch.empty_like(k) for k in cache_k]
+    cos_all, sin_all = model.cos_sin(torch.arange(total))
+    gqa = cfg.n_heads != cfg.n_kv_heads
+
+    def forward(ids: torch.Tensor, start: int) -> torch.Tensor:
+        end = start + ids.shape[1]
+        cos, sin = cos_all[start:end], sin_all[start:end]
+        h = model._embed(ids)
+        for i, layer in enumerate(model.layers):
+            q, k, v = layer.attn.qkv(layer.attn_norm(h), cos, sin)
+            cache_k[i][:, :, start:end] = k
+            cache_v[i][:, :, start:end] = v
+            keys, values = cache_k[i][:, :, :end], cache_v[i][:, :, :end]
+            y = F.scaled_dot_product_attention(q, keys, values, is_causal=start == 0 and end > 1, enable_gqa=gqa)
+            h = h + layer.attn.out(y)
+            h = h + layer.mlp(layer.mlp_norm(h))
+        return model.head(h[:, -1:]).argmax(-1)
+
+    out = [forward(context[None].to(device), 0)]
+    for t in range(new_tokens - 1):
+        out.append(forward(out[-1], context.numel() + t))
+    return torch.cat(out, dim=1)
+
+
+def memory_bandwidth_gbs(device: torch.device, mib: int = 1024) -> float:
+    """Achievable read+write bandwidth of a large on-device copy (GB/s)."""
+    n = mib * (1 << 20) // 2
+    src = torch.empty(n, dtype=torch.bfloat16, device=device)
+    dst = torch.empty_like(src)
+    samples = timed(lambda: dst.copy_(src), device, runs=5, warmup=2)
+    return 2 * src.numel() * src.element_size() / (min(samples) / 1000) / 1e9
+
+
+def run(args: argparse.Namespace) -> dict:
+    from dllm_lsp.loader import resolve_device  # noqa: PLC0415
+
+    device = resolve_device(args.device)
+    quick = args.quick
+    cfg = TINY if quick else DREAM_7B
+    context = args.context or (64 if quick else 2048)
+    span, steps = args.span if not quick else min(args.span, 8), args.steps if not quick else min(args.steps, 4)
+    runs = args.runs or (2 if quick else 10)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    if span % steps:
+        raise SystemExit("--span must be a multiple of --steps so every step commits the same number of tokens")
+
+    model = random_model(cfg, device, dtype)
+    denoiser = bench_denoiser(model, cfg)
+    canvas = random_canvas(cfg, context, span, denoiser.special.mask_id)
+    settings = fixed_steps(steps)
+    results: dict[str, dict] = {}
+    for mode in ("dual", "none"):
+        denoiser.cache = CacheSettings(mode, 0)
+        outcome = {}
+
+        def one_completion():
+            outcome["o"] = denoise(denoiser, canvas, settings)
+
+        samples = timed(one_completion, device, runs)
+        results[mode] = {"median_ms": statistics.median(samples), "min_ms": min(samples),
+                         "steps": outcome["o"].steps, "full_passes": denoiser.last_session.full_passes}
+
+    # One cached step on its own, and one full pass, over the same canvas.
+    denoiser.cache = CacheSettings("dual", 0)
+    session = denoiser.session(canvas, 1)
+    ids = canvas.ids[None].to(device)
+    session.logits(ids)
+    cached_step = timed(lambda: session.logits(ids), device, runs * 2)
+    full_pass = timed(lambda: model.full(ids, session.rope_all), device, runs)
+
+    ctx_ids = torch.cat([canvas.ids[: canvas.slot_ranges[0][0]], canvas.ids[canvas.slot_ranges[0][1]:]])
+    ar = timed(lambda: autoregressive_decode(model, ctx_ids, span), device, runs)
+    prefill = timed(lambda: autoregressive_decode(model, ctx_ids, 1), device, runs)
+
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    bandwidth = memory_bandwidth_gbs(device, 64 if quick else 2048)
+    bound_ms = weight_bytes / (bandwidth * 1e9) * 1000
+    ar_ms = statistics.median(ar)
+    ar_prefill_ms = statistics.median(prefill)
+    dual_ms, none_ms = results["dual"]["median_ms"], results["none"]["median_ms"]
+    step_ms = statistics.median(cached_step)
+    full_ms = statistics.median(full_pass)
+    ar_decode_ms = ar_ms - ar_prefill_ms
+    diffusion_after_first_ms = dual_ms - full_ms
+    figures = {
+        "benchmark": "open-checkpoint infill latency: dual cache vs uncached vs autoregressive",
+        "shape": "tiny (--quick)" if quick else "Dream-7B (Qwen2.5-7B layers), random weights",
+        "model": {"layers": cfg.n_layers, "dim": cfg.dim, "heads": cfg.n_heads, "kv_heads": cfg.n_kv_heads,
+                  "ffn": cfg.ffn_dim, "vocab": cfg.vocab_size, "parameters": model.num_parameters(),
+                  "weight_bytes": weight_bytes, "dtype": str(dtype).removeprefix("torch.")},
+        "settings": {"context_tokens": context, "span_tokens": span, "steps": steps, "runs": runs,
+                     "tokens_per_step": span // steps, "refresh_every": 0},
+        "environment": environment(str(device)),
+        "completion_ms": {
+            "diffusion_dual_cache": round(dual_ms, 3),
+            "diffusion_uncached": round(none_ms, 3),
+            "autoregressive_kv_cache": round(ar_ms, 3),
+        },
+        "parts_ms": {
+            "full_pass": round(full_ms, 3),
+            "cached_step": round(step_ms, 3),
+            "autoregressive_prefill": round(ar_prefill_ms, 3),
+            "autoregressive_decode_per_token": round(ar_decode_ms / max(span - 1, 1), 3),
+            "diffusion_after_first_pass": round(diffusion_after_first_ms, 3),
+            "autoregressive_after_prefill": round(ar_decode_ms, 3),
+        },
+        "passes": {"dual": results["dual"], "none": results["none"]},
+        "weight_read_bound": {"measured_copy_bandwidth_gbs": round(bandwidth, 1), "bound_ms": round(bound_ms, 3),
+                              "cached_step_over_bound": round(step_ms / bound_ms, 3)},
+        "speedup": {
+            "dual_vs_autoregressive": round(ar_ms / dual_ms, 3),
+            "uncached_vs_autoregressive": round(ar_ms / none_ms, 3),
+            "dual_vs_uncached": round(none_ms / dual_ms, 3),
+            "generation_only_dual_vs_autoregressive": round(ar_decode_ms / max(diffusion_after_first_ms, 1e-9), 3),
+        },
+    }
+    figures["targets"] = {
+        "diffusion_vs_autoregressive_at_least": TARGET_SPEEDUP_VS_AR,
+        "met_speedup": figures["speedup"]["dual_vs_autoregressive"] >= TARGET_SPEEDUP_VS_AR,
+        "cached_step_within_bound_factor": TARGET_STEP_VS_BOUND,
+        "met_step_bound": step_ms / bound_ms <= TARGET_STEP_VS_BOUND,
+        "meaningful": device.type == "cuda" and not quick,
+    }
+    return figures
+
+
+def summary(f: dict) -> str:
+    c, p, s, w = f["completion_ms"], f["parts_ms"], f["settings"], f["weight_read_bound"]
+    env = f["environment"]
+    lines = [
+        f"{f['shape']} on {env.get('gpu') or env['device']} ({f['model']['dtype']}), "
+        f"context {s['context_tokens']}, span {s['span_tokens']}, {s['steps']} steps",
+        f"  diffusion, dual cache : {c['diffusion_dual_cache']:9.2f} ms",
+        f"  diffusion, uncached   : {c['diffusion_uncached']:9.2f} ms",
+        f"  autoregressive (KV)   : {c['autoregressive_kv_cache']:9.2f} ms",
+        f"  full pass {p['full_pass']:.2f} ms, cached step {p['cached_step']:.2f} ms "
+        f"(weight-read bound {w['bound_ms']:.2f} ms at {w['measured_copy_bandwidth_gbs']} GB/s: "
+        f"{w['cached_step_over_bound']:.2f}x)",
+        f"  speedup vs autoregressive: {f['speedup']['dual_vs_autoregressive']:.2f}x "
+        f"(generation only {f['speedup']['generation_only_dual_vs_autoregressive']:.2f}x)",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    figures = run(args)
+    text = json.dumps(figures, indent=2)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    print(text if args.json else summary(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

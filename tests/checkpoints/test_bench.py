@@ -1,0 +1,40 @@
+"""`dllm-lsp bench checkpoint --quick`: the GPU benchmark's code path, on the CPU with a tiny shape."""
+import json
+
+import torch
+
+from dllm_lsp.bench.checkpoint_latency import TINY, autoregressive_decode, main, random_model
+
+
+def test_quick_bench_writes_its_figures(tmp_path, capsys):
+    out = tmp_path / "figures.json"
+    assert main(["--quick", "--device", "cpu", "--json", "--out", str(out), "--runs", "1"]) == 0
+    figures = json.loads(out.read_text())
+    assert json.loads(capsys.readouterr().out) == figures
+    assert figures["settings"] == {"context_tokens": 64, "span_tokens": 8, "steps": 4, "runs": 1,
+                                   "tokens_per_step": 2, "refresh_every": 0}
+    # Fixed steps: every mode runs all 4; the dual cache does one full pass, the uncached path four.
+    assert figures["passes"]["dual"]["steps"] == 4 and figures["passes"]["dual"]["full_passes"] == 1
+    assert figures["passes"]["none"]["steps"] == 4 and figures["passes"]["none"]["full_passes"] == 4
+    for value in figures["completion_ms"].values():
+        assert value > 0
+    assert figures["weight_read_bound"]["bound_ms"] > 0
+    assert figures["targets"]["meaningful"] is False          # CPU + tiny shape: not the GPU figures
+
+
+def test_autoregressive_baseline_matches_a_causal_full_pass():
+    """The baseline's KV-cached decode computes what a causal model would: greedy tokens agree."""
+    model = random_model(TINY, torch.device("cpu"), torch.float32)
+    context = torch.randint(0, 1000, (20,))
+    tokens = autoregressive_decode(model, context, 5)[0]
+    seq = context.clone()
+    for _ in range(5):
+        cos, sin = model.cos_sin(torch.arange(seq.numel()))
+        h = model._embed(seq[None])
+        for layer in model.layers:
+            q, k, v = layer.attn.qkv(layer.attn_norm(h), cos, sin)
+            y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            h = h + layer.attn.out(y)
+            h = h + layer.mlp(layer.mlp_norm(h))
+        seq = torch.cat([seq, model.head(h[:, -1]).argmax(-1)])
+    assert tokens.tolist() == seq[20:].tolist()
