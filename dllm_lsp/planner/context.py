@@ -31,7 +31,8 @@ def prefix_cut(text: str, end: int, budget: int, quantum: int) -> int:
     low = end - budget
     if low <= 0:
         return 0
-    low = min(end, -(-low // quantum) * quantum)
+    quantum = max(1, min(quantum, budget // 4))   # rounding may cost at most a quarter of the budget
+    low = -(-low // quantum) * quantum
     if text[low - 1] == "\n":
         return low
     newline = text.find("\n", low, end)

@@ -42,6 +42,8 @@ def test_mid_line_cut_when_one_line_exceeds_budget():
     plan = plan_span(ParsedDocument(text, "python"), cursor, PlannerSettings(context_chars=1000, prefix_quantum=1))
     assert len(plan.request.prefix) == 750
     assert plan.request.suffix == "]\n"
+    coarse = plan_span(ParsedDocument(text, "python"), cursor, PlannerSettings(context_chars=1000, prefix_quantum=4096))
+    assert 750 * 3 // 4 <= len(coarse.request.prefix) <= 750   # a coarse quantum never eats the budget
 
 
 OTHER_DOCS = [
