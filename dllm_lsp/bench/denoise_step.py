@@ -1,0 +1,155 @@
+"""One denoising step of a Dream-7B-shaped model, with and without the kernels.
+
+The model is the embedded architecture at Dream-7B's shape (dim 3584, 28 layers, 28 query /
+4 key-value heads, ffn 18944, vocabulary 152064; tied head), random bf16 weights. A step is
+what the engine does per denoising iteration: the L span rows through every layer against
+a cached context of N keys, the LM head, and the unmask-select over the L rows.
+
+Batch-1 decoding is memory-bound, so the floor is the weight-read bound: every weight byte
+read once per step at the GPU's memory bandwidth (the KV cache read is reported beside it).
+Variants: torch reference vs kernels, each eager and (on CUDA) replayed from a CUDA graph,
+which removes the per-op launch cost that dominates an eager batch-1 step.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from contextlib import contextmanager
+
+import torch
+
+from dllm_lsp.arch.embedded import EmbeddedConfig, EmbeddedModel
+from dllm_lsp.arch.layers import RMSNorm
+from dllm_lsp.kernels.unmask_select import unmask_select
+
+from .kernel_cases import kernels_runnable, median_ms
+
+DREAM_7B = dict(vocab_size=152064, dim=3584, n_layers=28, n_heads=28, n_kv_heads=4, ffn_dim=18944,
+                max_positions=32768, rope_theta=1e6)
+QUICK_SHAPE = dict(vocab_size=97, dim=32, n_layers=2, n_heads=4, n_kv_heads=1, ffn_dim=48)
+
+
+@contextmanager
+def kernel_mode(mode: str):
+    """Route every dispatch function through one path ("triton" or "reference") for a while."""
+    before = os.environ.get("DLLM_LSP_KERNELS")
+    os.environ["DLLM_LSP_KERNELS"] = mode
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("DLLM_LSP_KERNELS", None)
+        else:
+            os.environ["DLLM_LSP_KERNELS"] = before
+
+
+def build_model(cfg: EmbeddedConfig, device: torch.device, dtype: torch.dtype) -> EmbeddedModel:
+    """Random weights straight on the device in `dtype` (no fp32 copy of 7B parameters)."""
+    with torch.device("meta"):
+        model = EmbeddedModel(cfg)
+    model = model.to(dtype).to_empty(device=device)
+    with torch.no_grad():
+        model.init_weights()
+        for module in model.modules():
+            if isinstance(module, RMSNorm):
+                module.weight.fill_(1.0)
+    # Rotary frequencies live on the CPU; keeping them on the device avoids a copy per step
+    # (and makes the step capturable in a CUDA graph).
+    model.rotary.inv_freq = model.rotary.inv_freq.to(device)
+    return model.eval()
+
+
+def weight_bytes(model: EmbeddedModel) -> int:
+    """Bytes one step reads: every parameter once (the tied embedding is read whole as the LM head)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def make_step(model: EmbeddedModel, n_ctx: int, span_len: int) -> Callable[[], object]:
+    cfg = model.cfg
+    device, dtype = model.embed.weight.device, model.embed.weight.dtype
+    g = torch.Generator(device=device).manual_seed(0)
+    context = [tuple(torch.randn(1, cfg.n_kv_heads, n_ctx, cfg.head_dim, generator=g, device=device).to(dtype)
+                     for _ in range(2)) for _ in range(cfg.n_layers)]
+    span_ids = torch.full((1, span_len), cfg.mask_token_id, device=device)
+    span_positions = torch.arange(n_ctx, n_ctx + span_len, device=device)
+
+    def step():
+        logits = model.span_logits(span_ids, span_positions, context)
+        return unmask_select(logits[0], 0.0, None)
+
+    step.kv_bytes = sum(k.numel() * k.element_size() * 2 for k, _ in context)
+    return step
+
+
+def cuda_graph(fn: Callable[[], object]) -> Callable[[], None]:
+    """Capture fn (after warm-up on a side stream, which also compiles the Triton kernels)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+def profile_top_ops(fn: Callable[[], object], device: torch.device, top: int = 12) -> list[dict]:
+    """Where a step's time goes: the ops with the largest self time (device time on CUDA)."""
+    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    fn()
+    with profile(activities=activities) as prof:
+        for _ in range(3):
+            fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    events = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0.0), reverse=True)[:top]
+    return [{"op": e.key, "calls_per_step": e.count / 3, "self_ms_per_step": round(getattr(e, key, 0.0) / 3e3, 4)}
+            for e in events]
+
+
+def bench_step(device: torch.device, quick: bool, n_ctx: int, span_len: int, bandwidth: float | None,
+               profile: bool = False) -> dict:
+    dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
+    shape = QUICK_SHAPE if quick else DREAM_7B
+    cfg = EmbeddedConfig(**shape)
+    model = build_model(cfg, device, dtype)
+    step = make_step(model, n_ctx, span_len)
+    weights = weight_bytes(model)
+    result = {
+        "model": {**shape, "head_dim": cfg.head_dim, "tied_head": True, "weights": "random",
+                  "parameters": model.num_parameters(), "dtype": str(dtype).removeprefix("torch.")},
+        "context_tokens": n_ctx, "span_tokens": span_len, "batch": 1, "temperature": 0.0,
+        "weight_bytes": weights, "kv_cache_bytes": step.kv_bytes,
+        "bandwidth_bytes_per_s": bandwidth,
+        "weight_read_bound_ms": round(weights / bandwidth * 1e3, 4) if bandwidth else None,
+        "weight_and_kv_read_bound_ms": round((weights + step.kv_bytes) / bandwidth * 1e3, 4) if bandwidth else None,
+        "variants": [],
+    }
+    modes = ["reference"] + (["triton"] if kernels_runnable(device) else [])
+    with torch.no_grad():
+        for mode in modes:
+            with kernel_mode(mode):
+                variants = [("eager", step)]
+                if device.type == "cuda":
+                    variants.append(("cuda_graph", cuda_graph(step)))
+                for how, fn in variants:
+                    ms = median_ms(fn, device, quick)
+                    bound = result["weight_read_bound_ms"]
+                    result["variants"].append({
+                        "kernels": mode == "triton", "execution": how, "median_ms": round(ms, 4),
+                        "x_weight_read_bound": round(ms / bound, 3) if bound else None,
+                    })
+                if profile:
+                    result.setdefault("profile", {})[mode] = profile_top_ops(step, device)
+        if len(modes) == 2:
+            with kernel_mode("reference"):
+                want = step()
+            with kernel_mode("triton"):
+                got = step()
+            result["greedy_tokens_agree"] = float((got.token == want.token).float().mean())
+    return result
