@@ -22,8 +22,7 @@ from dataclasses import dataclass
 
 from .documents import DocumentSnapshot
 from .languages import LanguageFacts
-from .lines import (detect_indent_unit, indent_width, leading_ws, line_bounds, next_nonblank_line,
-                    previous_nonblank_line)
+from .lines import detect_indent_unit, indent_width, leading_ws, line_bounds, next_nonblank_line, previous_nonblank_line
 from .syntax import BLOCK_NODE_TYPES, PYTHON_HEADER_TYPES, in_comment_or_string, string_around, token_at
 
 MULTI_LINE_KINDS = frozenset({"block_body", "line"})
