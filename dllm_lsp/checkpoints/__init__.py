@@ -29,7 +29,7 @@ def load_checkpoint(folder: Path, config: dict, device: torch.device, *, dtype: 
     from .denoiser import CheckpointDenoiser, default_dtype  # noqa: PLC0415
     from .dreamon import DreamOnDenoiser  # noqa: PLC0415
     from .families import (  # noqa: PLC0415
-        max_context, model_config, read_generation_config, special_tokens, tensor_names,
+        delete_token, max_context, model_config, read_generation_config, special_tokens, tensor_names,
     )
     from .session import CacheSettings  # noqa: PLC0415
     from .tokenizer_files import load_tokenizer  # noqa: PLC0415
@@ -60,9 +60,14 @@ def load_checkpoint(folder: Path, config: dict, device: torch.device, *, dtype: 
     state = files.load(names, device, dtype)
     model.load_state_dict(state, strict=True, assign=True)
     model.rotary.inv_freq = model.rotary.inv_freq.to(device)
-    kind = DreamOnDenoiser if family is DREAMON else CheckpointDenoiser
-    return kind(model, tokens.tokenizer, special, family, folder.name, max_context(family, config),
-                CacheSettings(cache, refresh_every))
+    settings = CacheSettings(cache, refresh_every)
+    if family is DREAMON:
+        denoiser = DreamOnDenoiser(model, tokens.tokenizer, special, family, folder.name,
+                                   max_context(family, config), settings)
+        denoiser.delete_id = delete_token(config, generation, tokens, special)
+        return denoiser
+    return CheckpointDenoiser(model, tokens.tokenizer, special, family, folder.name, max_context(family, config),
+                              settings)
 
 
 def _may_be_qwen2(config: dict) -> bool:

@@ -47,6 +47,7 @@ class Layout:
 
 class DreamOnDenoiser(CheckpointDenoiser):
     initial_masks = 8   # masks a slot starts with (DreamOn's demo starts from 4 and lets the model grow it)
+    delete_id: int | None = None    # set by the loader: delete_token_id, a <|delete|> token, or EOS
 
     def initial_layout(self, canvas: Canvas) -> Layout:
         ids = canvas.ids.tolist()
@@ -132,7 +133,8 @@ class DreamOnDenoiser(CheckpointDenoiser):
     def _apply(self, layout: Layout, flat: list[int], commit: list[bool]) -> bool:
         """Write this step's commits into the slots, then apply the delete and expand rules."""
         special = self.special
-        delete_ids = {special.eos_id, special.pad_id} - {None}
+        # The delete token, and EOS / pad: inside a span they all mean "no token here".
+        delete_ids = {self.delete_id, special.eos_id, special.pad_id} - {None}
         resized = False
         offset = 0
         for i, slot in enumerate(layout.slots):

@@ -24,6 +24,7 @@ from .architecture import BiConfig
 from .tokenizer_files import TokenizerFiles
 
 EXPAND_TOKEN = "<|expand|>"
+DELETE_TOKEN = "<|delete|>"
 
 
 @dataclass(frozen=True)
@@ -236,3 +237,14 @@ def special_tokens(family: Family, config: dict, generation: dict, tokens: Token
     if pad == mask:
         pad = None
     return SpecialTokens(mask_id=mask, pad_id=pad, eos_id=eos, bos_id=bos, expand_id=expand)
+
+
+def delete_token(config: dict, generation: dict, tokens: TokenizerFiles, special: SpecialTokens) -> int:
+    """DreamOn's delete token: `delete_token_id` if a config names one, a `<|delete|>` token, else EOS
+    (DreamOn-v0 pads the middle with EOS during training and deletes positions that predict it)."""
+    for source in (config, generation):
+        found = _first_id(source.get("delete_token_id"))
+        if found is not None:
+            return found
+    found = tokens.token_id(DELETE_TOKEN)
+    return found if found is not None else special.eos_id

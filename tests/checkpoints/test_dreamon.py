@@ -91,3 +91,11 @@ def test_candidates_and_streaming(tiny_checkpoints):
                               DecodeSettings(steps=4, n=2, temperature=0.8, threshold=0.5), on_step=states.append)
     assert len(result.candidates) == 2 and all(len(c) == 1 for c in result.candidates)
     assert states and states[-1].masked_left == 0
+
+
+def test_delete_token_comes_from_the_generation_config(tiny_checkpoints):
+    import json
+
+    d = dreamon(tiny_checkpoints)
+    generation = json.loads((tiny_checkpoints["dreamon"] / "generation_config.json").read_text())
+    assert d.delete_id == generation["delete_token_id"] == d.special.eos_id
