@@ -55,6 +55,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--span", type=int, default=32)
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--runs", type=int, default=None, help="timed repetitions (default 10; 2 with --quick)")
+    p.add_argument("--refresh-every", type=int, default=0,
+                   help="dual cache: full pass every N steps (default 0: only the first step)")
     return p.parse_args(argv)
 
 
@@ -79,8 +81,8 @@ def timed(fn, device: torch.device, runs: int, warmup: int = 1) -> list[float]:
 def random_model(cfg: BiConfig, device: torch.device, dtype: torch.dtype, seed: int = 0) -> BidirectionalLM:
     """Built on the meta device, then materialised and initialised on `device` (no host copy of 15 GB)."""
     with torch.device("meta"):
-        model = BidirectionalLM(cfg)
-    model = model.to_empty(device=device).to(dtype)
+        model = BidirectionalLM(cfg).to(dtype)
+    model = model.to_empty(device=device)      # allocated once, already in `dtype`
     generator = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -177,7 +179,7 @@ def run(args: argparse.Namespace) -> dict:
     settings = fixed_steps(steps)
     results: dict[str, dict] = {}
     for mode in ("dual", "none"):
-        denoiser.cache = CacheSettings(mode, 0)
+        denoiser.cache = CacheSettings(mode, args.refresh_every if mode == "dual" else 0)
         outcome = {}
 
         def one_completion():
@@ -216,7 +218,7 @@ def run(args: argparse.Namespace) -> dict:
                   "ffn": cfg.ffn_dim, "vocab": cfg.vocab_size, "parameters": model.num_parameters(),
                   "weight_bytes": weight_bytes, "dtype": str(dtype).removeprefix("torch.")},
         "settings": {"context_tokens": context, "span_tokens": span, "steps": steps, "runs": runs,
-                     "tokens_per_step": span // steps, "refresh_every": 0},
+                     "tokens_per_step": span // steps, "refresh_every": args.refresh_every},
         "environment": environment(str(device)),
         "completion_ms": {
             "diffusion_dual_cache": round(dual_ms, 3),

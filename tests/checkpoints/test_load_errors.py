@@ -153,3 +153,9 @@ def test_unsupported_variant(fresh_copy):
     folder = fresh_copy("dream")
     edit_json(folder / "config.json", rope_scaling={"type": "yarn", "factor": 4})
     expect_error(folder, "rope_scaling")
+
+
+def test_corrupt_tokenizer_file(fresh_copy):
+    folder = fresh_copy("llada")
+    (folder / "tokenizer.json").write_text('{"version": "1.0", "model": 42}')
+    expect_error(folder, "tokenizer.json", "not a valid tokenizer file")
