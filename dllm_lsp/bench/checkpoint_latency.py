@@ -134,15 +134,17 @@ def autoregressive_decode(model: BidirectionalLM, context: torch.Tensor, new_tok
     def forward(ids: torch.Tensor, start: int) -> torch.Tensor:
         end = start + ids.shape[1]
         cos, sin = cos_all[start:end], sin_all[start:end]
-        h = model._embed(ids)
-        for i, layer in enumerate(model.layers):
-            q, k, v = layer.attn.qkv(layer.attn_norm(h), cos, sin)
+
+        def attend(i: int, layer, x: torch.Tensor) -> torch.Tensor:
+            q, k, v = layer.attn.qkv(x, cos, sin)
             cache_k[i][:, :, start:end] = k
             cache_v[i][:, :, start:end] = v
             keys, values = cache_k[i][:, :, :end], cache_v[i][:, :, :end]
             y = F.scaled_dot_product_attention(q, keys, values, is_causal=start == 0 and end > 1, enable_gqa=gqa)
-            h = h + layer.attn.out(y)
-            h = h + layer.mlp(layer.mlp_norm(h))
+            return layer.attn.out(y)
+
+        # The same fused block stack as the diffusion paths, so the comparison is like for like.
+        h = model._blocks(model._embed(ids), attend)
         return model.head(h[:, -1:]).argmax(-1)
 
     out = [forward(context[None].to(device), 0)]
@@ -202,8 +204,12 @@ def run(args: argparse.Namespace) -> dict:
     prefill = timed(lambda: autoregressive_decode(model, ctx_ids, 1), device, runs)
 
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    # A step reads every weight once, except the input embedding: only the active rows are gathered
+    # (with tied embeddings the table is read whole anyway, as the LM head).
+    embed = model.embed.weight
+    read_bytes = weight_bytes - (0 if cfg.tied_embeddings else embed.numel() * embed.element_size())
     bandwidth = memory_bandwidth_gbs(device, 64 if quick else 2048)
-    bound_ms = weight_bytes / (bandwidth * 1e9) * 1000
+    bound_ms = read_bytes / (bandwidth * 1e9) * 1000
     ar_ms = statistics.median(ar)
     ar_prefill_ms = statistics.median(prefill)
     dual_ms, none_ms = results["dual"]["median_ms"], results["none"]["median_ms"]
@@ -234,7 +240,8 @@ def run(args: argparse.Namespace) -> dict:
             "autoregressive_after_prefill": round(ar_decode_ms, 3),
         },
         "passes": {"dual": results["dual"], "none": results["none"]},
-        "weight_read_bound": {"measured_copy_bandwidth_gbs": round(bandwidth, 1), "bound_ms": round(bound_ms, 3),
+        "weight_read_bound": {"measured_copy_bandwidth_gbs": round(bandwidth, 1), "bytes_read_per_step": read_bytes,
+                              "bound_ms": round(bound_ms, 3),
                               "cached_step_over_bound": round(step_ms / bound_ms, 3)},
         "speedup": {
             "dual_vs_autoregressive": round(ar_ms / dual_ms, 3),
@@ -246,6 +253,9 @@ def run(args: argparse.Namespace) -> dict:
     figures["targets"] = {
         "diffusion_vs_autoregressive_at_least": TARGET_SPEEDUP_VS_AR,
         "met_speedup": figures["speedup"]["dual_vs_autoregressive"] >= TARGET_SPEEDUP_VS_AR,
+        # The same comparison without the context pass both sides share (the first full pass / the prefill).
+        "met_speedup_generation_only":
+            figures["speedup"]["generation_only_dual_vs_autoregressive"] >= TARGET_SPEEDUP_VS_AR,
         "cached_step_within_bound_factor": TARGET_STEP_VS_BOUND,
         "met_step_bound": step_ms / bound_ms <= TARGET_STEP_VS_BOUND,
         "meaningful": device.type == "cuda" and not quick,

@@ -21,7 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dllm_lsp.arch.layers import RMSNorm, Rotary, SwiGLU, apply_rotary
+from dllm_lsp.arch.layers import RMSNorm, Rotary, SwiGLU
+from dllm_lsp.kernels.rmsnorm import add_rms_norm, rms_norm
+from dllm_lsp.kernels.rope import apply_rotary
 from dllm_lsp.kernels.span_attention import span_attention
 
 KV = tuple[torch.Tensor, torch.Tensor]   # keys, values [B, Hkv, N, D], rotary already applied
@@ -120,29 +122,43 @@ class BidirectionalLM(nn.Module):
              keep_kv: bool = False) -> tuple[torch.Tensor, list[KV] | None]:
         """ids [B, T] at positions 0..T-1 -> hidden [B, T, D] (before the final norm), and KV if asked."""
         cos, sin = rope if rope is not None else self.cos_sin(torch.arange(ids.shape[1]))
-        h = self._embed(ids)
-        kvs: list[KV] | None = [] if keep_kv else None
-        for layer in self.layers:
-            a, kv = layer.attn.full(layer.attn_norm(h), cos, sin)
-            h = h + a
-            h = h + layer.mlp(layer.mlp_norm(h))
-            if kvs is not None:
+        kvs: list[KV] = []
+
+        def attend(i: int, layer: Block, x: torch.Tensor) -> torch.Tensor:
+            out, kv = layer.attn.full(x, cos, sin)
+            if keep_kv:
                 kvs.append(kv)
-        return h, kvs
+            return out
+
+        return self._blocks(self._embed(ids), attend), (kvs if keep_kv else None)
 
     @torch.no_grad()
     def cached(self, ids: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], context: list[KV]) -> torch.Tensor:
         """Active rows ids [B, A] (rope at their canvas positions) against cached context -> hidden [B, A, D]."""
         cos, sin = rope
-        h = self._embed(ids)
-        for layer, ctx in zip(self.layers, context):
-            h = h + layer.attn.cached(layer.attn_norm(h), cos, sin, ctx)
-            h = h + layer.mlp(layer.mlp_norm(h))
+        return self._blocks(self._embed(ids), lambda i, layer, x: layer.attn.cached(x, cos, sin, context[i]))
+
+    def _blocks(self, h: torch.Tensor, attend) -> torch.Tensor:
+        """The pre-norm residual stack, `h + attn(norm(h))` then `h + mlp(norm(h))` per block, with each
+        residual add fused into the next norm (one kernel instead of seven on CUDA; same rounding).
+
+        `attend(i, layer, normed)` is the attention of block i: full, cached, or causal with a KV cache.
+        """
+        layers = list(self.layers)
+        x = rms_norm(h, layers[0].attn_norm.weight, layers[0].attn_norm.eps)
+        for i, layer in enumerate(layers):
+            x, h = add_rms_norm(attend(i, layer, x), h, layer.mlp_norm.weight, layer.mlp_norm.eps)
+            out = layer.mlp(x)
+            if i + 1 < len(layers):
+                nxt = layers[i + 1].attn_norm
+                x, h = add_rms_norm(out, h, nxt.weight, nxt.eps)
+            else:
+                h = h + out
         return h
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         weight = self.embed.weight if self.lm_head is None else self.lm_head.weight
-        logits = F.linear(self.norm(hidden), weight)
+        logits = F.linear(rms_norm(hidden, self.norm.weight, self.norm.eps), weight)
         return logits * self.cfg.logit_scale if self.cfg.logit_scale != 1.0 else logits
 
     def num_parameters(self) -> int:
