@@ -16,7 +16,7 @@ from .languages import language_name, normalize_language_id, parser_for
 
 # Beyond this size the document is kept as text only and planned by line rules: a first parse
 # of tens of megabytes would stall the server for seconds.
-MAX_TREE_BYTES = 8_000_000
+MAX_TREE_BYTES = 2_000_000
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ MULTI_LINE_KINDS = frozenset({"block_body", "line"})
 
 _PAIRS = {"(": ")", "[": "]", "{": "}"}
 _QUOTES = "\"'`"
+_MAX_WORD = 200   # longer "words" (base64, minified blobs) are not identifiers being typed
 _WORD_BEFORE = re.compile(r"(?:[^\W\d]|\$)[\w$]*$")
 _LUA_FUNCTION_HEADER = re.compile(r"\bfunction\b[^()]*\([^()]*\)$")
 _FIRST_WORD = re.compile(r"\s*(?:async\s+)?(\w+)")
@@ -102,8 +103,9 @@ def _in_empty_string(snapshot: DocumentSnapshot, offset: int, before: str, after
 
 
 def _partial_word(before: str, facts: LanguageFacts) -> str:
+    before = before[-_MAX_WORD - 1:]   # bounded: a megabyte-long minified line must not cost more
     match = _WORD_BEFORE.search(before)
-    if match is None:
+    if match is None or len(match.group()) > _MAX_WORD:
         return ""
     if match.start() > 0 and (before[match.start() - 1].isalnum() or before[match.start() - 1] == "_"):
         return ""   # the tail of a number such as 0x1f or 1e5

@@ -118,6 +118,8 @@ def check_region(snapshot: DocumentSnapshot, start: int, end: int) -> tuple[int,
     lo = text.rfind("\n", 0, min(lo, start)) + 1
     newline = text.find("\n", max(hi, end))
     hi = len(text) if newline < 0 else newline
+    if hi - lo > 4 * REGION_LIMIT_BYTES:   # a huge line (minified code): a window around the edit
+        lo, hi = max(lo, start - REGION_LIMIT_BYTES // 2), min(hi, end + REGION_LIMIT_BYTES // 2)
     return lo, hi
 
 

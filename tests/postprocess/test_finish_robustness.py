@@ -36,3 +36,20 @@ def test_random_inputs_keep_the_contract(language_id):
         assert "<pad>" not in result
         if plan.single_line:
             assert "\n" not in result and result == result.rstrip()
+
+
+def test_megabyte_single_line_stays_cheap():
+    """Minified code: one 1 MB line. Planning and the parse check look at a window, not the line."""
+    import time
+
+    text = "var a=" + "x" * 400_000 + ";" + "f(1);g(2);" * 60_000 + "h();\n"
+    cursor = len(text) - 3
+    doc = ParsedDocument(text, "javascript")
+    start = time.perf_counter()
+    plan = plan_span(doc, cursor)
+    result = finish(plan, text, "3);")
+    elapsed = time.perf_counter() - start
+    assert plan.kind == "arguments" and result == "3"
+    assert elapsed < 0.5, elapsed
+    word = "y = " + "a" * 300_000
+    assert plan_span(ParsedDocument(word, "python"), len(word)).kind == "line_tail"   # not an identifier
