@@ -119,6 +119,13 @@ CASES = [
     ("lua", "local x = 1 +‸\n", "line_tail", "", True, LINE, "", None),
     ("lua", "-- if x then‸\n", "line_tail", "", True, LINE, "", None),
     ("lua", "local s = string.fo‸\n", "identifier", "fo", True, LINE, "", None),
+    # --- Non-ASCII text before the cursor: tree lookups must use byte offsets
+    ("python", "é = 1\nif é:‸\n", "block_body", "", False, MULTI, "    ", None),
+    ("python", 'd = {"日本": 1}; x = "‸"\n', "string", "", True, LINE, "", None),
+    ("javascript", 'const ü = "日本"; const o = {‸};\n', "arguments", "", True, LINE, "", None),
+    ("javascript", 'const ü = "日本"; function f() {‸}\n', "block_body", "", False, MULTI, "  ", ""),
+    ("rust", 'let s = "ñ"; let t = "‸";\n', "string", "", True, LINE, "", None),
+    ("lua", '-- ü\nlocal s = "ä" if x then‸\nend\n', "block_body", "", False, MULTI, "  ", None),
     # --- Unknown language: line rules only
     ("plaintext", "foo {\n‸\n}\n", "block_body", "", False, MULTI, "    ", None),
     ("plaintext", "key:‸\n", "block_body", "", False, MULTI, "    ", None),

@@ -49,6 +49,9 @@ ONE_LINE = [
     # a completion that breaks a clean parse is dropped
     ("python", "print(‸)\n", "a b c d", None),
     ("javascript", "foo(‸);\n", "a b c", None),
+    # non-ASCII text around the span (the parse check maps bytes back to characters)
+    ("python", 'x = "日本" + foo(‸)\n', "a, b)", "a, b"),
+    ("python", 'x = "日本" + foo(‸)\n', "a b c", None),
     # unknown language: no parse check, the text rules still apply
     ("plaintext", "call(‸)\n", "x y)", "x y"),
 ]
@@ -65,6 +68,7 @@ MULTI_LINE = [
     ("python", "def f():\n    ‸\n", "return )(", None),
     ("python", "def f():\n    ‸\n", "x = 1\ny = (", "x = 1"),
     ("python", "def f():\n    x = 1\n    ‸\n    return x\n", "x += 1\nreturn x\n", "x += 1"),
+    ("python", 'def f():\n    """ü"""\n    ‸\n', "x = 'é'\ny = (", "x = 'é'"),
     # braces: the closer the suffix has is trimmed, the completion's own closers are kept
     ("javascript", "function f() {‸}\n", "return 1;\n}", "\n  return 1;\n"),
     ("javascript", "function f() {\n  ‸\n}\n", "if (a) {\n    b();\n  }\n}", "if (a) {\n    b();\n  }"),
