@@ -1,0 +1,134 @@
+"""`dllm-lsp train {corpus,tokenizer,model,all,card}`: corpus -> tokenizer -> model folder.
+
+`all` runs the three steps into one work folder; each step can also be run (and re-run) alone.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .card import write_card
+from .corpus import CorpusOptions, build_corpus
+from .examples import LayoutOptions
+from .loop import TrainOptions, train
+from .objective import ObjectiveOptions
+from .presets import MODEL_KEYS, preset
+from .tokenizer_step import build_tokenizer, count_tokens
+
+REPO_EVAL = Path(__file__).resolve().parents[2].parent / "shared" / "eval" / "human-eval-infilling"
+
+
+def default_decontamination() -> list[Path]:
+    return sorted(REPO_EVAL.glob("*.jsonl*")) if REPO_EVAL.is_dir() else []
+
+
+def add_corpus_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--folder", action="append", type=Path, default=[],
+                   help="source folder (repeatable; default: this Python's stdlib and site-packages, npm globals)")
+    p.add_argument("--max-mb", type=float, default=None, help="stop after this many MB of kept text")
+    p.add_argument("--val-percent", type=float, default=2.0)
+    p.add_argument("--languages", default="python,javascript")
+    p.add_argument("--assume-license", default=None, help="SPDX license of plain folders given with --folder")
+    p.add_argument("--decontaminate", action="append", type=Path, default=None,
+                   help="benchmark jsonl(.gz) whose functions must not be in the corpus "
+                        "(default: every file in ../shared/eval/human-eval-infilling)")
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", default="cpu-small", help="tiny-test, cpu-small or gpu-30m")
+    for key in (*MODEL_KEYS, "seq_len", "max_slot", "batch_size", "warmup"):
+        p.add_argument(f"--{key.replace('_', '-')}", type=int, default=None)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--layout", choices=("causal_context", "bidirectional"), default="causal_context")
+    p.add_argument("--steps", type=int, default=None, help="step budget")
+    p.add_argument("--minutes", type=float, default=None, help="time budget (the schedule anneals to it)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA)")
+    p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes building batches")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
+    p.add_argument("--eval-every", type=int, default=200)
+    p.add_argument("--save-every", type=int, default=500)
+    p.add_argument("--weighting", choices=("masked_mean", "inv_t"), default="masked_mean")
+    p.add_argument("--ar-weight", type=float, default=0.5, help="weight of the causal LM loss on context tokens")
+    p.add_argument("--ar-fraction", type=float, default=0.25, help="share of context positions it scores")
+    p.add_argument("--save-dtype", choices=("bfloat16", "float32"), default="bfloat16")
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def corpus_options(a) -> CorpusOptions:
+    return CorpusOptions(folders=a.folder, max_bytes=int(a.max_mb * 1e6) if a.max_mb else None,
+                         val_percent=a.val_percent, languages=tuple(a.languages.split(",")),
+                         decontaminate=a.decontaminate if a.decontaminate is not None else default_decontamination(),
+                         assume_license=a.assume_license)
+
+
+def train_options(a, corpus: Path, tokenizer: Path, out: Path) -> TrainOptions:
+    p = preset(a.preset)
+    for key in (*MODEL_KEYS, "seq_len", "max_slot", "batch_size", "warmup", "lr"):
+        if getattr(a, key, None) is not None:
+            p[key] = getattr(a, key)
+    model = {k: p[k] for k in MODEL_KEYS if k != "vocab_size"}
+    model["attention_layout"] = a.layout
+    return TrainOptions(
+        corpus=corpus, out=out, tokenizer=tokenizer, model=model,
+        layout=LayoutOptions(seq_len=p["seq_len"], max_slot=p["max_slot"]),
+        objective=ObjectiveOptions(weighting=a.weighting, ar_weight=a.ar_weight, ar_fraction=a.ar_fraction),
+        batch_size=p["batch_size"], lr=p["lr"], warmup=p["warmup"], max_steps=a.steps, minutes=a.minutes,
+        device=a.device, compile=a.compile, workers=a.workers, threads=a.threads, eval_every=a.eval_every,
+        save_every=a.save_every, seed=a.seed, save_dtype=a.save_dtype, resume=a.resume,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="dllm-lsp train", description=__doc__)
+    sub = ap.add_subparsers(dest="step", required=True)
+    c = sub.add_parser("corpus", help="collect, filter, deduplicate and split source files")
+    c.add_argument("--out", type=Path, required=True)
+    add_corpus_args(c)
+    t = sub.add_parser("tokenizer", help="train the byte-level BPE tokenizer on a corpus")
+    t.add_argument("--corpus", type=Path, required=True)
+    t.add_argument("--out", type=Path, required=True, help="tokenizer.json to write")
+    t.add_argument("--vocab-size", type=int, default=8192)
+    m = sub.add_parser("model", help="train a model folder on a corpus with a tokenizer")
+    m.add_argument("--corpus", type=Path, required=True)
+    m.add_argument("--tokenizer", type=Path, required=True)
+    m.add_argument("--out", type=Path, required=True, help="model folder to write")
+    add_model_args(m)
+    al = sub.add_parser("all", help="corpus, tokenizer and model into WORK/{corpus,tokenizer.json} and --out")
+    al.add_argument("--work", type=Path, required=True)
+    al.add_argument("--out", type=Path, required=True)
+    add_corpus_args(al)
+    add_model_args(al)
+    cd = sub.add_parser("card", help="write MODEL_CARD.md from training.json, corpus stats and eval results")
+    cd.add_argument("--model", type=Path, required=True)
+    cd.add_argument("--corpus", type=Path, default=None, help="corpus folder whose stats.json to record")
+    cd.add_argument("--eval", type=Path, action="append", default=[], help="eval JSON (--out of dllm-lsp eval)")
+    cd.add_argument("--title", default=None)
+    cd.add_argument("--preamble", type=Path, default=None, help="markdown put under the title")
+    cd.add_argument("--closing", type=Path, default=None, help="markdown put at the end")
+    a = ap.parse_args(argv)
+    try:
+        if a.step == "corpus":
+            print(json.dumps(build_corpus(corpus_options(a), a.out), indent=2))
+        elif a.step == "tokenizer":
+            tok = build_tokenizer(a.corpus, a.out, a.vocab_size)
+            print(json.dumps({"vocab": tok.get_vocab_size(), "tokens": count_tokens(a.corpus, tok)}))
+        elif a.step == "model":
+            train(train_options(a, a.corpus, a.tokenizer, a.out))
+        elif a.step == "card":
+            path = write_card(a.model, a.corpus, a.eval, a.title or a.model.name,
+                              a.preamble.read_text() if a.preamble else "", a.closing.read_text() if a.closing else "")
+            print(path)
+        else:
+            corpus, tok_path = a.work / "corpus", a.work / "tokenizer.json"
+            build_corpus(corpus_options(a), corpus)
+            vocab = a.vocab_size or preset(a.preset)["vocab_size"]
+            count_tokens(corpus, build_tokenizer(corpus, tok_path, vocab))
+            train(train_options(a, corpus, tok_path, a.out))
+    except (ValueError, OSError, KeyError) as exc:
+        print(f"dllm-lsp train: {exc}", file=sys.stderr)
+        return 2
+    return 0

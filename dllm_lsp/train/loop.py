@@ -1,0 +1,192 @@
+"""The training loop: AdamW, warmup + cosine decay over a step or time budget, bf16 autocast and
+torch.compile on CUDA, periodic validation loss and checkpoints (the model folder is always
+loadable), a JSON-lines log kept beside the model.
+"""
+from __future__ import annotations
+
+import json
+import math
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+from torch.utils.data import DataLoader
+
+from dllm_lsp.arch.embedded import EmbeddedConfig, EmbeddedModel
+from dllm_lsp.arch.tokenizer import special_ids
+
+from .data import SpanBatches, fixed_batches, load_files
+from .examples import LayoutOptions
+from .folder import save_model_folder
+from .objective import ObjectiveOptions, diffusion_loss
+
+
+@dataclass
+class TrainOptions:
+    corpus: Path
+    out: Path
+    tokenizer: Path
+    model: dict = field(default_factory=dict)     # EmbeddedConfig fields
+    layout: LayoutOptions = field(default_factory=LayoutOptions)
+    objective: ObjectiveOptions = field(default_factory=ObjectiveOptions)
+    batch_size: int = 16
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.1
+    warmup: int = 100
+    weight_decay: float = 0.1
+    max_steps: int | None = None
+    minutes: float | None = None
+    device: str = "auto"
+    compile: bool = False
+    workers: int = 0
+    threads: int | None = None
+    eval_every: int = 200
+    eval_batches: int = 8
+    save_every: int = 500
+    seed: int = 0
+    save_dtype: str = "bfloat16"
+    resume: bool = False
+
+
+def lr_at(progress: float, step: int, opts: TrainOptions) -> float:
+    if step < opts.warmup:
+        return opts.lr * (step + 1) / opts.warmup
+    cos = 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+    return opts.lr * (opts.min_lr_ratio + (1 - opts.min_lr_ratio) * cos)
+
+
+def hardware(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+@torch.no_grad()
+def validate(model, batches, opts: TrainOptions, device, autocast) -> dict[str, float]:
+    model.eval()
+    gen = torch.Generator(device=device).manual_seed(1234)   # same masks every time: comparable losses
+    totals: dict[str, float] = {}
+    for ids, is_span, ar in batches:
+        with autocast():
+            out = diffusion_loss(model, ids.to(device), is_span.to(device), ar.to(device), opts.objective, gen)
+        for k, v in out.items():
+            totals[k] = totals.get(k, 0.0) + float(v)
+    model.train()
+    return {f"val_{k}": v / len(batches) for k, v in totals.items()}
+
+
+def train(opts: TrainOptions, log=print) -> dict:
+    if opts.max_steps is None and opts.minutes is None:
+        raise ValueError("give a step budget (--steps) or a time budget (--minutes)")
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
+    device = torch.device("cuda" if opts.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if opts.device == "auto" else opts.device))
+    torch.manual_seed(opts.seed)
+    tokenizer = Tokenizer.from_file(str(opts.tokenizer))
+    specials = special_ids(tokenizer)
+    cfg = EmbeddedConfig(**{**opts.model, "vocab_size": tokenizer.get_vocab_size(),
+                            "max_positions": opts.layout.seq_len, "mask_token_id": specials["mask"],
+                            "pad_token_id": specials["pad"], "eos_token_id": specials["eos"]})
+    model = EmbeddedModel(cfg).to(device)
+    out = Path(opts.out)
+    out.mkdir(parents=True, exist_ok=True)
+    state_path = out.parent / f".{out.name}.train_state.pt"   # optimizer state: kept outside the shipped folder
+
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    optim = torch.optim.AdamW([{"params": decay, "weight_decay": opts.weight_decay},
+                               {"params": no_decay, "weight_decay": 0.0}],
+                              lr=opts.lr, betas=(0.9, 0.95), fused=device.type == "cuda")
+    step, tokens, elapsed_before = 0, 0, 0.0
+    if opts.resume and state_path.is_file():
+        state = torch.load(state_path, map_location=device, weights_only=True)
+        model.load_state_dict(state["model"])
+        optim.load_state_dict(state["optim"])
+        step, tokens, elapsed_before = state["step"], state["tokens"], state["elapsed"]
+        log(f"resumed at step {step}")
+
+    min_bytes = opts.layout.seq_len * 3
+    train_files = load_files(opts.corpus, "train", min_bytes)
+    val_files = load_files(opts.corpus, "val", min_bytes)
+    pad = specials["pad"]
+    train_ds = SpanBatches(train_files, str(opts.tokenizer), pad, opts.batch_size, opts.layout, opts.seed + step)
+    val_ds = SpanBatches(val_files or train_files[:50], str(opts.tokenizer), pad, opts.batch_size, opts.layout, 999)
+    val_batches = fixed_batches(val_ds, opts.eval_batches)
+    loader = iter(DataLoader(train_ds, batch_size=None, num_workers=opts.workers,
+                             pin_memory=device.type == "cuda", persistent_workers=opts.workers > 0))
+
+    use_bf16 = device.type == "cuda"
+    def autocast():
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_bf16)
+    step_model = torch.compile(model) if opts.compile else model
+    n_params = model.num_parameters()
+    log(f"model: {n_params / 1e6:.2f}M parameters on {hardware(device)}; {len(train_files)} train files")
+    log_path = out / "train_log.jsonl"
+    log_fh = open(log_path, "a" if opts.resume else "w", encoding="utf-8")
+    save_dtype = getattr(torch, opts.save_dtype)
+    best_val = math.inf
+    t_start = time.time()
+    last_val: dict[str, float] = {}
+
+    def checkpoint(final: bool = False) -> None:
+        elapsed = elapsed_before + time.time() - t_start
+        summary = {
+            "parameters": n_params, "steps": step, "tokens": tokens, "seconds": round(elapsed, 1),
+            "hardware": hardware(device), "torch": torch.__version__, "bf16_autocast": use_bf16,
+            "compile": opts.compile, "final": final, **last_val,
+            "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()},
+        }
+        # Recorded for the engine and eval: the canvas and slot sizes the model was trained on.
+        layout = {"seq_len": opts.layout.seq_len, "max_slot": opts.layout.max_slot}
+        save_model_folder(model, opts.tokenizer, out, save_dtype, extra_config={"training": layout})
+        (out / "training.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        torch.save({"model": model.state_dict(), "optim": optim.state_dict(), "step": step,
+                    "tokens": tokens, "elapsed": elapsed}, state_path)
+
+    model.train()
+    while True:
+        elapsed = elapsed_before + time.time() - t_start
+        progress = max(step / opts.max_steps if opts.max_steps else 0.0,
+                       elapsed / (opts.minutes * 60) if opts.minutes else 0.0)
+        if progress >= 1.0:
+            break
+        lr = lr_at(progress, step, opts)
+        for group in optim.param_groups:
+            group["lr"] = lr
+        ids, is_span, ar = (x.to(device, non_blocking=True) for x in next(loader))
+        with autocast():
+            losses = diffusion_loss(step_model, ids, is_span, ar, opts.objective)
+        optim.zero_grad(set_to_none=True)
+        losses["loss"].backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optim.step()
+        step += 1
+        tokens += ids.numel()
+        if step % 10 == 0 or step == 1:
+            rec = {"step": step, "tokens": tokens, "elapsed_s": round(elapsed, 1), "lr": lr,
+                   "grad_norm": round(float(grad_norm), 3),
+                   **{k: round(float(v.detach()), 4) for k, v in losses.items()}}
+            log_fh.write(json.dumps(rec) + "\n")
+            log_fh.flush()
+            if step % 50 == 0 or step == 1:
+                log(json.dumps(rec))
+        if step % opts.eval_every == 0:
+            last_val = validate(model, val_batches, opts, device, autocast)
+            rec = {"step": step, "tokens": tokens, "elapsed_s": round(elapsed, 1),
+                   **{k: round(v, 4) for k, v in last_val.items()}}
+            log_fh.write(json.dumps(rec) + "\n")
+            log_fh.flush()
+            log(json.dumps(rec))
+            best_val = min(best_val, last_val["val_diffusion"])
+        if step % opts.save_every == 0:
+            checkpoint()
+    last_val = validate(model, val_batches, opts, device, autocast)
+    log_fh.write(json.dumps({"step": step, "tokens": tokens, **{k: round(v, 4) for k, v in last_val.items()}}) + "\n")
+    log_fh.close()
+    checkpoint(final=True)
+    log(f"done: {step} steps, {tokens} tokens, {last_val}")
+    return json.loads((out / "training.json").read_text())

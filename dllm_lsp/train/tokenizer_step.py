@@ -1,0 +1,45 @@
+"""Train the byte-level BPE tokenizer on the corpus' train split and count the corpus' tokens."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from dllm_lsp.arch.tokenizer import special_ids, train_tokenizer
+
+from .corpus import iter_records
+
+
+def build_tokenizer(corpus_dir: Path, out_path: Path, vocab_size: int) -> Tokenizer:
+    if not 259 <= vocab_size <= 65536:
+        raise ValueError(f"vocab size {vocab_size} must lie in [259, 65536] (256 bytes + 3 specials at least)")
+    texts = (r["text"] for r in iter_records(corpus_dir, "train"))
+    tokenizer = train_tokenizer(texts, vocab_size)
+    special_ids(tokenizer)   # raises if a special token went missing
+    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(out_path))
+    return tokenizer
+
+
+def count_tokens(corpus_dir: Path, tokenizer: Tokenizer, batch: int = 256) -> dict[str, int]:
+    """Tokens per split, written into the corpus' stats.json for the model card."""
+    counts: dict[str, int] = {}
+    for split in ("train", "val"):
+        total, texts = 0, []
+        for rec in iter_records(corpus_dir, split):
+            texts.append(rec["text"])
+            if len(texts) == batch:
+                total += sum(len(e.ids) for e in tokenizer.encode_batch(texts, add_special_tokens=False))
+                texts = []
+        if texts:
+            total += sum(len(e.ids) for e in tokenizer.encode_batch(texts, add_special_tokens=False))
+        counts[split] = total
+    stats_path = Path(corpus_dir) / "stats.json"
+    if stats_path.is_file():
+        stats = json.loads(stats_path.read_text())
+        for split, n in counts.items():
+            stats.setdefault(split, {})["tokens"] = n
+        stats["tokenizer_vocab"] = tokenizer.get_vocab_size()
+        stats_path.write_text(json.dumps(stats, indent=2) + "\n")
+    return counts

@@ -1,0 +1,80 @@
+import random
+
+import pytest
+import torch
+from tokenizers import Tokenizer
+
+from dllm_lsp.arch.tiny import sample_corpus
+from dllm_lsp.train.examples import IGNORE, LayoutOptions, build_example, sample_example
+from dllm_lsp.train.spans import FileSpans
+
+
+@pytest.fixture(scope="module")
+def tok(small_tokenizer_path) -> Tokenizer:
+    return Tokenizer.from_file(str(small_tokenizer_path))
+
+
+@pytest.fixture(scope="module")
+def fs() -> FileSpans:
+    text = max(sample_corpus(), key=len)
+    return FileSpans.analyse(text, "python")
+
+
+def enc(tok, text: bytes) -> list[int]:
+    return tok.encode(text.decode(), add_special_tokens=False).ids
+
+
+def short_line(tok, fs, max_tokens=16) -> tuple[int, int]:
+    for i in range(30, len(fs.line_starts) - 1):
+        a, b = fs.line_starts[i], fs.line_starts[i + 1]
+        if fs.data[a:b].strip() and len(enc(tok, fs.data[a:b])) <= max_tokens:
+            return a, b
+    raise AssertionError("no short line")
+
+
+def test_canvas_is_laid_out_like_the_engine_does(tok, fs):
+    opts = LayoutOptions(seq_len=128, max_slot=24)
+    span = short_line(tok, fs)
+    rng = random.Random(0)
+    for _ in range(10):
+        ex = build_example(fs, [span], tok, pad_id=1, opts=opts, rng=rng)
+        assert ex is not None and ex.ids.shape == (128,)
+        slot = ex.ids[ex.is_span].tolist()
+        middle = enc(tok, fs.data[span[0]:span[1]])
+        assert slot[:len(middle)] == middle and all(t == 1 for t in slot[len(middle):])
+        assert len(slot) <= 24
+        # The context right before the slot is the prefix text tokenized on its own.
+        start = int(ex.is_span.nonzero()[0])
+        prefix = enc(tok, fs.data[max(0, span[0] - 768):span[0]])
+        assert ex.ids[:start].tolist() == prefix[len(prefix) - start:]
+        # Causal-LM targets: the next context token, never across a slot, never inside one.
+        assert (ex.ar_target[ex.is_span] == IGNORE).all()
+        assert ex.ar_target[start - 1] == IGNORE
+        assert ex.ar_target[: start - 1].tolist() == ex.ids[1:start].tolist()
+
+
+def test_slots_are_sometimes_exactly_full(tok, fs):
+    opts = LayoutOptions(seq_len=128, max_slot=24, full_slot_prob=0.5)
+    rng = random.Random(1)
+    span = short_line(tok, fs)
+    full = [int((build_example(fs, [span], tok, 1, opts, rng).ids == 1).sum()) == 0 for _ in range(40)]
+    assert any(full) and not all(full)
+
+
+def test_too_long_spans_and_short_files_are_refused(tok, fs):
+    opts = LayoutOptions(seq_len=128, max_slot=4)
+    assert build_example(fs, [(fs.line_starts[10], fs.line_starts[30])], tok, 1, opts, random.Random(0)) is None
+    small = FileSpans.analyse("x = 1\ny = 2\n", "python")
+    assert build_example(small, [(0, 5)], tok, 1, LayoutOptions(seq_len=128), random.Random(0)) is None
+
+
+def test_sampled_examples_have_one_to_three_slots(tok, fs):
+    rng = random.Random(2)
+    opts = LayoutOptions(seq_len=192, max_slot=64)
+    n_slots = set()
+    for _ in range(60):
+        ex = sample_example(fs, tok, 1, opts, rng, tries=20)
+        assert ex is not None and ex.ids.shape == (192,)
+        edges = torch.diff(ex.is_span.int(), prepend=torch.zeros(1, dtype=torch.int32))
+        n_slots.add(int((edges == 1).sum()))
+    assert n_slots <= {1, 2, 3} and len(n_slots) >= 2

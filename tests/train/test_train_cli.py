@@ -1,0 +1,79 @@
+"""End to end on a tiny config: corpus -> tokenizer -> a few training steps -> a model folder
+the loader and engine use, and a model card built from the run's own records."""
+import json
+from pathlib import Path
+
+import pytest
+
+from dllm_lsp.arch.tiny import sample_corpus
+from dllm_lsp.engine.engine import Engine
+from dllm_lsp.engine.types import InfillRequest
+from dllm_lsp.loader import load_model
+from dllm_lsp.train.cli import main
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("train")
+    src = root / "src"
+    src.mkdir()
+    for i, text in enumerate(sample_corpus()):
+        (src / f"m{i}.py").write_text(text)
+    work, out = root / "work", root / "model"
+    rc = main(["all", "--work", str(work), "--out", str(out), "--folder", str(src), "--assume-license", "MIT",
+               "--val-percent", "20", "--preset", "tiny-test", "--steps", "6", "--eval-every", "3",
+               "--save-every", "3", "--threads", "1"])
+    assert rc == 0
+    return work, out
+
+
+def test_pipeline_writes_a_loadable_model_folder(trained):
+    work, out = trained
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "train_log.jsonl", "training.json"):
+        assert (out / name).is_file(), name
+    config = json.loads((out / "config.json").read_text())
+    assert config["max_positions"] == 128 and config["training"] == {"seq_len": 128, "max_slot": 32}
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert any("val_diffusion" in rec for rec in log) and any("loss" in rec for rec in log)
+    summary = json.loads((out / "training.json").read_text())
+    assert summary["steps"] == 6 and summary["tokens"] == 6 * 4 * 128 and summary["final"]
+    stats = json.loads((work / "corpus" / "stats.json").read_text())
+    assert stats["train"]["tokens"] > 0 and stats["tokenizer_vocab"] == 512
+
+    denoiser = load_model(out, "cpu")
+    result = Engine(denoiser).infill(InfillRequest.single("def add(a, b):\n", "\n", 8))
+    assert result.steps >= 1 and isinstance(result.text, str)
+
+
+def test_resume_continues_the_step_count(trained):
+    work, out = trained
+    rc = main(["model", "--corpus", str(work / "corpus"), "--tokenizer", str(work / "tokenizer.json"),
+               "--out", str(out), "--preset", "tiny-test", "--steps", "8", "--resume", "--threads", "1"])
+    assert rc == 0
+    assert json.loads((out / "training.json").read_text())["steps"] == 8
+
+
+def test_card_is_built_from_the_records(trained, tmp_path):
+    work, out = trained
+    evaluation = {"benchmark": "single-line", "unknown_slot_tokens": 32, "settings": {"steps": 8, "threshold": 0.9},
+                  "device": "cpu", "length_gap_points": 1.0,
+                  "modes": {"unknown": {"tasks": 10, "passed": 2, "pass@1": 0.2, "mean_steps": 5.0,
+                                        "tokens_per_step": 1.5, "mean_latency_ms": 12.0}}}
+    ev = tmp_path / "eval.json"
+    ev.write_text(json.dumps(evaluation))
+    assert main(["card", "--model", str(out), "--corpus", str(work / "corpus"), "--eval", str(ev),
+                 "--title", "tiny test model"]) == 0
+    card = (out / "MODEL_CARD.md").read_text()
+    assert card.startswith("# tiny test model")
+    assert "20.0% (2/10)" in card and "MIT" in card and "causal_context" in card
+    assert (out / "corpus_stats.json").is_file()
+
+
+def test_bad_input_gives_clear_errors(tmp_path, capsys):
+    assert main(["corpus", "--out", str(tmp_path / "c"), "--folder", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["model", "--corpus", str(tmp_path), "--tokenizer", str(tmp_path / "t.json"),
+                 "--out", str(tmp_path / "m"), "--preset", "nope", "--steps", "1"]) == 2
+    assert "unknown preset" in capsys.readouterr().err
+    assert main(["tokenizer", "--corpus", str(tmp_path), "--out", str(tmp_path / "t.json"), "--vocab-size", "100"]) == 2
+    assert "vocab size" in capsys.readouterr().err
