@@ -91,7 +91,7 @@ def random_model(cfg: BiConfig, device: torch.device, dtype: torch.dtype, seed: 
             else:
                 p.normal_(0.0, 0.02, generator=generator)
     model.rotary.inv_freq = model.rotary.inv_freq.to(device)
-    return model.eval()
+    return model.fuse_projections().eval()     # the layout load_checkpoint serves with
 
 
 def bench_denoiser(model: BidirectionalLM, cfg: BiConfig) -> CheckpointDenoiser:

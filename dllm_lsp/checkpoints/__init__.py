@@ -59,6 +59,8 @@ def load_checkpoint(folder: Path, config: dict, device: torch.device, *, dtype: 
     dtype = dtype or default_dtype(device)
     state = files.load(names, device, dtype)
     model.load_state_dict(state, strict=True, assign=True)
+    del state
+    model.fuse_projections()
     model.rotary.inv_freq = model.rotary.inv_freq.to(device)
     settings = CacheSettings(cache, refresh_every)
     if family is DREAMON:
