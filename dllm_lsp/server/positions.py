@@ -31,7 +31,7 @@ def offset_in_text(text: str, position: types.Position, codec: PositionCodec) ->
     starts = line_starts(text)
     if position.line >= len(starts):
         raise JsonRpcInvalidParams(
-            f"line {position.line} is past the end of {document.uri} ({len(starts)} lines)"
+            f"line {position.line} is past the end of the document ({len(starts)} lines)"
         )
     start = starts[position.line]
     end = starts[position.line + 1] - 1 if position.line + 1 < len(starts) else len(text)
