@@ -1,0 +1,95 @@
+"""`dllm-lsp eval humaneval-infilling --data FILE [--limit N] [--json]`: execute the benchmark."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from dllm_lsp.engine.engine import Engine
+from dllm_lsp.engine.types import DecodeSettings
+from dllm_lsp.loader import ModelLoadError, load_model, resolve_model_path
+
+from .infilling import MODES, evaluate
+from .tasks import benchmark_name, load_tasks, resolve_data, spread_subset
+
+
+def table(name: str, results) -> str:
+    rows = [f"| {name} | span length | pass@1 | passed | mean steps | tokens/step | ms/task |",
+            "|---|---|---|---|---|---|---|"]
+    for r in results:
+        rows.append(f"| | {r.mode} | {100 * r.pass_at_1:.1f}% | {r.passed}/{r.tasks} | {r.mean_steps:.1f} | "
+                    f"{r.tokens_per_step:.2f} | {r.mean_latency_ms:.0f} |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="dllm-lsp eval", description=__doc__)
+    sub = ap.add_subparsers(dest="bench", required=True)
+    h = sub.add_parser("humaneval-infilling", help="HumanEval-Infilling pass@1 (greedy), executed")
+    h.add_argument("--data", default="single-line",
+                   help="benchmark .jsonl(.gz), or single-line / multi-line / random-span / random-span-light "
+                        "(looked up in ../shared/eval/human-eval-infilling)")
+    h.add_argument("--model", default=None, help="model folder or shipped name (default: the shipped model)")
+    h.add_argument("--device", default="auto")
+    h.add_argument("--limit", type=int, default=None, help="evaluate N tasks spread evenly over the file")
+    h.add_argument("--modes", default="unknown,oracle", help="span-length settings: unknown, oracle or both")
+    h.add_argument("--max-tokens", type=int, default=None,
+                   help="slot size when the length is unknown (default: the model's trained max slot, else 64)")
+    h.add_argument("--steps", type=int, default=16, help="denoising step budget")
+    h.add_argument("--threshold", type=float, default=0.9, help="confidence to commit a token")
+    h.add_argument("--context", type=int, default=1024, help="context tokens kept around the slot")
+    h.add_argument("--timeout", type=float, default=10.0, help="seconds per program")
+    h.add_argument("--workers", type=int, default=2, help="programs executed in parallel")
+    h.add_argument("--json", action="store_true", help="print one JSON object (pass@1 = the headline figure)")
+    h.add_argument("--out", type=Path, default=None, help="also write the full results (with completions) here")
+    a = ap.parse_args(argv)
+    modes = [m.strip() for m in a.modes.split(",") if m.strip()]
+    try:
+        bad = [m for m in modes if m not in MODES]
+        if bad or not modes:
+            raise ValueError(f"--modes takes {' and/or '.join(MODES)}, not {a.modes!r}")
+        path = resolve_data(a.data)
+        tasks = spread_subset(load_tasks(path), a.limit)
+        settings = DecodeSettings(steps=a.steps, threshold=a.threshold)
+        denoiser = load_model(a.model, a.device)
+    except (ValueError, ModelLoadError) as exc:
+        print(f"dllm-lsp eval: {exc}", file=sys.stderr)
+        return 2
+    unknown = a.max_tokens or trained_max_slot(resolve_model_path(a.model))
+    engine = Engine(denoiser, context_tokens=a.context)
+    log = None if a.json else (lambda msg: print(msg, file=sys.stderr))
+    results = [evaluate(engine, tasks, m, settings, unknown, a.timeout, a.workers, log) for m in modes]
+    name = benchmark_name(path)
+    by_mode = {r.mode: r for r in results}
+    headline = by_mode.get("unknown", results[0])
+    summary = {
+        "benchmark": name, "data": str(path), "model": denoiser.name, "device": str(denoiser.device),
+        "pass@1": round(headline.pass_at_1, 4), "tasks": len(tasks), "unknown_slot_tokens": unknown,
+        "settings": {"steps": a.steps, "threshold": a.threshold, "context": a.context, "timeout": a.timeout},
+        "modes": {r.mode: r.to_json() for r in results},
+    }
+    if "unknown" in by_mode and "oracle" in by_mode:
+        summary["length_gap_points"] = round(100 * (by_mode["oracle"].pass_at_1 - by_mode["unknown"].pass_at_1), 1)
+    if a.out:
+        full = {**summary, "modes": {r.mode: r.to_json(with_samples=True) for r in results}}
+        a.out.write_text(json.dumps(full, indent=1) + "\n")
+    if a.json:
+        print(json.dumps(summary))
+    else:
+        print(table(name, results))
+        if "length_gap_points" in summary:
+            print(f"\nlength gap (oracle - unknown): {summary['length_gap_points']} points")
+    return 0
+
+
+def trained_max_slot(folder: Path) -> int:
+    """The longest slot the model saw in training (config.json "training"), else 64."""
+    cfg_path = Path(folder) / "config.json"
+    try:
+        training = json.loads(cfg_path.read_text()).get("training", {})
+    except (OSError, ValueError, AttributeError):
+        return 64
+    if isinstance(training, dict) and isinstance(training.get("max_slot"), int):
+        return training["max_slot"]
+    return 64

@@ -1,0 +1,87 @@
+"""HumanEval-Infilling tasks: loading, named benchmark files, and the program each completion runs as."""
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+FILES = {
+    "single-line": "HumanEval-SingleLineInfilling.jsonl.gz",
+    "multi-line": "HumanEval-MultiLineInfilling.jsonl.gz",
+    "random-span": "HumanEval-RandomSpanInfilling.jsonl.gz",
+    "random-span-light": "HumanEval-RandomSpanInfillingLight.jsonl.gz",
+}
+REQUIRED = ("task_id", "prompt", "suffix", "canonical_solution", "test", "entry_point")
+
+
+@dataclass(frozen=True)
+class Task:
+    task_id: str
+    prompt: str
+    suffix: str
+    canonical_solution: str
+    test: str
+    entry_point: str
+
+    def program(self, completion: str) -> str:
+        """The program that passes when it exits cleanly (the benchmark's own definition)."""
+        return f"{self.prompt}{completion}{self.suffix}\n{self.test}\n\ncheck({self.entry_point})\n"
+
+
+def default_data_dir() -> Path:
+    """`shared/eval/human-eval-infilling` beside the repository (CI and the dev checkout lay it out so)."""
+    repo = Path(__file__).resolve().parents[2]
+    return repo.parent / "shared" / "eval" / "human-eval-infilling"
+
+
+def resolve_data(spec: str) -> Path:
+    """A path, or a short name (single-line, multi-line, random-span, random-span-light)."""
+    if spec in FILES:
+        path = default_data_dir() / FILES[spec]
+        if not path.is_file():
+            raise ValueError(f"{spec}: {path} not found; pass the benchmark file with --data PATH")
+        return path
+    path = Path(spec).expanduser()
+    if not path.is_file():
+        raise ValueError(f"benchmark file {path} does not exist (or use one of: {', '.join(FILES)})")
+    return path
+
+
+def benchmark_name(path: Path) -> str:
+    for name, file in FILES.items():
+        if path.name == file:
+            return name
+    return path.name.split(".")[0]
+
+
+def load_tasks(path: Path) -> list[Task]:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    tasks: list[Task] = []
+    try:
+        with opener(path, "rt", encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}:{n}: not a JSON line: {exc}") from exc
+                missing = [k for k in REQUIRED if not isinstance(rec.get(k), str)]
+                if missing:
+                    raise ValueError(f"{path}:{n}: task lacks {', '.join(missing)}")
+                tasks.append(Task(**{k: rec[k] for k in REQUIRED}))
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read benchmark file {path}: {exc}") from exc
+    if not tasks:
+        raise ValueError(f"{path} holds no tasks")
+    return tasks
+
+
+def spread_subset(tasks: list[Task], limit: int | None) -> list[Task]:
+    """`limit` tasks evenly spaced over the file (the first N would cover only a few problems)."""
+    if limit is None or limit >= len(tasks):
+        return tasks
+    if limit < 1:
+        raise ValueError("--limit must be at least 1")
+    return [tasks[(i * len(tasks)) // limit] for i in range(limit)]

@@ -1,0 +1,54 @@
+import json
+
+import pytest
+
+from dllm_lsp.eval.cli import main
+
+TASKS = [
+    {"task_id": f"T/{i}", "prompt": "def value():\n    return ", "suffix": "\n", "canonical_solution": str(i),
+     "test": f"def check(f):\n    assert f() == {i}\n", "entry_point": "value"}
+    for i in range(3)
+]
+
+
+@pytest.fixture
+def data(tmp_path):
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("".join(json.dumps(t) + "\n" for t in TASKS))
+    return path
+
+
+def test_json_report_has_the_headline_and_both_length_settings(data, tiny_model_dir, capsys, tmp_path):
+    out = tmp_path / "full.json"
+    rc = main(["humaneval-infilling", "--data", str(data), "--model", str(tiny_model_dir), "--device", "cpu",
+               "--json", "--steps", "4", "--max-tokens", "6", "--out", str(out)])
+    assert rc == 0
+    report = json.loads(capsys.readouterr().out)
+    assert 0.0 <= report["pass@1"] <= 1.0 and report["tasks"] == 3 and report["unknown_slot_tokens"] == 6
+    assert set(report["modes"]) == {"unknown", "oracle"}
+    for mode in report["modes"].values():
+        assert mode["tasks"] == 3 and 1 <= mode["mean_steps"] <= 4
+        assert mode["passed"] == round(mode["pass@1"] * 3)
+    assert report["pass@1"] == report["modes"]["unknown"]["pass@1"]
+    assert report["length_gap_points"] == round(100 * (report["modes"]["oracle"]["pass@1"] - report["pass@1"]), 1)
+    full = json.loads(out.read_text())
+    samples = full["modes"]["oracle"]["samples"]
+    assert [s["task_id"] for s in samples] == ["T/0", "T/1", "T/2"]
+    assert all(isinstance(s["completion"], str) and isinstance(s["passed"], bool) for s in samples)
+
+
+def test_table_output_and_one_mode(data, tiny_model_dir, capsys):
+    rc = main(["humaneval-infilling", "--data", str(data), "--model", str(tiny_model_dir), "--device", "cpu",
+               "--modes", "oracle", "--steps", "2", "--limit", "2"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "| | oracle |" in out and "/2 |" in out and "unknown" not in out
+
+
+def test_bad_arguments_are_reported(data, tiny_model_dir, capsys, tmp_path):
+    assert main(["humaneval-infilling", "--data", str(tmp_path / "none.jsonl"), "--model", str(tiny_model_dir)]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["humaneval-infilling", "--data", str(data), "--model", str(tiny_model_dir), "--modes", "psychic"]) == 2
+    assert "--modes" in capsys.readouterr().err
+    assert main(["humaneval-infilling", "--data", str(data), "--model", str(tmp_path / "no-model")]) == 2
+    assert "does not exist" in capsys.readouterr().err

@@ -1,0 +1,73 @@
+import gzip
+import json
+
+import pytest
+
+from dllm_lsp.eval.execution import run_program, run_programs
+from dllm_lsp.eval.tasks import FILES, Task, default_data_dir, load_tasks, resolve_data, spread_subset
+
+TASK = Task("T/0", "def inc(x):\n    return ", "\n", "x + 1", "def check(f):\n    assert f(1) == 2\n", "inc")
+
+
+def test_program_is_prompt_completion_suffix_test_check():
+    assert TASK.program("x + 1") == "def inc(x):\n    return x + 1\n\ndef check(f):\n    assert f(1) == 2\n\n\ncheck(inc)\n"
+
+
+def test_execution_passes_fails_and_times_out():
+    assert run_program(TASK.program("x + 1"), 10).passed
+    wrong = run_program(TASK.program("x + 2"), 10)
+    assert not wrong.passed and "AssertionError" in wrong.reason
+    broken = run_program(TASK.program("x +"), 10)
+    assert not broken.passed and "SyntaxError" in broken.reason
+    slow = run_program("while True:\n    pass\n", 1)
+    assert slow == type(slow)(False, "timeout")
+
+
+def test_programs_run_in_their_own_folder():
+    # A program that litters its working folder must not affect the next one.
+    outcomes = run_programs(["import os\nassert not os.listdir('.') or os.listdir('.') == ['program.py']\n"
+                             "open('junk', 'w').write('x')\n"] * 3, 10, 2)
+    assert all(o.passed for o in outcomes)
+
+
+def write_jsonl(path, records, gz=False):
+    opener = gzip.open if gz else open
+    with opener(path, "wt", encoding="utf-8") as fh:
+        for r in records:
+            fh.write((r if isinstance(r, str) else json.dumps(r)) + "\n")
+
+
+def test_loading_checks_every_field(tmp_path):
+    good = {"task_id": "T/0", "prompt": "a", "suffix": "b", "canonical_solution": "c", "test": "d", "entry_point": "e"}
+    write_jsonl(tmp_path / "ok.jsonl.gz", [good, good], gz=True)
+    assert len(load_tasks(tmp_path / "ok.jsonl.gz")) == 2
+    write_jsonl(tmp_path / "missing.jsonl", [{k: v for k, v in good.items() if k != "test"}])
+    with pytest.raises(ValueError, match="lacks test"):
+        load_tasks(tmp_path / "missing.jsonl")
+    write_jsonl(tmp_path / "junk.jsonl", ["{not json"])
+    with pytest.raises(ValueError, match="not a JSON line"):
+        load_tasks(tmp_path / "junk.jsonl")
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(ValueError, match="no tasks"):
+        load_tasks(tmp_path / "empty.jsonl")
+    (tmp_path / "bad.jsonl.gz").write_bytes(b"not gzip")
+    with pytest.raises(ValueError, match="cannot read"):
+        load_tasks(tmp_path / "bad.jsonl.gz")
+    with pytest.raises(ValueError, match="does not exist"):
+        resolve_data(str(tmp_path / "nope.jsonl"))
+
+
+def test_limit_spreads_over_the_file():
+    tasks = [Task(f"T/{i}", "", "", "", "", "") for i in range(10)]
+    assert [t.task_id for t in spread_subset(tasks, 5)] == ["T/0", "T/2", "T/4", "T/6", "T/8"]
+    assert spread_subset(tasks, None) == tasks and spread_subset(tasks, 50) == tasks
+    with pytest.raises(ValueError, match="at least 1"):
+        spread_subset(tasks, 0)
+
+
+@pytest.mark.skipif(not (default_data_dir() / FILES["single-line"]).is_file(), reason="shared eval data absent")
+def test_canonical_solutions_pass_and_empty_ones_mostly_fail():
+    tasks = spread_subset(load_tasks(resolve_data("single-line")), 24)
+    assert len({t.task_id.split("/")[2] for t in tasks}) > 10    # many different problems
+    assert all(o.passed for o in run_programs([t.program(t.canonical_solution) for t in tasks], 20, 2))
+    assert sum(o.passed for o in run_programs([t.program("") for t in tasks], 20, 2)) <= 2
