@@ -141,4 +141,5 @@ class _Finder:
             indent=indent if not indent.strip() else "",
             owner_type=owner.type if owner is not None else None,
             owner_start=self.source.start(owner) if owner is not None else None,
+            outer_start=self.source.start(owner.parent) if owner is not None and owner.parent is not None else None,
         )

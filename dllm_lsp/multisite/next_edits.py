@@ -234,7 +234,7 @@ def call_sites(new: Source, change: Change, line_tokens: int) -> list[Site]:
         sites.append(Site(
             start=start, end=end, label=f"call site of {change.new_name}",
             single_line="\n" not in new.text[start:end], max_tokens=line_tokens,
-            owner_type=arguments.type, owner_start=new.start(arguments),
+            owner_type=arguments.type, owner_start=new.start(arguments), outer_start=new.start(arguments),
         ))
     return sites
 

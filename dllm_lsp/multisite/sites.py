@@ -31,6 +31,7 @@ class Site:
     indent: str = ""                  # indentation of the site's line: later lines of a fill use it
     owner_type: str | None = None     # type of the node that must still enclose the fill
     owner_start: int | None = None    # start offset of that node (before any fill)
+    outer_start: int | None = None    # start of the owner's parent: a block may grow back to it
 
     def __post_init__(self) -> None:
         if not 0 <= self.start <= self.end:
@@ -152,9 +153,12 @@ def syntax_problem(before: Source, after: Source, site: Site, edits: Sequence[Ou
     start = shifted(site.start, edits)
     end = start + len(edits[-1].new_text)
     owner_start = shifted(site.owner_start, edits)
+    # an earlier fill may have turned a comment before the block's first statement into code,
+    # so the block may now start earlier, but not before the node that holds it
+    outer_start = shifted(site.outer_start, edits) if site.outer_start is not None else owner_start
     node = after.smallest_node(start, end)
     for candidate in [node, *ancestors(node)]:
-        if candidate.type == site.owner_type and after.start(candidate) == owner_start:
+        if candidate.type == site.owner_type and outer_start <= after.start(candidate) <= owner_start:
             return None
     return f"the filled text leaves its {site.owner_type}"
 

@@ -101,3 +101,21 @@ def test_settle_wants_one_text_per_site():
 
 def test_language_without_grammar_has_no_holes():
     assert find_holes(Source("TODO: write\n", "plaintext"), 0, 0).holes == []
+
+
+def test_comment_hole_before_a_statement_hole_both_fill():
+    # tree-sitter leaves a block's leading comment outside the block; once it is filled with
+    # code the block starts earlier, which must not count as the second fill leaving it
+    text = "def f():\n    # TODO: a\n    pass\n"
+    holes = find_holes(Source(text, "python"), 0, 0).holes
+    assert [text[h.start:h.end] for h in holes] == ["# TODO: a", "pass"]
+    outcomes = settle(text, "python", holes, ["x = 1", "return x"])
+    assert [o.source for o in outcomes] == ["model", "model"]
+    assert apply_outcomes(text, outcomes) == "def f():\n    x = 1\n    return x\n"
+
+
+def test_fill_that_closes_the_block_early_is_kept():
+    text = "fn f() {\n    todo!()\n}\n"
+    holes = find_holes(Source(text, "rust"), 0, 0).holes
+    outcomes = settle(text, "rust", holes, ["1 }\nfn g() { 2"])
+    assert outcomes[0].source == "kept" and "leaves" in outcomes[0].reason
