@@ -63,15 +63,15 @@ def test_cli_infill_in_a_subprocess(tiny_checkpoints):
     assert reply["id"] == "a" and isinstance(reply["completion"], str)
 
 
-def test_cli_reports_a_broken_checkpoint_clearly(fresh_copy):
+def test_cli_reports_a_broken_checkpoint_clearly(fresh_copy, monkeypatch, capsys):
+    from dllm_lsp.cli import main
+
     folder = fresh_copy("llada")
     (folder / "model-00001-of-00002.safetensors").unlink()
-    proc = subprocess.run(
-        [sys.executable, "-m", "dllm_lsp", "infill", "--model", str(folder), "--device", "cpu"],
-        input="", capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 1
-    assert "model-00001-of-00002.safetensors" in proc.stderr and "Traceback" not in proc.stderr
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    assert main(["infill", "--model", str(folder), "--device", "cpu"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("dllm-lsp: error:") and "model-00001-of-00002.safetensors" in err
 
 
 @pytest.mark.timeout(240)
