@@ -10,6 +10,7 @@ expression is filled with one line.
 """
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -31,6 +32,9 @@ BLOCK_TYPES = frozenset({
 })
 PLACEHOLDER_MACROS = frozenset({"todo", "unimplemented"})
 DOC_COMMENT_PREFIXES = ("///", "//!", "/**")
+# Words every non-marker hole contains, and how far above the word its hole node can be.
+HOLE_WORDS = (r"\bpass\b", r"\.\.\.", r"\bNotImplementedError\b", r"\btodo\b", r"\bunimplemented\b")
+HOLE_DEPTH = 3
 
 
 @dataclass(frozen=True)
@@ -73,22 +77,30 @@ class _Finder:
         self.source = source
         self.marker = marker
         self.marker_word = re.compile(rf"(?<!\w){re.escape(marker)}(?!\w)")
+        self.words = re.compile("|".join([*HOLE_WORDS, rf"(?<!\w){re.escape(marker)}(?!\w)"]))
         self.span_tokens = span_tokens
         self.line_tokens = line_tokens
 
     def holes_in(self, scope: tree_sitter.Node, start: int, end: int) -> list[Site]:
-        holes: list[Site] = []
-        stack = [scope]
-        while stack and len(holes) < MAX_HOLES:
-            node = stack.pop()
-            node_start, node_end = self.source.start(node), self.source.end(node)
-            if node_end <= start or node_start >= end:
-                continue
-            if self.is_hole(node) and start <= node_start and node_end <= end:
-                holes.append(self.site(node))
-                continue   # a hole's insides are not holes of their own
-            stack.extend(reversed(node.children))
-        return sorted(holes, key=lambda s: s.start)
+        """Holes inside [start, end). Every hole's text holds one of a few words, so the scope's
+        text is searched for them (in C, by `re`) and only the nodes there are looked at: a
+        code action on every cursor move must not walk a large file's whole tree."""
+        found: dict[tuple[int, int], tree_sitter.Node] = {}
+        for match in self.words.finditer(self.source.text, start, end):
+            node = self.source.smallest_node(match.start(), match.end())
+            for candidate in [node, *itertools.islice(ancestors(node), HOLE_DEPTH)]:
+                if self.is_hole(candidate):
+                    span = (self.source.start(candidate), self.source.end(candidate))
+                    if start <= span[0] and span[1] <= end:
+                        found[span] = candidate
+                    break
+        spans = sorted(found, key=lambda s: (s[0], -s[1]))
+        outermost, reach = [], -1
+        for span in spans:   # a hole's insides are not holes of their own
+            if span[0] >= reach:
+                outermost.append(span)
+                reach = span[1]
+        return [self.site(found[span]) for span in outermost[:MAX_HOLES]]
 
     def is_hole(self, node: tree_sitter.Node) -> bool:
         kind = node.type

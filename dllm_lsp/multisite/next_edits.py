@@ -21,8 +21,16 @@ import tree_sitter
 
 from .sites import Outcome, Site
 from .syntax import (
-    ARGUMENT_LIST_TYPES, CALL_TYPES, COMMENT_TYPES, FUNCTION_TYPES, IDENTIFIER_TYPES,
-    PARAMETER_LIST_TYPES, Source, enclosing, field_name, walk,
+    ARGUMENT_LIST_TYPES,
+    CALL_TYPES,
+    COMMENT_TYPES,
+    FUNCTION_TYPES,
+    IDENTIFIER_TYPES,
+    PARAMETER_LIST_TYPES,
+    Source,
+    enclosing,
+    field_name,
+    word_nodes,
 )
 
 MAX_VERSIONS = 64
@@ -146,7 +154,8 @@ def detect_signature_change(old_text: str, new: Source, start: int, end: int):
     old = Source(old_text, new.language_id)
     if old.error_count() > new.error_count():
         return None
-    before = [f for f in walk(old.root) if f.type in FUNCTION_TYPES and function_name(old, f) == name]
+    before = [n.parent for n in word_nodes(old, name)
+              if n.parent is not None and n.parent.type in FUNCTION_TYPES and function_name(old, n.parent) == name]
     if not before:
         return None
     # the same function before the change: the one whose start is nearest
@@ -195,14 +204,14 @@ def rename_edits(new: Source, change: Change) -> list[Outcome]:
     edits: list[Outcome] = []
     if function is not None:
         # the function itself was renamed: its call sites across the file follow
-        for node in walk(new.root):
-            if node.type in CALL_TYPES:
-                callee = node.child_by_field_name("function")
-                if callee is not None and is_reference(new, callee, old_name):
-                    edits.append(Outcome(new.start(callee), new.end(callee), new_name, f"call of {old_name}", "rename"))
+        for node in word_nodes(new, old_name):
+            call = node.parent
+            if call is not None and call.type in CALL_TYPES and is_reference(new, node, old_name) \
+                    and field_name(node) == "function":
+                edits.append(Outcome(new.start(node), new.end(node), new_name, f"call of {old_name}", "rename"))
         return edits
     scope = enclosing(site, FUNCTION_TYPES) or new.root
-    for node in walk(scope):
+    for node in word_nodes(new, old_name, new.start(scope), new.end(scope)):
         if is_reference(new, node, old_name):
             edits.append(Outcome(new.start(node), new.end(node), new_name, f"reference to {old_name}", "rename"))
     if enclosing(site, PARAMETER_LIST_TYPES) is not None and scope is not new.root:
@@ -218,15 +227,18 @@ def rename_edits(new: Source, change: Change) -> list[Outcome]:
 def call_sites(new: Source, change: Change, line_tokens: int) -> list[Site]:
     """The argument lists of every call of the changed function, as sites for the model."""
     sites = []
-    for node in walk(new.root):
-        if node.type not in CALL_TYPES:
+    for name in word_nodes(new, change.new_name):
+        # f(...), obj.f(...), Self::f(...): the name is the callee or the callee's last part
+        callee = name if name.parent is not None and name.parent.type in CALL_TYPES else name.parent
+        call = callee.parent if callee is not None else None
+        if call is None or call.type not in CALL_TYPES:
             continue
-        callee = node.child_by_field_name("function") or node.child_by_field_name("name")
-        arguments = node.child_by_field_name("arguments")
-        if callee is None or arguments is None or arguments.type not in ARGUMENT_LIST_TYPES:
+        if callee is not name and (not callee.named_child_count or callee.named_children[-1].id != name.id):
             continue
-        last = callee.named_children[-1] if callee.named_child_count else callee
-        if new.node_text(last) != change.new_name:
+        function = call.child_by_field_name("function") or call.child_by_field_name("name")
+        arguments = call.child_by_field_name("arguments")
+        if function is None or function.id != callee.id or arguments is None \
+                or arguments.type not in ARGUMENT_LIST_TYPES:
             continue
         start, end = new.start(arguments) + 1, new.end(arguments) - 1
         if end < start or new.text[end:end + 1] != ")":

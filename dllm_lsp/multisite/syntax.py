@@ -6,6 +6,7 @@ tree-sitter counts UTF-8 bytes; the LSP layer and the engine count string charac
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Iterator
 
 import tree_sitter
@@ -95,10 +96,25 @@ def walk(node: tree_sitter.Node) -> Iterator[tree_sitter.Node]:
 
 
 def error_count(tree: tree_sitter.Tree) -> int:
-    """ERROR and MISSING nodes in the tree: a fill may not add any."""
-    if not tree.root_node.has_error:
-        return 0
-    return sum(1 for n in walk(tree.root_node) if n.is_error or n.is_missing)
+    """ERROR and MISSING nodes in the tree: a fill may not add any. Only subtrees that
+    report an error are visited."""
+    count, stack = 0, [tree.root_node]
+    while stack:
+        node = stack.pop()
+        if node.is_error or node.is_missing:
+            count += 1
+        stack.extend(c for c in node.children if c.has_error or c.is_missing)
+    return count
+
+
+def word_nodes(source: Source, word: str, start: int = 0, end: int | None = None) -> Iterator[tree_sitter.Node]:
+    """The nodes spelled exactly `word` in [start, end), found by searching the text (fast in
+    large files) rather than by walking the tree."""
+    pattern = re.compile(rf"(?<!\w){re.escape(word)}(?!\w)")
+    for match in pattern.finditer(source.text, start, len(source.text) if end is None else end):
+        node = source.smallest_node(match.start(), match.end())
+        if source.start(node) == match.start() and source.end(node) == match.end():
+            yield node
 
 
 def ancestors(node: tree_sitter.Node) -> Iterator[tree_sitter.Node]:

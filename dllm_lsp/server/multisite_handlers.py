@@ -141,13 +141,13 @@ def hole_marker(ls) -> str:
 
 
 def decode_settings(settings):
-    from .completions import decode_settings as from_server_settings  # noqa: PLC0415
+    from .completions import decode_settings as from_server_settings
 
     return from_server_settings(settings)
 
 
 def request_failed(message: str):
-    from .app import RequestFailed  # noqa: PLC0415  (app imports this module)
+    from .app import RequestFailed  # app imports this module
 
     return RequestFailed(message)
 
@@ -156,10 +156,9 @@ def fill_arguments(args: tuple) -> tuple[str, types.Range, dict]:
     """[uri, range, options?] with options {"marker": str, "apply": bool}."""
     if len(args) not in (2, 3) or not isinstance(args[0], str):
         raise JsonRpcInvalidParams(f"{FILL_COMMAND} takes [uri, range, options?]")
-    try:
-        lsp_range = _converter.structure(args[1], types.Range)
-    except Exception:
-        raise JsonRpcInvalidParams(f"{FILL_COMMAND}: the second argument must be an LSP Range") from None
+    lsp_range = range_from_json(args[1])
+    if lsp_range is None:
+        raise JsonRpcInvalidParams(f"{FILL_COMMAND}: the second argument must be an LSP Range")
     options = args[2] if len(args) == 3 else {}
     if not isinstance(options, dict):
         raise JsonRpcInvalidParams(f"{FILL_COMMAND}: options must be a JSON object")
@@ -182,11 +181,29 @@ def next_edits_params(raw: Any) -> tuple[str, types.Position | None]:
     position = params.get("position")
     if position is None:
         return document["uri"], None
-    position = position._asdict() if hasattr(position, "_asdict") else position
-    try:
-        return document["uri"], _converter.structure(position, types.Position)
-    except Exception:
-        raise JsonRpcInvalidParams(f"{NEXT_EDITS_METHOD}: position must be an LSP Position") from None
+    position = position_from_json(position)
+    if position is None:
+        raise JsonRpcInvalidParams(f"{NEXT_EDITS_METHOD}: position must be an LSP Position")
+    return document["uri"], position
+
+
+def position_from_json(value: Any) -> types.Position | None:
+    """A Position from JSON (or pygls' named tuple), None when it is not one."""
+    value = value._asdict() if hasattr(value, "_asdict") else value
+    if not isinstance(value, dict):
+        return None
+    line, character = value.get("line"), value.get("character")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (line, character)):
+        return None
+    return types.Position(line=line, character=character)   # negative: offset_of refuses it
+
+
+def range_from_json(value: Any) -> types.Range | None:
+    value = value._asdict() if hasattr(value, "_asdict") else value
+    if not isinstance(value, dict):
+        return None
+    start, end = position_from_json(value.get("start")), position_from_json(value.get("end"))
+    return types.Range(start=start, end=end) if start is not None and end is not None else None
 
 
 def site_json(document, outcome: Outcome) -> dict:

@@ -1,6 +1,8 @@
 """Apply LSP-shaped edits to text in tests (ASCII texts: UTF-16 columns are string columns)."""
 from __future__ import annotations
 
+import itertools
+
 
 def offset(text: str, line: int, character: int) -> int:
     lines = text.split("\n")
@@ -16,7 +18,7 @@ def apply_text_edits(text: str, edits: list[dict]) -> str:
         spans.append((offset(text, start["line"], start["character"]),
                       offset(text, end["line"], end["character"]), edit["newText"]))
     spans.sort()
-    for (_, end, _), (start, _, _) in zip(spans, spans[1:]):
+    for (_, end, _), (start, _, _) in itertools.pairwise(spans):
         assert end <= start, "edits overlap"
     for start, end, new_text in reversed(spans):
         text = text[:start] + new_text + text[end:]

@@ -4,7 +4,11 @@ from __future__ import annotations
 import pytest
 
 from dllm_lsp.engine.types import InfillRequest, InfillResult, StepState
-from dllm_lsp.multisite.companion import companion_edit, is_valid_import, with_companion_slot
+from dllm_lsp.multisite.companion import (
+    companion_edit,
+    is_valid_import,
+    with_companion_slot,
+)
 from dllm_lsp.multisite.syntax import Source
 
 FILES = {

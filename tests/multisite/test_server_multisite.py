@@ -12,12 +12,19 @@ import pytest_asyncio
 from lsprotocol import types
 from lsprotocol.converters import get_converter
 from pygls.exceptions import JsonRpcException
-
-from dllm_lsp.multisite.syntax import Source
 from server.lsp_harness import open_doc, start_server, stop_server, wait_loaded
 
+from dllm_lsp.multisite.syntax import Source
+
 from .edits import apply_text_edits, offset
-from .samples import CALL_ARGUMENTS, HOLE_TEXTS, HOLES, RENAME_SITES, RENAMES, SIGNATURES
+from .samples import (
+    CALL_ARGUMENTS,
+    HOLE_TEXTS,
+    HOLES,
+    RENAME_SITES,
+    RENAMES,
+    SIGNATURES,
+)
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.asyncio(loop_scope="module")]
 EXTENSIONS = {"python": "py", "typescript": "ts", "rust": "rs"}
@@ -47,7 +54,7 @@ class Server:
             is_action = isinstance(obj.get("command"), dict) or "kind" in obj or "edit" in obj
             return converter.structure(obj, types.CodeAction if is_action else types.Command)
 
-        converter.register_structure_hook(Union[types.Command, types.CodeAction], command_or_action)
+        converter.register_structure_hook(Union[types.Command, types.CodeAction], command_or_action)  # noqa: UP007
         self.applied: list[types.ApplyWorkspaceEditParams] = []
 
         @client.feature(types.WORKSPACE_APPLY_EDIT)
