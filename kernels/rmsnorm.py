@@ -77,6 +77,11 @@ if triton_available():
         tl.store(Y + row * D + cols, y.to(out_ty), mask=ok)
 
 
+def norm_num_warps(block_d: int) -> int:
+    """About 8 columns per thread: one warp up to 256 columns, 16 warps for 4096 (dim 3584)."""
+    return min(16, max(1, block_d // 256))
+
+
 def _launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float):
     if not triton_available():
         raise RuntimeError("rms_norm_triton needs the triton package")
@@ -91,7 +96,7 @@ def _launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor
         _rms_norm_kernel[(x2.shape[0],)](
             x2, res2, weight, out, summed, d, eps,
             HAS_RESIDUAL=residual is not None, BLOCK_D=block_d,
-            num_warps=min(16, max(1, block_d // 256)),
+            num_warps=norm_num_warps(block_d),
         )
     return out.view(x.shape), summed.view(x.shape)
 

@@ -44,7 +44,8 @@ def span_attention(
     scale: float | None = None,
 ) -> torch.Tensor:
     """Triton on CUDA (see kernels/dispatch.py), the torch reference elsewhere."""
-    if use_triton(q, k_ctx, v_ctx, k_span, v_span):
+    # fp32 on CUDA stays on SDPA: an exact fp32 dot in this kernel spills registers (see tile_config).
+    if use_triton(q, k_ctx, v_ctx, k_span, v_span) and (q.dtype != torch.float32 or not q.is_cuda):
         return span_attention_triton(q, k_ctx, v_ctx, k_span, v_span, scale)
     return span_attention_reference(q, k_ctx, v_ctx, k_span, v_span, scale)
 
@@ -169,6 +170,36 @@ if triton_available():
         tl.store(OUT + row * D + d_offs, out.to(OUT.dtype.element_ty), mask=d_ok)
 
 
+def tile_config(dtype: torch.dtype, head_dim: int, rows: int, shared_bytes: int = 227 * 1024) -> dict:
+    """Compile-time parameters of the split kernel for this dtype, head size and G*L query rows.
+
+    Sized from sm_90 builds (ptxas -v, no spills): at head dim 128, 64 x 64 key tiles with two
+    pipeline stages take 144 KiB of shared memory and 167 registers; GPUs with less shared
+    memory per block (Ada: 99 KiB) get 32-key tiles (80 KiB); head dim 64 takes 64-key tiles
+    (72 KiB). fp32 inputs get an exact (IEEE) dot, which only the interpreter and small tiles
+    afford; `span_attention` sends fp32 on CUDA to the reference instead.
+    """
+    block_d = max(16, next_power_of_2(head_dim))
+    if interpreting():
+        block_n = 16   # the interpreter is slow per element; small tiles keep tests quick
+    elif dtype == torch.float32:
+        block_n = 16
+    elif block_d >= 128:
+        block_n = 64 if shared_bytes >= 160 * 1024 else 32
+    else:
+        block_n = 64
+    exact = dtype == torch.float32
+    return dict(BLOCK_M=min(64, max(16, next_power_of_2(rows))), BLOCK_N=block_n, BLOCK_D=block_d,
+                DOT_FP32=interpreting() or exact, IEEE=exact, num_warps=4, num_stages=2)
+
+
+def shared_memory_per_block(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 227 * 1024
+    props = torch.cuda.get_device_properties(device)
+    return int(getattr(props, "shared_memory_per_block_optin", 0) or 99 * 1024)
+
+
 def plan_splits(n_ctx: int, programs_per_split: int, block_n: int, target_programs: int,
                 keys_per_split: int | None = None) -> tuple[int, int]:
     """(keys per context split, number of context splits): enough programs to fill the GPU."""
@@ -194,11 +225,8 @@ def span_attention_triton(
     if scale is None:
         scale = 1.0 / math.sqrt(d)
     rows = group * l
-    block_m = min(64, max(16, next_power_of_2(rows)))
-    block_d = max(16, next_power_of_2(d))
-    block_n = 64 if block_d >= 128 else 128
-    if interpreting():
-        block_n = 16   # the interpreter is slow per element; small tiles keep tests quick
+    tiles = tile_config(q.dtype, d, rows, shared_memory_per_block(q.device))
+    block_m, block_n, block_d = tiles["BLOCK_M"], tiles["BLOCK_N"], tiles["BLOCK_D"]
     m_blocks = triton.cdiv(rows, block_m)
     target = 2 * multiprocessor_count(q.device)
     keys_per_split, ctx_splits = plan_splits(n_ctx, b * hkv * m_blocks, block_n, target, keys_per_split)
@@ -210,15 +238,15 @@ def span_attention_triton(
     vc_strides = list(v_ctx.stride())
     if k_ctx.shape[0] != b:
         kc_strides[0] = vc_strides[0] = 0
-    dot_fp32 = interpreting() or q.dtype == torch.float32
-    _span_attention_split_kernel[(b * hkv, m_blocks, n_splits)](
-        q, k_ctx, v_ctx, k_span, v_span, o_part, lse_part,
-        *q.stride(), *kc_strides, *vc_strides, *k_span.stride(), *v_span.stride(),
-        l, n_ctx, d, group, hkv, h, keys_per_split, n_splits, scale * LOG2E,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-        DOT_FP32=dot_fp32, IEEE=q.dtype == torch.float32,
-        num_warps=4, num_stages=2,
-    )
+    args = (q, k_ctx, v_ctx, k_span, v_span, o_part, lse_part,
+            *q.stride(), *kc_strides, *vc_strides, *k_span.stride(), *v_span.stride(),
+            l, n_ctx, d, group, hkv, h, keys_per_split, n_splits, scale * LOG2E)
+    try:
+        _span_attention_split_kernel[(b * hkv, m_blocks, n_splits)](*args, **tiles)
+    except triton.runtime.errors.OutOfResources:
+        # A GPU with less shared memory than planned for: one pipeline stage, narrower key tiles.
+        tiles.update(num_stages=1, BLOCK_N=max(16, block_n // 2))
+        _span_attention_split_kernel[(b * hkv, m_blocks, n_splits)](*args, **tiles)
     out = torch.empty(b, h, l, d, device=q.device, dtype=q.dtype)
     _span_attention_merge_kernel[(b * h * l,)](
         o_part, lse_part, out, n_splits, d, BLOCK_S=max(2, next_power_of_2(n_splits)), BLOCK_D=block_d,

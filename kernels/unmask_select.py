@@ -190,6 +190,15 @@ if triton_available():
         tl.store(ENTROPY + row, entropy)
 
 
+def default_block_v() -> int:
+    """Columns per loop iteration: 2048 on a GPU (8 per thread at 8 warps); smaller when interpreted."""
+    return 1024 if interpreting() else 2048
+
+
+def split_num_warps(block_v: int) -> int:
+    return 8 if block_v >= 2048 else 4
+
+
 def plan_vocab_splits(rows: int, vocab: int, block_v: int, target_programs: int) -> tuple[int, int]:
     """(columns per split, number of splits): split a row only while rows alone leave the GPU idle."""
     max_splits = triton.cdiv(vocab, block_v)
@@ -210,9 +219,7 @@ def unmask_select_triton(
         logits = logits.contiguous()
     rows, vocab = logits.shape
     device = logits.device
-    if block_v is None:
-        block_v = 1024 if interpreting() else 2048
-    block_v = min(block_v, max(16, next_power_of_2(vocab)))
+    block_v = min(block_v or default_block_v(), max(16, next_power_of_2(vocab)))
     if target_programs is None:
         target_programs = 4 * multiprocessor_count(device)
     cols, n_splits = plan_vocab_splits(rows, vocab, block_v, target_programs)
@@ -230,7 +237,7 @@ def unmask_select_triton(
     _select_split_kernel[(rows, n_splits)](
         logits, logits.stride(0), vocab, cols, n_splits, seed, 1.0 / temperature if sample else 1.0,
         p_m, p_s, p_t, p_top1, p_idx1, p_top2, p_gbest, p_gidx, p_gx,
-        SAMPLE=sample, BLOCK_V=block_v, num_warps=8 if block_v >= 2048 else 4,
+        SAMPLE=sample, BLOCK_V=block_v, num_warps=split_num_warps(block_v),
     )
     _select_merge_kernel[(rows,)](
         p_m, p_s, p_t, p_top1, p_idx1, p_top2, p_gbest, p_gidx, p_gx,
