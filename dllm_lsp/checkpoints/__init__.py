@@ -21,8 +21,13 @@ SUPPORTED_FAMILIES = tuple(f.key for f in FAMILIES)
 __all__ = ["load_checkpoint", "SUPPORTED_FAMILIES", "supported_list"]
 
 
+CACHE_ENV, REFRESH_ENV = "DLLM_LSP_CACHE", "DLLM_LSP_CACHE_REFRESH"
+
+
 def load_checkpoint(folder: Path, config: dict, device: torch.device, *, dtype: torch.dtype | None = None,
-                    cache: str = "dual", refresh_every: int = 0) -> Denoiser:
+                    cache: str | None = None, refresh_every: int | None = None) -> Denoiser:
+    """`cache` ("dual" / "none") and `refresh_every` default to $DLLM_LSP_CACHE / $DLLM_LSP_CACHE_REFRESH,
+    else the dual cache refreshed only at the first step; `Denoiser.configure` changes them later."""
     from dllm_lsp.loader import ModelLoadError  # noqa: PLC0415
 
     from .architecture import BidirectionalLM  # noqa: PLC0415
@@ -36,6 +41,7 @@ def load_checkpoint(folder: Path, config: dict, device: torch.device, *, dtype: 
     from .weights import WeightFiles  # noqa: PLC0415
 
     folder = Path(folder)
+    settings = _cache_settings(cache, refresh_every)
     generation = read_generation_config(folder)
     # Family first (config.json alone decides most cases), so an unknown model is refused with the
     # supported list before its tokenizer or weights are looked at.
@@ -62,7 +68,6 @@ def load_checkpoint(folder: Path, config: dict, device: torch.device, *, dtype: 
     del state
     model.fuse_projections()
     model.rotary.inv_freq = model.rotary.inv_freq.to(device)
-    settings = CacheSettings(cache, refresh_every)
     if family is DREAMON:
         denoiser = DreamOnDenoiser(model, tokens.tokenizer, special, family, folder.name,
                                    max_context(family, config), settings)
@@ -75,3 +80,21 @@ def load_checkpoint(folder: Path, config: dict, device: torch.device, *, dtype: 
 def _may_be_qwen2(config: dict) -> bool:
     archs = config.get("architectures") or []
     return str(config.get("model_type", "")).lower() == "qwen2" or "Qwen2ForCausalLM" in archs
+
+
+def _cache_settings(cache: str | None, refresh_every: int | None):
+    import os  # noqa: PLC0415
+
+    from dllm_lsp.loader import ModelLoadError  # noqa: PLC0415
+
+    from .session import CacheSettings  # noqa: PLC0415
+
+    mode = cache if cache is not None else (os.environ.get(CACHE_ENV, "").strip().lower() or "dual")
+    raw = refresh_every if refresh_every is not None else (os.environ.get(REFRESH_ENV, "").strip() or 0)
+    try:
+        return CacheSettings(mode, int(raw))
+    except ValueError as exc:
+        raise ModelLoadError(
+            f"bad cache setting ({CACHE_ENV}={mode!r}, {REFRESH_ENV}={raw!r}): {exc}; "
+            "use dual or none, and a refresh interval >= 0"
+        ) from exc

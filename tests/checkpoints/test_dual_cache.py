@@ -102,3 +102,16 @@ def test_triton_kernels_through_the_model_match_the_reference(loaded, monkeypatc
         finite = torch.isfinite(ref)
         assert torch.equal(finite, torch.isfinite(tri))
         assert (ref[finite] - tri[finite]).abs().max().item() < 1e-3
+
+
+def test_cache_settings_from_the_environment(tiny_checkpoints, monkeypatch):
+    from dllm_lsp.loader import ModelLoadError, load_model
+
+    monkeypatch.setenv("DLLM_LSP_CACHE", "none")
+    assert load_model(str(tiny_checkpoints["dream"]), "cpu").cache == CacheSettings("none", 0)
+    monkeypatch.setenv("DLLM_LSP_CACHE", "dual")
+    monkeypatch.setenv("DLLM_LSP_CACHE_REFRESH", "3")
+    assert load_model(str(tiny_checkpoints["dream"]), "cpu").cache == CacheSettings("dual", 3)
+    monkeypatch.setenv("DLLM_LSP_CACHE", "always")
+    with pytest.raises(ModelLoadError, match="DLLM_LSP_CACHE"):
+        load_model(str(tiny_checkpoints["dream"]), "cpu")
