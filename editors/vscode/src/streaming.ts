@@ -36,6 +36,8 @@ type Next = (
 class Stream {
   latest?: StreamReport;
   final?: InlineResult;
+  /** The text last handed to VS Code. */
+  shownText?: string;
   done = false;
   failed?: unknown;
   readonly cts = new vscode.CancellationTokenSource();
@@ -192,9 +194,22 @@ export class StreamingInlineCompletions implements vscode.Disposable {
       return;
     }
     this.retriggerPending = true;
-    Promise.resolve(vscode.commands.executeCommand("editor.action.inlineSuggest.trigger")).finally(() => {
-      this.retriggerPending = false;
-    });
+    // An explicit trigger at the same position and version is "already satisfied" for VS Code and
+    // fetches nothing; hiding first drops that state, so the provider is asked again.
+    void (async () => {
+      try {
+        await vscode.commands.executeCommand("editor.action.inlineSuggest.hide");
+        await vscode.commands.executeCommand("editor.action.inlineSuggest.trigger");
+      } finally {
+        this.retriggerPending = false;
+        // Reports that came while this ran: show the newest one too.
+        if (this.current === stream && stream.shownText !== this.latestText(stream)) this.retrigger(stream);
+      }
+    })();
+  }
+
+  private latestText(stream: Stream): string | undefined {
+    return finalTextOf(stream);
   }
 
   private async itemsOf(
@@ -202,6 +217,7 @@ export class StreamingInlineCompletions implements vscode.Disposable {
     stream: Stream,
     position: vscode.Position,
   ): Promise<vscode.InlineCompletionItem[] | vscode.InlineCompletionList | null | undefined> {
+    stream.shownText = this.latestText(stream);
     if (stream.done) {
       if (stream.final === undefined || stream.final === null) return null;
       return client.protocol2CodeConverter.asInlineCompletionResult(stream.final);
@@ -211,6 +227,10 @@ export class StreamingInlineCompletions implements vscode.Disposable {
     const range = report.range ? client.protocol2CodeConverter.asRange(report.range) : new vscode.Range(position, position);
     return [new vscode.InlineCompletionItem(report.text, range)];
   }
+}
+
+function finalTextOf(stream: { done: boolean; final?: InlineResult; latest?: StreamReport }): string | undefined {
+  return stream.done ? finalText(stream.final) : stream.latest?.text;
 }
 
 function finalText(result: InlineResult): string | undefined {

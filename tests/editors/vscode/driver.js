@@ -1,0 +1,168 @@
+// Drives code-server in Debian's Chromium with playwright-core, like a person would: open a file,
+// type, watch the ghost text, accept it, save; or run the "Fill holes" refactoring.
+// Usage: node driver.js SCENARIO.json  (prints one JSON object with what it saw)
+// Env: DLLM_PLAYWRIGHT_MODULES (node_modules holding playwright-core), DLLM_CHROMIUM.
+"use strict";
+const path = require("path");
+const fs = require("fs");
+const { chromium } = require(path.join(process.env.DLLM_PLAYWRIGHT_MODULES, "playwright-core"));
+
+const scenario = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
+const log = [];
+const note = (msg) => log.push(`${new Date().toISOString()} ${msg}`);
+
+// Ghost text of the focused editor: the inline part (decorations inside the cursor's line) and the
+// lines VS Code adds below it. Spaces are rendered as non-breaking spaces.
+async function ghostText(page) {
+  return page.evaluate(() => {
+    const editor = document.querySelector(".monaco-editor.focused") || document.querySelector(".monaco-editor");
+    if (!editor) return null;
+    const inline = [...editor.querySelectorAll(".view-lines .ghost-text-decoration, .view-lines .ghost-text-decoration-preview")]
+      .map((e) => e.textContent).join("");
+    const blocks = [...editor.querySelectorAll(".ghost-text .view-line")].map((e) => e.textContent);
+    if (!inline && !blocks.length) return null;
+    return [inline, ...blocks].join("\n").replace(/\u00a0/g, " ");
+  });
+}
+
+async function statusBarText(page) {
+  return page.evaluate(() => {
+    const item = [...document.querySelectorAll(".statusbar-item")].find((e) => /dllm/.test(e.textContent || ""));
+    return item ? item.textContent.trim() : null;
+  });
+}
+
+async function waitFor(fn, timeoutMs, what) {
+  const deadline = Date.now() + timeoutMs;
+  let last;
+  while (Date.now() < deadline) {
+    last = await fn();
+    if (last) return last;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`timed out waiting for ${what} (last: ${JSON.stringify(last)})`);
+}
+
+async function openFile(page, name) {
+  await page.keyboard.press("Control+P");
+  await page.waitForSelector(".quick-input-widget input", { state: "visible" });
+  await page.keyboard.type(name, { delay: 20 });
+  await waitFor(
+    () => page.evaluate((n) => [...document.querySelectorAll(".quick-input-list .monaco-list-row")].some((r) => r.textContent.includes(n)), name),
+    30000, `${name} in quick open`);
+  await page.keyboard.press("Enter");
+  await page.waitForSelector(`.tab[aria-label^="${name}"]`, { timeout: 30000 });
+  await page.waitForSelector(".monaco-editor .view-lines", { timeout: 30000 });
+  await page.click(".monaco-editor .view-lines");
+  note(`opened ${name}`);
+}
+
+async function goTo(page, line, column) {
+  await page.keyboard.press("Control+G");
+  await page.waitForSelector(".quick-input-widget input", { state: "visible" });
+  await page.keyboard.type(`${line}:${column}`, { delay: 20 });
+  await page.keyboard.press("Enter");
+  await page.waitForTimeout(300);
+}
+
+async function runCommand(page, title) {
+  await page.keyboard.press("F1");
+  await page.waitForSelector(".quick-input-widget input", { state: "visible" });
+  await page.keyboard.type(title, { delay: 20 });
+  await waitFor(
+    () => page.evaluate((t) => [...document.querySelectorAll(".quick-input-list .monaco-list-row")].some((r) => r.textContent.includes(t)), title),
+    20000, `command ${title}`);
+  await page.keyboard.press("Enter");
+}
+
+async function complete(page, out) {
+  await goTo(page, scenario.line, scenario.column);
+  await page.keyboard.type(scenario.typed, { delay: 40 });
+  // Every distinct ghost text seen, in order: a streamed completion shows more than one.
+  const seen = [];
+  const deadline = Date.now() + scenario.timeoutMs;
+  let ghost = null;
+  while (Date.now() < deadline) {
+    ghost = await ghostText(page);
+    if (ghost && seen[seen.length - 1] !== ghost) {
+      seen.push(ghost);
+      note(`ghost ${JSON.stringify(ghost)}`);
+    }
+    if (ghost && ghost === scenario.expectGhost) break;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  out.ghostHistory = seen;
+  out.ghost = ghost;
+  out.statusBar = await statusBarText(page);
+  if (scenario.screenshot) {
+    await page.screenshot({ path: scenario.screenshot });
+  }
+  if (ghost !== scenario.expectGhost) return;
+  await page.keyboard.press("Tab");
+  await waitFor(async () => (await ghostText(page)) === null, 10000, "the ghost text to go after Tab");
+  await page.keyboard.press("Control+S");
+  await page.waitForTimeout(800);
+  out.accepted = true;
+}
+
+async function fillHoles(page, out) {
+  await goTo(page, scenario.line, scenario.column);
+  await runCommand(page, "Refactor...");
+  const item = await waitFor(
+    () => page.evaluate(() => {
+      const rows = [...document.querySelectorAll(".action-widget .monaco-list-row, .context-view .action-label")];
+      const row = rows.find((r) => /Fill \d+ holes? with dllm/.test(r.textContent || ""));
+      return row ? row.textContent.trim() : null;
+    }),
+    30000, "the Fill holes refactoring");
+  out.action = item;
+  if (scenario.screenshot) await page.screenshot({ path: scenario.screenshot });
+  await page.keyboard.press("Enter");
+  // Either the server's edit arrives (the editor becomes dirty) or the extension says why not.
+  const outcome = await waitFor(
+    () => page.evaluate(() => {
+      if (document.querySelector(".tab.dirty")) return { edited: true };
+      const toast = [...document.querySelectorAll(".notification-list-item-message")].map((e) => e.textContent).find((t) => /dllm/.test(t));
+      return toast ? { message: toast } : null;
+    }),
+    scenario.timeoutMs, "the holes to be filled or a message");
+  out.outcome = outcome;
+  if (outcome.edited) {
+    await page.keyboard.press("Control+S");
+    await page.waitForTimeout(800);
+  }
+}
+
+(async () => {
+  const out = { ok: false };
+  const browser = await chromium.launch({
+    executablePath: process.env.DLLM_CHROMIUM,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+  });
+  try {
+    const page = await browser.newPage({ viewport: { width: scenario.width || 1100, height: scenario.height || 560 } });
+    page.on("pageerror", (err) => note(`pageerror ${err.message}`));
+    await page.goto(scenario.url, { timeout: 120000 });
+    await page.waitForSelector(".monaco-workbench", { timeout: 120000 });
+    note("workbench up");
+    await openFile(page, scenario.file);
+    out.statusBar = await waitFor(async () => {
+      const text = await statusBarText(page);
+      return text && scenario.statusBarContains.every((s) => text.includes(s)) ? text : null;
+    }, 120000, "the dllm status-bar item");
+    note(`status bar ${out.statusBar}`);
+    if (scenario.kind === "complete") await complete(page, out);
+    else if (scenario.kind === "fillHoles") await fillHoles(page, out);
+    out.ok = true;
+  } catch (err) {
+    out.error = String(err && err.stack || err);
+    try {
+      const pages = browser.contexts()[0]?.pages() || [];
+      if (pages[0] && scenario.failureScreenshot) await pages[0].screenshot({ path: scenario.failureScreenshot });
+    } catch (_) { /* the error above is the one to report */ }
+  } finally {
+    out.log = log;
+    await browser.close();
+    process.stdout.write(JSON.stringify(out) + "\n");
+  }
+})();
