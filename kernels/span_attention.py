@@ -155,9 +155,12 @@ if triton_available():
         tl.store(LSE_PART + part_row, lse, mask=row_ok)
 
     @triton.jit
-    def _span_attention_merge_kernel(O_PART, LSE_PART, OUT, n_splits, D,
+    def _span_attention_merge_kernel(O_PART, LSE_PART, OUT, n_splits, D, H, L,
                                      BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
-        row = tl.program_id(0)            # flattened (b, h, l) of a contiguous [B, H, L, D] output
+        row = tl.program_id(0)            # flattened (b, h, l) of the partials
+        b = row // (H * L)
+        h = (row // L) % H
+        pos = row % L
         s_offs = tl.arange(0, BLOCK_S)
         s_ok = s_offs < n_splits
         d_offs = tl.arange(0, BLOCK_D)
@@ -167,7 +170,8 @@ if triton_available():
         part = tl.load(O_PART + (row * n_splits + s_offs)[:, None] * D + d_offs[None, :],
                        mask=s_ok[:, None] & d_ok[None, :], other=0.0)
         out = tl.sum(part * weight[:, None], 0) / tl.sum(weight, 0)
-        tl.store(OUT + row * D + d_offs, out.to(OUT.dtype.element_ty), mask=d_ok)
+        # The output buffer is [B, L, H, D]: the caller's transpose back to [B, L, H*D] is then free.
+        tl.store(OUT + ((b * L + pos) * H + h) * D + d_offs, out.to(OUT.dtype.element_ty), mask=d_ok)
 
 
 def tile_config(dtype: torch.dtype, head_dim: int, rows: int, shared_bytes: int = 227 * 1024) -> dict:
@@ -247,8 +251,11 @@ def span_attention_triton(
         # A GPU with less shared memory than planned for: one pipeline stage, narrower key tiles.
         tiles.update(num_stages=1, BLOCK_N=max(16, block_n // 2))
         _span_attention_split_kernel[(b * hkv, m_blocks, n_splits)](*args, **tiles)
-    out = torch.empty(b, h, l, d, device=q.device, dtype=q.dtype)
+    # Returned as a [B, H, L, D] view of a [B, L, H, D] buffer: the model's o_proj input
+    # (transpose(1, 2).reshape(B, L, H*D)) becomes a view instead of a copy.
+    out = torch.empty(b, l, h, d, device=q.device, dtype=q.dtype)
     _span_attention_merge_kernel[(b * h * l,)](
-        o_part, lse_part, out, n_splits, d, BLOCK_S=max(2, next_power_of_2(n_splits)), BLOCK_D=block_d,
+        o_part, lse_part, out, n_splits, d, h, l,
+        BLOCK_S=max(2, next_power_of_2(n_splits)), BLOCK_D=block_d,
     )
-    return out
+    return out.transpose(1, 2)
