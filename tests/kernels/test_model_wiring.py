@@ -58,3 +58,26 @@ def test_dispatch_policy(monkeypatch):
     monkeypatch.setenv("DLLM_LSP_KERNELS", "fastest")
     with pytest.raises(ValueError, match="DLLM_LSP_KERNELS"):
         dispatch.use_triton(x)
+
+
+def test_kernels_import_and_fall_back_without_triton():
+    """A machine without triton still imports every kernel module and runs the references."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['triton'] = None\n"   # makes `import triton` raise ImportError
+        "import torch\n"
+        "from dllm_lsp.kernels import dispatch, rmsnorm, rope, span_attention, unmask_select\n"
+        "assert not dispatch.triton_available()\n"
+        "q = torch.randn(1, 2, 3, 16); k = torch.randn(1, 1, 5, 16)\n"
+        "out = span_attention.span_attention(q, k, k, k[:, :, :3], k[:, :, :3])\n"
+        "sel = unmask_select.unmask_select(torch.randn(2, 9))\n"
+        "y = rmsnorm.rms_norm(torch.randn(2, 8), torch.ones(8), 1e-6)\n"
+        "print(tuple(out.shape), tuple(sel.token.shape), tuple(y.shape))\n"
+    )
+    env = {**os.environ, "DLLM_LSP_KERNELS": "triton", "TRITON_INTERPRET": "1"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split("\n")[0] == "(1, 2, 3, 16) (2,) (2, 8)"
