@@ -36,3 +36,70 @@ def server_completion(model: Path, text: str, line: int, col: int, suffix: str =
         )
     assert out.returncode == 0, f"dllm-lsp complete failed: {out.stderr[-2000:]}"
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def server_fill_holes(model: Path, path: Path, language_id: str, line: int, character: int) -> dict:
+    """What dllm.fillHoles answers for the holes around 0-based (line, character) of the file at
+    `path`, asked of a fresh server over stdio with apply=false (so nothing is edited)."""
+    import asyncio
+
+    from lsprotocol import types
+    from pygls.lsp.client import LanguageClient
+
+    async def ask() -> dict:
+        client = LanguageClient("dllm-editor-tests", "v1")
+        await client.start_io(sys.executable, "-m", "dllm_lsp", "serve", "--stdio")
+        try:
+            init = await client.initialize_async(types.InitializeParams(
+                capabilities=types.ClientCapabilities(),
+                initialization_options={"model": str(model), "device": "cpu"},
+            ))
+            commands = init.capabilities.execute_command_provider
+            if commands is None or "dllm.fillHoles" not in (commands.commands or []):
+                return {"unsupported": True}
+            client.initialized(types.InitializedParams())
+            uri = path.as_uri()
+            client.text_document_did_open(types.DidOpenTextDocumentParams(
+                text_document=types.TextDocumentItem(uri=uri, language_id=language_id, version=1,
+                                                     text=path.read_text(encoding="utf-8"))))
+            for _ in range(600):
+                status = await client.protocol.send_request_async("dllm/status", {})
+                status = status._asdict() if hasattr(status, "_asdict") else status
+                if status.get("loaded") or status.get("error"):
+                    break
+                await asyncio.sleep(0.1)
+            position = {"line": line, "character": character}
+            result = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+                command="dllm.fillHoles", arguments=[uri, {"start": position, "end": position}, {"apply": False}]))
+            return result._asdict() if hasattr(result, "_asdict") else result
+        finally:
+            try:
+                await asyncio.wait_for(client.shutdown_async(None), timeout=10)
+                client.exit(None)
+            finally:
+                await asyncio.wait_for(client.stop(), timeout=10)
+
+    return json.loads(json.dumps(asyncio.run(ask()), default=lambda o: o._asdict() if hasattr(o, "_asdict") else str(o)))
+
+
+def apply_text_edits(text: str, edits: list[dict]) -> str:
+    """`text` with LSP TextEdits applied (positions in UTF-16 units equal characters for the ASCII
+    test files)."""
+    lines = text.split("\n")
+    offsets = [0]
+    for l in lines:
+        offsets.append(offsets[-1] + len(l) + 1)
+
+    def offset(pos: dict) -> int:
+        return offsets[pos["line"]] + pos["character"]
+
+    for edit in sorted(edits, key=lambda e: offset(e["range"]["start"]), reverse=True):
+        start, end = offset(edit["range"]["start"]), offset(edit["range"]["end"])
+        text = text[:start] + edit["newText"] + text[end:]
+    return text
+
+
+def edits_of(workspace_edit: dict, uri: str) -> list[dict]:
+    if workspace_edit.get("documentChanges"):
+        return [e for change in workspace_edit["documentChanges"] for e in change["edits"]]
+    return workspace_edit.get("changes", {}).get(uri, [])

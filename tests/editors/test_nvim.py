@@ -4,10 +4,12 @@ terminal against the real server and a model; keys are typed, the ghost text is 
 compared with what the server answers for the same text, then accepted and saved."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from . import tools
-from .conftest import server_completion
+from .conftest import apply_text_edits, edits_of, server_completion, server_fill_holes
 from .expected import ghost_of, leading_printable, line, word
 from .nvim_session import NvimSession
 
@@ -109,3 +111,39 @@ def test_checkhealth_reports_server_model_device(version, tmp_path, editor_model
         assert "device: cpu" in text, text
         assert "model loaded" in text, text
         assert ("native" in text) is (version == "0.12"), text
+
+
+HOLES = "def area(w, h):\n    pass\n\n\ndef scale(x):\n    return x * 2\n"
+
+
+@pytest.fixture(scope="module")
+def expected_fill(editor_model, tmp_path_factory):
+    path = tmp_path_factory.mktemp("holes") / "shapes.py"
+    path.write_text(HOLES, encoding="utf-8")
+    return server_fill_holes(editor_model, path, "python", 1, 4)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_fill_holes_command(version, tmp_path, editor_model, expected_fill):
+    if expected_fill.get("unsupported"):
+        pytest.skip("this server does not advertise the dllm.fillHoles command")
+    with open_session(version, tmp_path, editor_model, file_text=HOLES, name="shapes.py") as nv:
+        offered = nv.lua("vim.lsp.get_clients({name='dllm'})[1].server_capabilities.executeCommandProvider.commands")
+        assert "dllm.fillHoles" in offered
+        nv.keys("2G", "0", "w")   # cursor on `pass`
+        nv.keys(":DllmFillHoles", "Enter")
+        if expected_fill["edit"]:
+            uri = (tmp_path / "shapes.py").as_uri()
+            want = apply_text_edits(HOLES, edits_of(expected_fill["edit"], uri))
+            nv.wait(lambda s: "\n".join(s["lines"]) + "\n" == want, timeout=120, what="the holes to be filled")
+        else:
+            # The server kept the hole (a random model's text does not parse): the user is told why.
+            reason = expected_fill["sites"][0]["reason"]
+            messages = ""
+            for _ in range(600):
+                messages = nv.lua("vim.api.nvim_exec2('messages', {output = true}).output")
+                if "no hole filled" in messages:
+                    break
+                time.sleep(0.2)
+            assert "no hole filled" in messages and reason in messages, messages
+            assert "\n".join(nv.state()["lines"]) + "\n" == HOLES

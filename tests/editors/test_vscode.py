@@ -8,7 +8,7 @@ import pytest
 
 from . import tools
 from .code_server import CodeServer
-from .conftest import server_completion
+from .conftest import apply_text_edits, edits_of, server_completion, server_fill_holes
 from .expected import ghost_of
 
 pytestmark = [pytest.mark.editor, pytest.mark.timeout(420)]
@@ -44,3 +44,35 @@ def test_ghost_text_then_tab_accepts(tmp_path, editor_model):
     assert seen.get("accepted"), seen
     saved = (workspace / "demo.txt").read_text(encoding="utf-8")
     assert saved == "alpha beta gamma\n" + LINE + expected + "\n"
+
+
+HOLES = "def area(w, h):\n    pass\n\n\ndef scale(x):\n    return x * 2\n"
+
+
+def test_fill_holes_code_action(tmp_path, editor_model):
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    path = workspace / "shapes.py"
+    path.write_text(HOLES, encoding="utf-8")
+    # What the server makes of the hole (apply=false), asked directly; the editor must show the same.
+    expected = server_fill_holes(editor_model, path, "python", 1, 4)
+    if expected.get("unsupported"):
+        pytest.skip("this server does not advertise the dllm.fillHoles command")
+    with CodeServer(workspace, editor_model, tmp_path / "home") as vscode:
+        seen = vscode.play({
+            "kind": "fillHoles", "file": "shapes.py", "line": 2, "column": 5, "timeoutMs": 120000,
+            "statusBarContains": ["dllm", editor_model.name],
+            "screenshot": str(tools.screenshot_dir(tmp_path) / "vscode-fill-holes.png"),
+            "failureScreenshot": str(tmp_path / "failure.png"),
+        })
+    assert seen["ok"], seen
+    assert seen["action"].startswith("Fill 1 hole with dllm"), seen["action"]
+    saved = path.read_text(encoding="utf-8")
+    if expected["edit"]:
+        assert seen["outcome"] == {"edited": True}, seen
+        assert saved == apply_text_edits(HOLES, edits_of(expected["edit"], path.as_uri()))
+    else:
+        # The server kept the hole (a random model's text does not parse): the user is told why.
+        reason = expected["sites"][0]["reason"]
+        assert "no hole filled" in seen["outcome"]["message"] and reason in seen["outcome"]["message"], seen
+        assert saved == HOLES

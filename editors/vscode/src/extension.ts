@@ -84,7 +84,15 @@ async function startClient(): Promise<void> {
     documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
     initializationOptions: settings.serverOptions(),
     outputChannelName: "dllm-lsp",
-    middleware: { provideInlineCompletionItems: streaming.middleware },
+    middleware: {
+      provideInlineCompletionItems: streaming.middleware,
+      // The "Fill N holes" code action runs dllm.fillHoles through here: say what came of it.
+      executeCommand: async (command, args, next) => {
+        const result = await next(command, args);
+        if (command === "dllm.fillHoles") reportFill(result as FillResult);
+        return result;
+      },
+    },
   };
   client = new LanguageClient("dllm", "dllm-lsp", serverOptions, clientOptions);
   client.onDidChangeState((e) => {
@@ -137,11 +145,34 @@ async function fillHolesInSelection(): Promise<void> {
     void vscode.window.showInformationMessage("dllm-lsp: this server does not offer hole filling (dllm.fillHoles).");
     return;
   }
-  await client.sendRequest(ExecuteCommandRequest.type, {
+  const result = await client.sendRequest(ExecuteCommandRequest.type, {
     command: "dllm.fillHoles",
     arguments: [
       client.code2ProtocolConverter.asUri(editor.document.uri),
       client.code2ProtocolConverter.asRange(editor.selection),
     ],
   });
+  reportFill(result as FillResult);
+}
+
+interface FillResult {
+  applied?: boolean;
+  reason?: string;
+  sites?: { label?: string; reason?: string; source?: string }[];
+}
+
+/** Tells the user when the server filled nothing, with its reasons (e.g. "the filled text does not parse"). */
+function reportFill(result: FillResult | null | undefined): void {
+  if (!result) return;
+  const sites = result.sites ?? [];
+  if (result.applied) {
+    const filled = sites.filter((s) => !s.reason).length;
+    vscode.window.setStatusBarMessage(`dllm-lsp: filled ${filled} hole${filled === 1 ? "" : "s"}`, 5000);
+    return;
+  }
+  const reasons = sites.filter((s) => s.reason).map((s) => `${s.label ?? "hole"}: ${s.reason}`);
+  if (result.reason) reasons.unshift(result.reason);
+  void vscode.window.showInformationMessage(
+    `dllm-lsp: no hole filled${reasons.length ? ` (${reasons.join("; ")})` : ""}`,
+  );
 }

@@ -37,7 +37,9 @@ export class DllmStatusBar implements vscode.Disposable {
   }
 
   setServerStatus(status: ServerStatus): void {
-    this.status = { ...this.status, ...status };
+    // A server still loading answers nulls: keep what is known until it has better.
+    const known = Object.fromEntries(Object.entries(status).filter(([, v]) => v !== null && v !== undefined));
+    this.status = { ...this.status, ...known, error: status.error ?? undefined };
     if (typeof status.lastLatencyMs === "number") this.latencyMs = status.lastLatencyMs;
     this.render();
   }

@@ -27,7 +27,7 @@ async function ghostText(page) {
 
 async function statusBarText(page) {
   return page.evaluate(() => {
-    const item = [...document.querySelectorAll(".statusbar-item")].find((e) => /dllm/.test(e.textContent || ""));
+    const item = [...document.querySelectorAll(".statusbar-item")].find((e) => /^dllm( ·|$| \()/.test((e.textContent || "").trim()));
     return item ? item.textContent.trim() : null;
   });
 }

@@ -178,12 +178,42 @@ function M.fill_holes(range, bufnr)
   client:request('workspace/executeCommand', {
     command = 'dllm.fillHoles',
     arguments = { vim.uri_from_bufnr(bufnr), range },
-  }, function(err)
+  }, function(err, result)
     if err then
       vim.notify('dllm: fill holes failed: ' .. tostring(err.message), vim.log.levels.WARN)
+      return
     end
+    M.report_fill(result)
   end, bufnr)
   return true
+end
+
+--- Says what came of dllm.fillHoles: how many holes were filled, or the server's reasons for none.
+function M.report_fill(result)
+  if type(result) ~= 'table' then
+    return
+  end
+  local sites = result.sites or {}
+  if result.applied then
+    local filled = 0
+    for _, site in ipairs(sites) do
+      if not site.reason then
+        filled = filled + 1
+      end
+    end
+    vim.notify(('dllm: filled %d hole%s'):format(filled, filled == 1 and '' or 's'))
+    return
+  end
+  local reasons = {}
+  if type(result.reason) == 'string' then
+    reasons[#reasons + 1] = result.reason
+  end
+  for _, site in ipairs(sites) do
+    if site.reason then
+      reasons[#reasons + 1] = ('%s: %s'):format(site.label or 'hole', site.reason)
+    end
+  end
+  vim.notify('dllm: no hole filled' .. (#reasons > 0 and (' (' .. table.concat(reasons, '; ') .. ')') or ''))
 end
 
 M.next_edits = next_edits.request
