@@ -36,7 +36,6 @@ def load_checkpoint(folder: Path, config: dict, device: torch.device, *, dtype: 
     from .families import (  # noqa: PLC0415
         delete_token, max_context, model_config, read_generation_config, special_tokens, tensor_names,
     )
-    from .session import CacheSettings  # noqa: PLC0415
     from .tokenizer_files import load_tokenizer  # noqa: PLC0415
     from .weights import WeightFiles  # noqa: PLC0415
 

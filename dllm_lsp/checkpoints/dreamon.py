@@ -3,9 +3,10 @@
 DreamOn was trained so that, inside a masked span,
 - predicting the expand token (`<|expand|>`, 151667) means "this position needs more room":
   the position becomes two masks;
-- predicting EOS (its delete token) means "this position does not exist": the position is
-  removed, and (the reference's `pad_delete_to_right`) every still-masked position after it
-  in the span is removed too.
+- predicting the delete token (`delete_token_id` where a config names one, else EOS, with
+  which DreamOn-v0 pads the middle in training) means "this position does not exist": the
+  position is removed, and (the reference's `pad_delete_to_right`) every still-masked
+  position after it in the span is removed too.
 The canvas is `[BOS] prefix [MASK]*k suffix [EOS]`; a slot starts with a few masks and grows
 up to its `max_tokens`. Expansion is blocked when a slot is full and at the last step, so the
 loop still ends within `settings.steps` forward passes.
@@ -68,7 +69,7 @@ class DreamOnDenoiser(CheckpointDenoiser):
             one = replace(settings, n=1, seed=settings.seed + candidate)
             layout, used = self._run_one(canvas, one, should_stop, on_step if candidate == 0 else None)
             finals.append(layout)
-            steps = max(steps, used)
+            steps = max(steps, used)      # denoising steps per candidate (candidates run one after another)
         return self._outcome(finals, steps)
 
     def _run_one(self, canvas: Canvas, settings, should_stop, on_step) -> tuple[Layout, int]:

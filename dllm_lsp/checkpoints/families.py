@@ -66,7 +66,7 @@ def detect_family(config: dict, generation: dict, tokens: TokenizerFiles | None)
     if model_type == "llada" or "LLaDAModelLM" in archs:
         return LLADA
     if model_type == "dream" or "DreamModel" in archs:
-        has_expand = any(k in src for src in (config, generation) for k in ("expand_token_id",))
+        has_expand = "expand_token_id" in config or "expand_token_id" in generation
         if has_expand or (tokens is not None and tokens.token_id(EXPAND_TOKEN) is not None):
             return DREAMON
         return DREAM

@@ -159,3 +159,24 @@ def test_corrupt_tokenizer_file(fresh_copy):
     folder = fresh_copy("llada")
     (folder / "tokenizer.json").write_text('{"version": "1.0", "model": 42}')
     expect_error(folder, "tokenizer.json", "not a valid tokenizer file")
+
+
+@pytest.mark.parametrize("layout, names", [
+    ("llada", ["model.transformer.wte.weight", "model.transformer.ln_f.weight", "model.transformer.ff_out.weight",
+               "model.transformer.blocks.1.q_proj.weight", "model.transformer.blocks.1.attn_out.weight",
+               "model.transformer.blocks.1.ff_proj.weight", "model.transformer.blocks.1.up_proj.weight",
+               "model.transformer.blocks.1.ff_out.weight", "model.transformer.blocks.1.attn_norm.weight",
+               "model.transformer.blocks.1.ff_norm.weight"]),
+    ("dream", ["model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
+               "model.layers.1.self_attn.q_proj.weight", "model.layers.1.self_attn.q_proj.bias",
+               "model.layers.1.self_attn.o_proj.weight", "model.layers.1.mlp.gate_proj.weight",
+               "model.layers.1.input_layernorm.weight", "model.layers.1.post_attention_layernorm.weight"]),
+])
+def test_tiny_folders_use_the_families_real_tensor_names(layout, names, tiny_checkpoints):
+    index = json.loads((tiny_checkpoints[layout] / "model.safetensors.index.json").read_text())["weight_map"]
+    for name in names:
+        assert name in index
+    if layout == "llada":
+        assert not any(".bias" in n for n in index)           # include_bias false, as in LLaDA-8B
+    else:
+        assert "model.layers.1.self_attn.o_proj.bias" not in index   # Qwen2: q/k/v biases only
