@@ -62,8 +62,8 @@ class CheckpointSession:
         self.full_passes = 0
 
     def _refresh_due(self) -> bool:
-        if self.cache.mode == "none" or self.context_kv is None:
-            return True
+        if self.cache.mode == "none" or self.context_kv is None or self.context_index.numel() == 0:
+            return True      # (a canvas that is all span has no context to cache)
         every = self.cache.refresh_every
         return every > 0 and self.steps % every == 0
 
