@@ -5,6 +5,8 @@ these functions only translate between LSP shapes and document offsets.
 """
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 from typing import Any
 
 from lsprotocol import types
@@ -59,6 +61,7 @@ def register(server) -> None:
 
     @server.command(FILL_COMMAND)
     async def fill_holes(ls: LanguageServer, *args: Any) -> dict:
+        follow_outer_cancellation(ls)
         uri, lsp_range, options = fill_arguments(args)
         parsed, document, language_id = ls.trees.get(uri, ls.workspace)
         version, text = document.version, parsed.text
@@ -134,6 +137,32 @@ def register(server) -> None:
         edits = [site_json(document, o) | {"newText": o.new_text} for o in report.outcomes if o.changes_text]
         kept = [site_json(document, o) for o in report.outcomes if not o.changes_text]
         return {"version": version, "change": change, "edits": edits, "kept": kept}
+
+
+def follow_outer_cancellation(ls) -> bool:
+    """Let $/cancelRequest stop this command's denoising.
+
+    pygls runs a command inside its own executeCommand handler, under a fresh internal id: a
+    cancel cancels only the outer request future (the client gets RequestCancelled) while the
+    command task, and the model with it, would run on. pygls files the outer future just
+    before the command task, so the entry before ours is the request to follow. Returns False
+    (no link, the command runs to its end) when pygls' bookkeeping looks different."""
+    task = asyncio.current_task()
+    pending = list(getattr(ls.protocol, "_request_futures", {}).values())
+    index = next((i for i, f in enumerate(pending) if f is task), None)
+    if task is None or not index:
+        return False
+    outer = pending[index - 1]
+    if isinstance(outer, asyncio.Task) or not isinstance(outer, (asyncio.Future, concurrent.futures.Future)):
+        return False
+    loop = asyncio.get_running_loop()
+
+    def cancel_command(future) -> None:
+        if future.cancelled() and not task.done():
+            loop.call_soon_threadsafe(task.cancel)
+
+    outer.add_done_callback(cancel_command)
+    return True
 
 
 def hole_marker(ls) -> str:

@@ -5,6 +5,8 @@ WorkspaceEdit carries them, and that the file still parses afterwards (the serve
 site's original text when the model's text would break the parse)."""
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Union
 
 import pytest
@@ -294,3 +296,34 @@ async def test_apply_companion_edit_command(server, language, statement, existin
         refused = await server.command("dllm.applyCompanionEdit", [uri, invalid])
         assert refused["applied"] is False
     assert len(server.applied) == before + 1
+
+
+async def test_cancelled_fill_stops_promptly(server):
+    """$/cancelRequest stops a joint fill at the next denoising step and frees the model."""
+    client = server.client
+    uri = "file:///tmp/holes_cancel.py"
+    text = HOLES["python"]
+    open_doc(client, uri, text, "python")
+    slow = {"steps": 32, "maxSpanTokens": 32, "maxLineTokens": 16, "threshold": 1.0}
+    fast = {"steps": 4, "maxSpanTokens": 24, "maxLineTokens": 12, "threshold": 0.9}
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"dllm": slow}))
+    arguments = [uri, lsp_range(text, 0, 0), {"apply": False}]
+    try:
+        started = time.perf_counter()
+        await server.command("dllm.fillHoles", arguments)
+        full_s = time.perf_counter() - started
+        params = types.ExecuteCommandParams(command="dllm.fillHoles", arguments=arguments)
+        future = client.protocol.send_request("workspace/executeCommand", params, msg_id="fill-slow")
+        await asyncio.sleep(min(0.3, full_s / 4))
+        cancelled_at = time.perf_counter()
+        client.protocol.notify("$/cancelRequest", types.CancelParams(id="fill-slow"))
+        with pytest.raises(JsonRpcException) as info:
+            await asyncio.wrap_future(future)
+        assert info.value.code == -32800
+        assert time.perf_counter() - cancelled_at < full_s / 2
+    finally:
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"dllm": fast}))
+    started = time.perf_counter()
+    result = await server.command("dllm.fillHoles", arguments)   # the model is free again
+    assert len(result["sites"]) == len(HOLE_TEXTS["python"])
+    assert time.perf_counter() - started < full_s
