@@ -3,6 +3,8 @@
 A hole is a node the user left to be written later:
 - Python: a `pass` statement, a `...` statement, `raise NotImplementedError(...)`;
 - Rust: `todo!()` and `unimplemented!()`;
+- JavaScript/TypeScript: `throw new Error("not implemented")` (or naming the marker);
+- Go: `panic("not implemented")` (or naming the marker);
 - any language: a comment holding the marker (default `TODO`) that sits alone on its line,
   a block comment `/* TODO */` anywhere, and a leaf token spelled exactly like the marker.
 A hole alone on its line is filled with statements (a multi-line slot); one inside an
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 import tree_sitter
 
 from .sites import Site
-from .syntax import COMMENT_TYPES, FUNCTION_TYPES, Source, ancestors
+from .syntax import CALL_TYPES, COMMENT_TYPES, FUNCTION_TYPES, Source, ancestors
 
 DEFAULT_MARKER = "TODO"
 MAX_HOLES = 16
@@ -33,7 +35,8 @@ BLOCK_TYPES = frozenset({
 PLACEHOLDER_MACROS = frozenset({"todo", "unimplemented"})
 DOC_COMMENT_PREFIXES = ("///", "//!", "/**")
 # Words every non-marker hole contains, and how far above the word its hole node can be.
-HOLE_WORDS = (r"\bpass\b", r"\.\.\.", r"\bNotImplementedError\b", r"\btodo\b", r"\bunimplemented\b")
+HOLE_WORDS = (r"\bpass\b", r"\.\.\.", r"\bNotImplementedError\b", r"\btodo\b", r"\bunimplemented\b",
+              r"\bthrow\b", r"\bpanic\b")
 HOLE_DEPTH = 3
 
 
@@ -77,6 +80,7 @@ class _Finder:
         self.source = source
         self.marker = marker
         self.marker_word = re.compile(rf"(?<!\w){re.escape(marker)}(?!\w)")
+        self.placeholder_message = re.compile(rf"not (yet )?implemented|{re.escape(marker)}", re.IGNORECASE)
         self.words = re.compile("|".join([*HOLE_WORDS, rf"(?<!\w){re.escape(marker)}(?!\w)"]))
         self.span_tokens = span_tokens
         self.line_tokens = line_tokens
@@ -114,11 +118,17 @@ class _Finder:
         if kind == "macro_invocation":
             name = node.child_by_field_name("macro")
             return name is not None and self.source.node_text(name) in PLACEHOLDER_MACROS
+        if kind == "throw_statement" or (kind in CALL_TYPES and self.callee_text(node) == "panic"):
+            return bool(self.placeholder_message.search(self.source.node_text(node)))
         if kind in COMMENT_TYPES:
             return self.is_marker_comment(node)
-        if node.child_count == 0 and node.is_named:
+        if node.child_count == 0 and node.is_named and "string" not in kind:
             return self.source.node_text(node) == self.marker
         return False
+
+    def callee_text(self, call: tree_sitter.Node) -> str | None:
+        callee = call.child_by_field_name("function")
+        return self.source.node_text(callee) if callee is not None else None
 
     def is_marker_comment(self, node: tree_sitter.Node) -> bool:
         text = self.source.node_text(node)

@@ -119,3 +119,18 @@ def test_fill_that_closes_the_block_early_is_kept():
     holes = find_holes(Source(text, "rust"), 0, 0).holes
     outcomes = settle(text, "rust", holes, ["1 }\nfn g() { 2"])
     assert outcomes[0].source == "kept" and "leaves" in outcomes[0].reason
+
+
+@pytest.mark.parametrize("language, text, expected", [
+    ("typescript", 'function f(): number {\n  throw new Error("not implemented");\n}\n'
+                   'function g() { throw new Error("bad input"); }\nconst s = "TODO";\n',
+     ['throw new Error("not implemented");']),
+    ("javascript", 'function f() {\n  throw new Error("Not yet implemented: f");\n}\n',
+     ['throw new Error("Not yet implemented: f");']),
+    ("go", 'package main\n\nfunc f() int {\n\tpanic("TODO")\n}\n\nfunc g() { panic(err) }\n', ['panic("TODO")']),
+])
+def test_placeholder_throws_and_panics(language, text, expected):
+    # a real error (`bad input`, `panic(err)`) and a string that merely says TODO are no holes
+    holes = find_holes(Source(text, language), 0, 0).holes
+    assert [text[h.start:h.end] for h in holes] == expected
+    assert not holes[0].single_line
