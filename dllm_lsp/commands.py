@@ -24,6 +24,8 @@ def serve(args) -> int:
         filename=args.log_file, level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if logging.getLogger().level > logging.DEBUG:
+        logging.getLogger("pygls").setLevel(logging.WARNING)   # pygls logs every message at INFO
     overrides = {k: v for k, v in (("model", args.model), ("device", args.device)) if v}
     server = create_server(ServerSettings().merged(overrides))
     if args.tcp:

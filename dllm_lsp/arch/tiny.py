@@ -1,10 +1,14 @@
 """Tiny randomly initialised embedded-model folders, for protocol and shape tests.
 
-They produce well-formed but meaningless completions; quality needs the trained model.
+They produce meaningless completions; quality needs the trained model. By default the head
+can only pick tokens that are bare identifier pieces, so whatever a tiny model writes is one
+long identifier: valid in most completion spots, so post-processing keeps it and protocol and
+editor tests see real text flow end to end.
 """
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import torch
@@ -12,6 +16,9 @@ from safetensors.torch import save_file
 
 from .embedded import EmbeddedConfig, EmbeddedModel
 from .tokenizer import special_ids, train_tokenizer
+
+
+IDENTIFIER_PIECE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def sample_corpus() -> list[str]:
@@ -23,6 +30,7 @@ def sample_corpus() -> list[str]:
 def write_tiny_model(
     folder: Path, *, seed: int = 0, vocab_size: int = 512, dim: int = 64, n_layers: int = 2,
     n_heads: int = 4, n_kv_heads: int = 2, layout: str = "causal_context", max_positions: int = 2048,
+    identifier_only: bool = True,
 ) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -41,6 +49,10 @@ def write_tiny_model(
         # Tied head: zero rows make mask/pad/eos logits 0, so random models rarely end a span at once.
         for special in ids.values():
             model.embed.weight[special].zero_()
+        if identifier_only:
+            for token_id in range(cfg.vocab_size):
+                if not IDENTIFIER_PIECE.fullmatch(tokenizer.decode([token_id])):
+                    model.embed.weight[token_id].zero_()
     state = {k: v.contiguous() for k, v in model.state_dict().items()}
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
     tokenizer.save(str(folder / "tokenizer.json"))

@@ -21,6 +21,7 @@ from .completions import Completion, CompletionService
 from .documents import DocumentTrees
 from .model_host import ModelHost, ModelUnavailable
 from .positions import range_of
+from .protocol import DllmProtocol
 from .settings import ServerSettings, SettingsError
 from .streaming import StreamReporter, params_from_object
 
@@ -32,12 +33,12 @@ REQUEST_FAILED = -32803   # LSP 3.17 RequestFailed: the request was valid but co
 
 
 class RequestFailed(JsonRpcException):
-    code = REQUEST_FAILED
+    CODE = REQUEST_FAILED
 
 
 class DllmLanguageServer(LanguageServer):
     def __init__(self, settings: ServerSettings | None = None) -> None:
-        super().__init__("dllm-lsp", __version__)
+        super().__init__("dllm-lsp", __version__, protocol_cls=DllmProtocol)
         self.settings = settings or ServerSettings()
         self.host = ModelHost()
         self.trees = DocumentTrees()

@@ -35,13 +35,14 @@ class DocumentTrees:
         if parsed is None:
             return
         try:
-            for change in changes:
+            for index, change in enumerate(changes):
+                last = index == len(changes) - 1   # one reparse per notification, after its last edit
                 if isinstance(change, types.TextDocumentContentChangePartial):
                     start = offset_in_text(parsed.text, change.range.start, current.position_codec)
                     end = offset_in_text(parsed.text, change.range.end, current.position_codec)
-                    parsed.edit(start, max(start, end), change.text)
+                    parsed.edit(start, max(start, end), change.text, reparse=last)
                 else:
-                    parsed.edit(0, len(parsed.text), change.text)
+                    parsed.edit(0, len(parsed.text), change.text, reparse=last)
         except JsonRpcInvalidParams as exc:
             log.warning("edit outside %s (%s): reparsing from the text", uri, exc)
         if parsed.text != current.source:

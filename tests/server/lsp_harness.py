@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,19 @@ def inline_params(uri: str, line: int, character: int) -> types.InlineCompletion
         position=types.Position(line=line, character=character),
         context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
     )
+
+
+async def send_raw_request(client: LanguageClient, method: str, params: Any) -> Any:
+    """Send `params` as-is: the typed client would refuse to serialise malformed ones."""
+    from concurrent.futures import Future  # noqa: PLC0415
+
+    from pygls.protocol import JsonRPCRequestMessage  # noqa: PLC0415
+
+    msg_id = f"raw-{uuid.uuid4()}"
+    future: Future = Future()
+    client.protocol._request_futures[msg_id] = future
+    client.protocol._send_data(JsonRPCRequestMessage(id=msg_id, method=method, params=params, jsonrpc="2.0"))
+    return await asyncio.wrap_future(future)
 
 
 def raw_inline_params(uri: str, line: Any, character: Any) -> dict:

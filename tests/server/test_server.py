@@ -5,26 +5,41 @@ import asyncio
 import time
 
 import pytest
+import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
 from .lsp_harness import (
-    inline_params, open_doc, raw_inline_params, start_server, stop_server, wait_loaded, wait_until,
+    inline_params, open_doc, raw_inline_params, send_raw_request, start_server, stop_server, wait_loaded,
+    wait_until,
 )
 
 URI = "file:///tmp/example.py"
 SOURCE = "import os\n\n\ndef area(width, height):\n    return \n\n\nprint(area(2, 3))\n"
+DEFAULTS = {"steps": 8, "threshold": 0.9, "maxSpanTokens": 64, "maxLineTokens": 32, "languages": {},
+            "streamIntervalMs": 50}
 
-pytestmark = pytest.mark.timeout(180)
+# One server for the module (starting one costs seconds on a busy 2-core machine); every test
+# starts from the default options. Tests that need their own server start it themselves.
+pytestmark = [pytest.mark.timeout(300), pytest.mark.asyncio(loop_scope="module")]
 
 
-@pytest.fixture
-async def server(tmp_path, tiny_model_dir):
-    client, seen, result = await start_server(tmp_path, {"model": str(tiny_model_dir), "device": "cpu"})
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared_server(tmp_path_factory, tiny_model_dir):
+    client, seen, result = await start_server(
+        tmp_path_factory.mktemp("server"), {"model": str(tiny_model_dir), "device": "cpu"}
+    )
     status = await wait_loaded(client)
     assert status["loaded"], status
     yield client, seen, result
     await stop_server(client)
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def server(shared_server):
+    client = shared_server[0]
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"dllm": DEFAULTS}))
+    yield shared_server
 
 
 async def test_initialize_advertises_capabilities(server):
@@ -39,8 +54,8 @@ async def test_initialize_advertises_capabilities(server):
 
 async def test_model_load_is_reported_as_work_done_progress(server):
     client, seen, _ = server
-    await wait_until(lambda: any(getattr(p.value, "kind", None) == "end" for p in seen.progress))
-    kinds = [p.value.kind for p in seen.progress if p.token in seen.created_tokens]
+    await wait_until(lambda: any(p.value["kind"] == "end" for p in seen.progress))
+    kinds = [p.value["kind"] for p in seen.progress if p.token in seen.created_tokens]
     assert kinds[0] == "begin" and kinds[-1] == "end"
 
 
@@ -103,7 +118,7 @@ async def test_out_of_range_positions_get_an_error(server, line, character, why)
     client, _, _ = server
     open_doc(client, URI, SOURCE)
     with pytest.raises(JsonRpcException) as info:
-        await client.protocol.send_request_async("textDocument/inlineCompletion", raw_inline_params(URI, line, character))
+        await send_raw_request(client, "textDocument/inlineCompletion", raw_inline_params(URI, line, character))
     assert info.value.code in (-32602, -32603), why
     status = await client.protocol.send_request_async("dllm/status", {})
     assert status.loaded   # still alive and serving
@@ -122,9 +137,9 @@ async def test_missing_params_get_an_error(server, params):
     client, _, _ = server
     open_doc(client, URI, SOURCE)
     with pytest.raises(JsonRpcException):
-        await client.protocol.send_request_async("textDocument/inlineCompletion", params)
+        await send_raw_request(client, "textDocument/inlineCompletion", params)
     with pytest.raises(JsonRpcException):
-        await client.protocol.send_request_async("textDocument/completion", params)
+        await send_raw_request(client, "textDocument/completion", params)
     result = await client.text_document_inline_completion_async(inline_params(URI, 4, 11))
     assert result.items
 
@@ -180,13 +195,14 @@ async def test_streamed_completion_reports_states_in_order(server):
     )
     open_doc(client, URI, SOURCE)
     params = {**raw_inline_params(URI, 4, 11), "partialResultToken": "stream-1"}
-    final = await client.protocol.send_request_async("dllm/inlineCompletion", params)
-    await wait_until(lambda: any(p.token == "stream-1" and p.value.kind == "end" for p in seen.progress))
-    reports = [p.value for p in seen.progress if p.token == "stream-1" and p.value.kind == "report"]
-    steps = [r.step for r in reports]
+    final = await send_raw_request(client, "dllm/inlineCompletion", params)
+    await wait_until(lambda: any(p.token == "stream-1" and p.value["kind"] == "end" for p in seen.progress))
+    reports = [p.value for p in seen.progress if p.token == "stream-1" and p.value["kind"] == "report"]
+    steps = [r["step"] for r in reports]
     assert steps == sorted(steps) and len(steps) >= 2
-    assert len({r.text for r in reports}) >= 2, "the span should sharpen over the steps"
-    assert all(r.totalSteps == 6 for r in reports)
+    assert len({r["text"] for r in reports}) >= 2, "the span should sharpen over the steps"
+    assert all(r["totalSteps"] == 6 for r in reports)
+    assert reports[0]["range"]["start"] == {"line": 4, "character": 11}
     assert final.items[0].insertText
 
 
@@ -197,7 +213,7 @@ async def test_language_can_be_disabled(server):
     )
     open_doc(client, URI, SOURCE)
     result = await client.text_document_inline_completion_async(inline_params(URI, 4, 11))
-    assert result.items == []
+    assert len(result.items) == 0
 
 
 async def test_model_that_fails_to_load_leaves_the_server_running(tmp_path):

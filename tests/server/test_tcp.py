@@ -1,0 +1,60 @@
+"""`dllm-lsp serve --tcp`: binds the loopback address unless told otherwise, and serves LSP."""
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from lsprotocol import types
+
+from .lsp_harness import inline_params, make_client, open_doc, wait_loaded
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def listening_addresses(port: int) -> set[str]:
+    """Local addresses of LISTEN sockets on `port`, from /proc/net/tcp (hex, little-endian)."""
+    found = set()
+    for line in open("/proc/net/tcp").read().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        address, hex_port = local.split(":")
+        if state == "0A" and int(hex_port, 16) == port:
+            found.add(socket.inet_ntoa(bytes.fromhex(address)[::-1]))
+    return found
+
+
+async def test_tcp_server_binds_loopback_and_completes(tmp_path, tiny_model_dir):
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dllm_lsp", "serve", "--tcp", f":{port}", "--model", str(tiny_model_dir),
+         "--device", "cpu", "--log-file", str(tmp_path / "tcp.log")],
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not listening_addresses(port):
+            assert proc.poll() is None, "server exited"
+            assert time.monotonic() < deadline, "server did not listen in time"
+            await asyncio.sleep(0.1)
+        assert listening_addresses(port) == {"127.0.0.1"}
+        client, _ = make_client()
+        await client.start_tcp("127.0.0.1", port)
+        await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities()))
+        client.initialized(types.InitializedParams())
+        assert (await wait_loaded(client))["loaded"]
+        open_doc(client, "file:///tmp/t.py", "def f(x):\n    return \n")
+        result = await client.text_document_inline_completion_async(inline_params("file:///tmp/t.py", 1, 11))
+        assert result.items and result.items[0].insert_text
+        await client.shutdown_async(None)
+        client.exit(None)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
