@@ -44,30 +44,31 @@ if triton_available():
 
     @triton.jit
     def _rotary_kernel(X, COS, SIN, Y, H, T, sx_b, sx_h, sx_t, sx_d, cs_b, cs_t, HALF,
-                       BLOCK_HALF: tl.constexpr):
-        pid = tl.program_id(0)            # one (b, h, t) row
+                       BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
+        pid = tl.program_id(0)            # one (b, t) position, all heads at once
         t = pid % T
-        bh = pid // T
-        h = bh % H
-        b = bh // H
+        b = pid // T
+        heads = tl.arange(0, BLOCK_H)
         cols = tl.arange(0, BLOCK_HALF)
-        ok = cols < HALF
-        x_row = X + b.to(tl.int64) * sx_b + h * sx_h + t * sx_t
+        ok = (heads < H)[:, None] & (cols < HALF)[None, :]
+        x_rows = X + b.to(tl.int64) * sx_b + t * sx_t + heads[:, None] * sx_h
         # fp32 arithmetic (exact for products of two bf16/fp16 values; the interpreter has no bf16 math),
         # then each product and the sum rounded to the element type, as the eager ops do.
-        x1 = tl.load(x_row + cols * sx_d, mask=ok, other=0.0).to(tl.float32)
-        x2 = tl.load(x_row + (cols + HALF) * sx_d, mask=ok, other=0.0).to(tl.float32)
+        x1 = tl.load(x_rows + cols[None, :] * sx_d, mask=ok, other=0.0).to(tl.float32)
+        x2 = tl.load(x_rows + (cols[None, :] + HALF) * sx_d, mask=ok, other=0.0).to(tl.float32)
         cs_row = b * cs_b + t * cs_t      # cos/sin are contiguous [.., T, 2*HALF]
-        c1 = tl.load(COS + cs_row + cols, mask=ok, other=0.0).to(tl.float32)
-        c2 = tl.load(COS + cs_row + HALF + cols, mask=ok, other=0.0).to(tl.float32)
-        s1 = tl.load(SIN + cs_row + cols, mask=ok, other=0.0).to(tl.float32)
-        s2 = tl.load(SIN + cs_row + HALF + cols, mask=ok, other=0.0).to(tl.float32)
+        c_ok = cols < HALF
+        c1 = tl.load(COS + cs_row + cols, mask=c_ok, other=0.0).to(tl.float32)[None, :]
+        c2 = tl.load(COS + cs_row + HALF + cols, mask=c_ok, other=0.0).to(tl.float32)[None, :]
+        s1 = tl.load(SIN + cs_row + cols, mask=c_ok, other=0.0).to(tl.float32)[None, :]
+        s2 = tl.load(SIN + cs_row + HALF + cols, mask=c_ok, other=0.0).to(tl.float32)[None, :]
         ty = Y.dtype.element_ty
         y1 = (x1 * c1).to(ty).to(tl.float32) - (x2 * s1).to(ty).to(tl.float32)
         y2 = (x2 * c2).to(ty).to(tl.float32) + (x1 * s2).to(ty).to(tl.float32)
-        y_row = Y + pid.to(tl.int64) * (2 * HALF)
-        tl.store(y_row + cols, y1.to(ty), mask=ok)
-        tl.store(y_row + HALF + cols, y2.to(ty), mask=ok)
+        # Y is contiguous [B, H, T, 2*HALF].
+        y_rows = Y + ((b.to(tl.int64) * H + heads[:, None]) * T + t) * (2 * HALF)
+        tl.store(y_rows + cols[None, :], y1.to(ty), mask=ok)
+        tl.store(y_rows + HALF + cols[None, :], y2.to(ty), mask=ok)
 
 
 def apply_rotary_triton(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -81,7 +82,9 @@ def apply_rotary_triton(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -
     out = torch.empty(b, h, t, d, device=x.device, dtype=x.dtype)
     cs_b = t * d if cos.dim() == 3 else 0
     if out.numel():
-        _rotary_kernel[(b * h * t,)](
-            x, cos, sin, out, h, t, *x.stride(), cs_b, d, d // 2, BLOCK_HALF=max(16, next_power_of_2(d // 2)),
+        _rotary_kernel[(b * t,)](
+            x, cos, sin, out, h, t, *x.stride(), cs_b, d, d // 2,
+            BLOCK_H=max(2, next_power_of_2(h)), BLOCK_HALF=max(16, next_power_of_2(d // 2)),
+            num_warps=4 if h * d >= 2048 else 1,
         )
     return out

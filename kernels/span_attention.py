@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from .dispatch import interpreting, multiprocessor_count, next_power_of_2, triton_available, use_triton
 
 LOG2E = 1.4426950408889634
+MERGE_ROWS = 16   # output rows per merge program
 
 
 def span_attention_reference(
@@ -155,23 +156,32 @@ if triton_available():
         tl.store(LSE_PART + part_row, lse, mask=row_ok)
 
     @triton.jit
-    def _span_attention_merge_kernel(O_PART, LSE_PART, OUT, n_splits, D, H, L,
-                                     BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
-        row = tl.program_id(0)            # flattened (b, h, l) of the partials
-        b = row // (H * L)
-        h = (row // L) % H
-        pos = row % L
+    def _span_attention_merge_kernel(O_PART, LSE_PART, OUT, n_rows, n_splits, D, H, L,
+                                     BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+        """BLOCK_R output rows (flattened b, h, l) per program: out = sum_s w_s o_s / sum_s w_s."""
+        rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+        row_ok = rows < n_rows
         s_offs = tl.arange(0, BLOCK_S)
-        s_ok = s_offs < n_splits
         d_offs = tl.arange(0, BLOCK_D)
         d_ok = d_offs < D
-        lse = tl.load(LSE_PART + row * n_splits + s_offs, mask=s_ok, other=float("-inf"))
-        weight = tl.exp2(lse - tl.max(lse, 0))
-        part = tl.load(O_PART + (row * n_splits + s_offs)[:, None] * D + d_offs[None, :],
-                       mask=s_ok[:, None] & d_ok[None, :], other=0.0)
-        out = tl.sum(part * weight[:, None], 0) / tl.sum(weight, 0)
+        lse = tl.load(LSE_PART + rows[:, None] * n_splits + s_offs[None, :],
+                      mask=row_ok[:, None] & (s_offs < n_splits)[None, :], other=float("-inf"))
+        top = tl.max(lse, 1)
+        top = tl.where(row_ok, top, 0.0)
+        total = tl.sum(tl.exp2(lse - top[:, None]), 1)
+        acc = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
+        for s in range(0, n_splits):
+            w = tl.exp2(tl.load(LSE_PART + rows * n_splits + s, mask=row_ok, other=0.0) - top)
+            part = tl.load(O_PART + (rows * n_splits + s)[:, None] * D + d_offs[None, :],
+                           mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+            acc += w[:, None] * part
+        out = acc / tl.where(row_ok, total, 1.0)[:, None]
         # The output buffer is [B, L, H, D]: the caller's transpose back to [B, L, H*D] is then free.
-        tl.store(OUT + ((b * L + pos) * H + h) * D + d_offs, out.to(OUT.dtype.element_ty), mask=d_ok)
+        b = rows // (H * L)
+        h = (rows // L) % H
+        pos = rows % L
+        tl.store(OUT + (((b * L + pos) * H + h) * D)[:, None] + d_offs[None, :], out.to(OUT.dtype.element_ty),
+                 mask=row_ok[:, None] & d_ok[None, :])
 
 
 def tile_config(dtype: torch.dtype, head_dim: int, rows: int, shared_bytes: int = 227 * 1024) -> dict:
@@ -254,8 +264,9 @@ def span_attention_triton(
     # Returned as a [B, H, L, D] view of a [B, L, H, D] buffer: the model's o_proj input
     # (transpose(1, 2).reshape(B, L, H*D)) becomes a view instead of a copy.
     out = torch.empty(b, l, h, d, device=q.device, dtype=q.dtype)
-    _span_attention_merge_kernel[(b * h * l,)](
-        o_part, lse_part, out, n_splits, d, h, l,
-        BLOCK_S=max(2, next_power_of_2(n_splits)), BLOCK_D=block_d,
+    n_rows = b * h * l
+    _span_attention_merge_kernel[(triton.cdiv(n_rows, MERGE_ROWS),)](
+        o_part, lse_part, out, n_rows, n_splits, d, h, l,
+        BLOCK_R=MERGE_ROWS, BLOCK_S=max(2, next_power_of_2(n_splits)), BLOCK_D=block_d,
     )
     return out.transpose(1, 2)

@@ -20,6 +20,8 @@ import torch
 
 from .dispatch import interpreting, multiprocessor_count, next_power_of_2, triton_available, use_triton
 
+MERGE_ROWS = 16   # rows per merge program
+
 
 class Selection(NamedTuple):
     token: torch.Tensor     # [R] int64: the argmax, or the Gumbel-max sample when temperature > 0
@@ -147,47 +149,51 @@ if triton_available():
     @triton.jit
     def _select_merge_kernel(
         P_M, P_S, P_T, P_TOP1, P_IDX1, P_TOP2, P_GBEST, P_GIDX, P_GX,
-        TOKEN, PROB, MARGIN, ENTROPY, n_splits,
-        SAMPLE: tl.constexpr, BLOCK_S: tl.constexpr,
+        TOKEN, PROB, MARGIN, ENTROPY, n_rows, n_splits,
+        SAMPLE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr,
     ):
-        row = tl.program_id(0)
+        """BLOCK_R rows per program; each row's splits are merged along axis 1."""
+        rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+        row_ok = rows < n_rows
         k = tl.arange(0, BLOCK_S)
-        ok = k < n_splits
-        at = row * n_splits + k
+        ok = row_ok[:, None] & (k < n_splits)[None, :]
+        at = rows[:, None] * n_splits + k[None, :]
         neg_inf = float("-inf")
         m = tl.load(P_M + at, mask=ok, other=neg_inf)
         s = tl.load(P_S + at, mask=ok, other=0.0)
         t = tl.load(P_T + at, mask=ok, other=0.0)
-        big_m = tl.max(m, 0)
+        big_m = tl.where(row_ok, tl.max(m, 1), 0.0)
         live = s > 0
-        w = tl.where(live, tl.exp(m - big_m), 0.0)
-        total = tl.sum(w * s, 0)
-        t_all = tl.sum(w * (t + s * tl.where(live, m - big_m, 0.0)), 0)
+        shift = tl.where(live, m - big_m[:, None], 0.0)
+        w = tl.where(live, tl.exp(shift), 0.0)
+        total = tl.where(row_ok, tl.sum(w * s, 1), 1.0)
+        t_all = tl.sum(w * (t + s * shift), 1)
         # Probabilities as exp(x - max) / total: exact shifts, no rounding of a large log-sum-exp.
         entropy = tl.log(total) - t_all / total
 
         top1_k = tl.load(P_TOP1 + at, mask=ok, other=neg_inf)
         top2_k = tl.load(P_TOP2 + at, mask=ok, other=neg_inf)
         idx1_k = tl.load(P_IDX1 + at, mask=ok, other=0)
-        best = tl.argmax(top1_k, 0)            # the first split holding the max: the first index overall
-        top1 = tl.max(top1_k, 0)
-        top2 = tl.maximum(tl.max(top2_k, 0), tl.max(tl.where(k == best, neg_inf, top1_k), 0))
-        idx1 = tl.sum(tl.where(k == best, idx1_k, 0), 0)
+        best = tl.argmax(top1_k, 1)            # the first split holding the max: the first index overall
+        is_best = k[None, :] == best[:, None]
+        top1 = tl.max(top1_k, 1)
+        top2 = tl.maximum(tl.max(top2_k, 1), tl.max(tl.where(is_best, neg_inf, top1_k), 1))
+        idx1 = tl.sum(tl.where(is_best, idx1_k, 0), 1)
         p1 = tl.exp(top1 - big_m) / total
         margin = p1 - tl.exp(top2 - big_m) / total
         if SAMPLE:
             g_k = tl.load(P_GBEST + at, mask=ok, other=neg_inf)
-            g_best = tl.argmax(g_k, 0)
-            token = tl.sum(tl.where(k == g_best, tl.load(P_GIDX + at, mask=ok, other=0), 0), 0)
-            gx = tl.max(tl.where(k == g_best, tl.load(P_GX + at, mask=ok, other=neg_inf), neg_inf), 0)
+            g_best = k[None, :] == tl.argmax(g_k, 1)[:, None]
+            token = tl.sum(tl.where(g_best, tl.load(P_GIDX + at, mask=ok, other=0), 0), 1)
+            gx = tl.max(tl.where(g_best, tl.load(P_GX + at, mask=ok, other=neg_inf), neg_inf), 1)
             prob = tl.exp(gx - big_m) / total
         else:
             token = idx1
             prob = p1
-        tl.store(TOKEN + row, token.to(tl.int64))
-        tl.store(PROB + row, prob)
-        tl.store(MARGIN + row, margin)
-        tl.store(ENTROPY + row, entropy)
+        tl.store(TOKEN + rows, token.to(tl.int64), mask=row_ok)
+        tl.store(PROB + rows, prob, mask=row_ok)
+        tl.store(MARGIN + rows, margin, mask=row_ok)
+        tl.store(ENTROPY + rows, entropy, mask=row_ok)
 
 
 def default_block_v() -> int:
@@ -239,9 +245,9 @@ def unmask_select_triton(
         p_m, p_s, p_t, p_top1, p_idx1, p_top2, p_gbest, p_gidx, p_gx,
         SAMPLE=sample, BLOCK_V=block_v, num_warps=split_num_warps(block_v),
     )
-    _select_merge_kernel[(rows,)](
+    _select_merge_kernel[(triton.cdiv(rows, MERGE_ROWS),)](
         p_m, p_s, p_t, p_top1, p_idx1, p_top2, p_gbest, p_gidx, p_gx,
-        token, prob, margin, entropy, n_splits,
-        SAMPLE=sample, BLOCK_S=max(2, next_power_of_2(n_splits)),
+        token, prob, margin, entropy, rows, n_splits,
+        SAMPLE=sample, BLOCK_R=MERGE_ROWS, BLOCK_S=max(2, next_power_of_2(n_splits)),
     )
     return Selection(token, prob, margin, entropy)

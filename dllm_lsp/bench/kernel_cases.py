@@ -55,7 +55,7 @@ def median_ms(fn: Callable[[], object], device: torch.device, quick: bool) -> fl
         return float(do_bench(fn, warmup=25 if quick else 50, rep=50 if quick else 200, return_mode="median"))
     fn()
     samples = []
-    for _ in range(2 if quick else 10):
+    for _ in range(1 if quick else 10):
         start = time.perf_counter()
         fn()
         samples.append((time.perf_counter() - start) * 1e3)

@@ -60,7 +60,7 @@ def main(capability: int = 90) -> None:
             results.append({**row, "shared_budget": budget})
     results.append(compile_kernel(
         span_attention._span_attention_merge_kernel, {"O_PART": "fp32", "LSE_PART": "fp32", "OUT": "bf16"},
-        set(), dict(BLOCK_S=32, BLOCK_D=128), capability))
+        set(), dict(BLOCK_R=span_attention.MERGE_ROWS, BLOCK_S=32, BLOCK_D=128), capability))
     block_v = unmask_select.default_block_v()
     parts = {n: "fp32" for n in ("P_M", "P_S", "P_T", "P_TOP1", "P_TOP2", "P_GBEST", "P_GX")}
     parts.update(P_IDX1="i32", P_GIDX="i32")
@@ -71,13 +71,14 @@ def main(capability: int = 90) -> None:
         results.append(compile_kernel(
             unmask_select._select_merge_kernel,
             {**parts, "TOKEN": "i64", "PROB": "fp32", "MARGIN": "fp32", "ENTROPY": "fp32"}, set(),
-            dict(SAMPLE=sample, BLOCK_S=32), capability))
+            dict(SAMPLE=sample, BLOCK_R=unmask_select.MERGE_ROWS, BLOCK_S=32), capability))
     for residual in (False, True):
         results.append(compile_kernel(
             rmsnorm._rms_norm_kernel, {n: "bf16" for n in ("X", "RES", "W", "Y", "SUM")}, {"eps"},
             dict(HAS_RESIDUAL=residual, BLOCK_D=4096, num_warps=rmsnorm.norm_num_warps(4096)), capability))
     results.append(compile_kernel(
-        rope._rotary_kernel, {n: "bf16" for n in ("X", "COS", "SIN", "Y")}, set(), dict(BLOCK_HALF=64), capability,
+        rope._rotary_kernel, {n: "bf16" for n in ("X", "COS", "SIN", "Y")}, set(),
+        dict(BLOCK_H=32, BLOCK_HALF=64, num_warps=4), capability,
         unit_strides=("sx_d",)))
     for row in results:
         print(json.dumps(row))
