@@ -221,7 +221,32 @@ def rename_edits(new: Source, change: Change) -> list[Outcome]:
             for match in word.finditer(new.node_text(doc)):
                 edits.append(Outcome(base + match.start(), base + match.end(), new_name,
                                      f"documentation of {old_name}", "rename"))
+        edits += keyword_arguments(new, function_name(new, scope), old_name, new_name)
     return sorted(edits, key=lambda e: e.start)
+
+
+def callee_name(source: Source, call: tree_sitter.Node) -> str | None:
+    """`f` for f(...), obj.f(...) and Self::f(...)."""
+    callee = call.child_by_field_name("function") or call.child_by_field_name("name")
+    if callee is None:
+        return None
+    last = callee.named_children[-1] if callee.named_child_count else callee
+    return source.node_text(last)
+
+
+def keyword_arguments(new: Source, function: str | None, old_name: str, new_name: str) -> list[Outcome]:
+    """`f(old=...)` -> `f(new=...)` at the calls of the function whose parameter was renamed."""
+    if function is None:
+        return []
+    edits = []
+    for node in word_nodes(new, old_name):
+        argument = node.parent
+        if argument is None or argument.type != "keyword_argument" or field_name(node) != "name":
+            continue
+        call = argument.parent.parent if argument.parent is not None else None
+        if call is not None and call.type in CALL_TYPES and callee_name(new, call) == function:
+            edits.append(Outcome(new.start(node), new.end(node), new_name, f"keyword argument of {function}", "rename"))
+    return edits
 
 
 def call_sites(new: Source, change: Change, line_tokens: int) -> list[Site]:

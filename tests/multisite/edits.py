@@ -1,13 +1,21 @@
-"""Apply LSP-shaped edits to text in tests (ASCII texts: UTF-16 columns are string columns)."""
+"""Apply LSP-shaped edits (UTF-16 positions) to text in tests."""
 from __future__ import annotations
 
 import itertools
 
 
 def offset(text: str, line: int, character: int) -> int:
+    """String offset of an LSP position counted in UTF-16 code units (the default encoding)."""
     lines = text.split("\n")
-    assert line < len(lines) and character <= len(lines[line]), (line, character)
-    return sum(len(l) + 1 for l in lines[:line]) + character
+    assert line < len(lines), (line, character)
+    units, column = 0, 0
+    for char in lines[line]:
+        if units >= character:
+            break
+        units += 2 if ord(char) > 0xFFFF else 1
+        column += 1
+    assert units == character, (line, character, "not at a character boundary")
+    return sum(len(l) + 1 for l in lines[:line]) + column
 
 
 def apply_text_edits(text: str, edits: list[dict]) -> str:

@@ -93,3 +93,13 @@ def test_history_is_bounded():
     assert history.earlier("u", "now") == ["v9", "v8", "v7"]
     history.forget("u")
     assert history.earlier("u", "now") == []
+
+
+def test_parameter_rename_reaches_keyword_arguments_of_its_calls():
+    before = "def area(width, height):\n    return width * height\n\n\narea(width=2, height=3)\nother(width=1)\n"
+    after = before.replace("area(width,", "area(size,")
+    plan = plan_next_edits([before], after, "python")
+    assert apply_outcomes(after, plan.renames) == (
+        "def area(size, height):\n    return size * height\n\n\narea(size=2, height=3)\nother(width=1)\n"
+    )
+    assert [e.label for e in plan.renames][-1] == "keyword argument of area"

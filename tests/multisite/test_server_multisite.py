@@ -110,9 +110,11 @@ async def server(tmp_path_factory, tiny_model_dir):
 
 
 def lsp_range(text: str, start: int, end: int) -> dict:
+    """The LSP range of [start, end), columns in UTF-16 code units."""
     def position(at: int) -> dict:
-        line = text.count("\n", 0, at)
-        return {"line": line, "character": at - (text.rfind("\n", 0, at) + 1)}
+        line_start = text.rfind("\n", 0, at) + 1
+        units = sum(2 if ord(c) > 0xFFFF else 1 for c in text[line_start:at])
+        return {"line": text.count("\n", 0, at), "character": units}
     return {"start": position(start), "end": position(end)}
 
 
@@ -327,3 +329,17 @@ async def test_cancelled_fill_stops_promptly(server):
     result = await server.command("dllm.fillHoles", arguments)   # the model is free again
     assert len(result["sites"]) == len(HOLE_TEXTS["python"])
     assert time.perf_counter() - started < full_s
+
+
+async def test_next_edits_ranges_count_utf16_units(server):
+    """Sites after astral characters (two UTF-16 units each) on the same line land exactly."""
+    uri = "file:///tmp/rename_unicode.py"
+    text = "def area(width):\n    s = '😀😀'; return width + width  # 😀 width\n"
+    open_doc(server.client, uri, text, "python")
+    server.change(uri, 2, text.replace("area(width", "area(size"))
+    current = text.replace("area(width", "area(size")
+    result = await server.request("dllm/nextEdits", {"textDocument": {"uri": uri}})
+    starts = [current.index("width"), current.index("width", current.index("width") + 1)]
+    assert [e["range"] for e in result["edits"]] == [lsp_range(current, s, s + 5) for s in starts]
+    assert result["edits"][0]["range"]["start"]["character"] == len("    s = '😀😀'; return ") + 2
+    assert apply_text_edits(current, result["edits"]) == current.replace("return width + width", "return size + size")
