@@ -1,8 +1,10 @@
 """`dllm-lsp bench overhead`: the server's own cost per request, model excluded.
 
 Per request: span planning (tree-sitter), tokenization + canvas layout, post-processing
-(suffix overlap, parse check). Keystrokes are applied between requests with incremental
-reparsing, timed separately. Runs on a 2,000-line Python file (generated, or --file).
+(suffix overlap, parse check). Requests come as in an editor: the user moves to a spot in the
+file and types a word, one request per keystroke, then moves elsewhere (the first request at
+each spot finds nothing cached). Keystrokes are applied with incremental reparsing, timed
+separately. Runs on a 2,000-line Python file (generated, or --file).
 """
 from __future__ import annotations
 
@@ -36,16 +38,24 @@ def synthetic_python(lines: int = 2000, seed: int = 0) -> str:
     return "\n".join(out[:lines]) + "\n"
 
 
-def cursor_offsets(text: str, count: int, seed: int) -> list[int]:
-    """Cursors at line ends and mid-line, spread over the file."""
+WORD_LENGTH = 8          # keystrokes typed at one spot before moving elsewhere
+TYPED = "total_x"
+
+
+def typing_cursors(doc, count: int, seed: int):
+    """Yield the cursor for each request: a random line end, then one character further per
+    keystroke (the caller types the character before each request)."""
     rng = random.Random(seed)
-    starts = [0] + [i + 1 for i, c in enumerate(text) if c == "\n"][:-1]
-    chosen = []
-    for _ in range(count):
-        line_start = rng.choice(starts)
-        line_end = text.find("\n", line_start)
-        chosen.append(rng.randint(line_start, line_end))
-    return chosen
+    cursor = 0
+    for i in range(count):
+        if i % WORD_LENGTH == 0:
+            text = doc.text
+            line_start = rng.randint(0, len(text) - 1)
+            line_start = text.rfind("\n", 0, line_start) + 1
+            cursor = text.find("\n", line_start)
+        else:
+            cursor += 1
+        yield cursor
 
 
 def run_overhead(text: str, denoiser, requests: int, seed: int = 0) -> dict:
@@ -57,11 +67,12 @@ def run_overhead(text: str, denoiser, requests: int, seed: int = 0) -> dict:
     doc = ParsedDocument(text, "python")
     settings = PlannerSettings()
     plan_ms, tokenize_ms, finish_ms, total_ms, edit_ms = [], [], [], [], []
-    for i, offset in enumerate(cursor_offsets(text, requests, seed)):
-        # A keystroke before each request, as in an editor: insert a space, then remove it.
+    for i, offset in enumerate(typing_cursors(doc, requests, seed)):
         t0 = time.perf_counter()
-        doc.edit(offset, offset, " ")
-        doc.edit(offset, offset + 1, "")
+        if offset > 0 and i % WORD_LENGTH:
+            doc.edit(offset - 1, offset - 1, TYPED[i % len(TYPED)])   # the keystroke before the request
+        else:
+            doc.tree  # noqa: B018  (a jump: nothing typed, the tree is already up to date)
         t1 = time.perf_counter()
         plan = plan_span(doc, offset, settings)
         t2 = time.perf_counter()
@@ -102,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "benchmark": "server overhead per request (model excluded)",
         "settings": {"file": args.file or "generated", "lines": text.count("\n"), "requests": args.requests,
-                     "model_tokenizer": denoiser.name},
+                     "keystrokes_per_spot": WORD_LENGTH, "model_tokenizer": denoiser.name},
         "environment": environment("cpu"),
         "figures": figures,
         "target": {"request_overhead_p50_ms": 2.0},

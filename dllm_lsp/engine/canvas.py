@@ -21,7 +21,8 @@ def build_canvas(denoiser: Denoiser, request: InfillRequest, context_budget: int
         raise ValueError(
             f"slots of {slot_tokens} tokens leave no room for context in {denoiser.max_context} positions"
         )
-    pieces = [denoiser.encode(p) for p in request.pieces]
+    roles = ["prefix", *(f"middle{i}" for i in range(1, len(request.pieces) - 1)), "suffix"]
+    pieces = [denoiser.encode_piece(text, role) for text, role in zip(request.pieces, roles)]
     prefix, middles, suffix = pieces[0], pieces[1:-1], pieces[-1]
     middle_total = sum(len(m) for m in middles)
     room = max(budget - middle_total, 2)

@@ -91,6 +91,17 @@ class Denoiser(ABC):
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids if text else []
 
+    def encode_piece(self, text: str, role: str) -> list[int]:
+        """Encode one canvas piece ("prefix", "suffix", "middle1", ...) reusing the tokens of the
+        same piece of the previous request: between keystrokes only the tail changes."""
+        from .token_cache import IncrementalEncoder  # noqa: PLC0415
+
+        encoders = self.__dict__.setdefault("_piece_encoders", {})
+        encoder = encoders.get(role)
+        if encoder is None or encoder.tokenizer is not self.tokenizer:
+            encoder = encoders[role] = IncrementalEncoder(self.tokenizer)
+        return encoder.encode(text) if text else []
+
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False) if ids else ""
 

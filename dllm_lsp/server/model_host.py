@@ -95,6 +95,12 @@ class ModelHost:
         self.last_latency_ms = result.latency_ms
         return result
 
+    def configure_cache(self, mode: str, refresh_every: int) -> None:
+        """Pass the cache options to a model that has them (the open checkpoints do)."""
+        denoiser = self._engine.denoiser if self._engine else None
+        if denoiser is not None and hasattr(denoiser, "configure"):
+            denoiser.configure(cache=mode, refresh_every=refresh_every or None)
+
     def status(self) -> dict:
         engine = self._engine
         info = engine.denoiser.describe() if engine else {"name": self._key.model if self._key else None}

@@ -132,8 +132,11 @@ def register(server) -> None:
         if report.change is not None:
             c = report.change
             change = {"kind": c.kind, "range": _converter.unstructure(range_of(document, c.start, c.end))}
-            change.update({"oldName": c.old_name, "newName": c.new_name} if c.kind == "rename"
-                          else {"function": c.new_name, "oldParameters": c.old_count, "newParameters": c.new_count})
+            if c.kind == "rename":
+                change.update({"oldName": c.old_name, "newName": c.new_name})
+            else:
+                counted = "Parameters" if c.kind == "signature" else "Arguments"
+                change.update({"function": c.new_name, f"old{counted}": c.old_count, f"new{counted}": c.new_count})
         edits = [site_json(document, o) | {"newText": o.new_text} for o in report.outcomes if o.changes_text]
         kept = [site_json(document, o) for o in report.outcomes if not o.changes_text]
         return {"version": version, "change": change, "edits": edits, "kept": kept}

@@ -22,6 +22,8 @@ class ServerSettings:
     context_tokens: int = 1024
     languages: dict[str, bool] = field(default_factory=dict)
     stream_interval_ms: int = 50
+    cache: str = "dual"                 # open checkpoints: "dual" (Fast-dLLM dual cache) or "none"
+    cache_refresh_every: int = 0        # dual cache: recompute the context every N steps (0: never)
 
     def language_enabled(self, language_id: str) -> bool:
         return self.languages.get(language_id, self.languages.get("*", True))
@@ -54,6 +56,10 @@ class ServerSettings:
             raise SettingsError("contextTokens must be at least 16")
         if self.stream_interval_ms < 0:
             raise SettingsError("streamIntervalMs must be >= 0")
+        if self.cache not in ("dual", "none"):
+            raise SettingsError('cache must be "dual" or "none"')
+        if self.cache_refresh_every < 0:
+            raise SettingsError("cacheRefreshEvery must be >= 0")
 
 
 def snake_to_camel(name: str) -> str:
