@@ -99,7 +99,7 @@ class ModelHost:
         """Pass the cache options to a model that has them (the open checkpoints do)."""
         denoiser = self._engine.denoiser if self._engine else None
         if denoiser is not None and hasattr(denoiser, "configure"):
-            denoiser.configure(cache=mode, refresh_every=refresh_every or None)
+            denoiser.configure(cache=mode, refresh_every=refresh_every)
 
     def status(self) -> dict:
         engine = self._engine
