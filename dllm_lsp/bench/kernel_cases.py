@@ -19,7 +19,7 @@ from dllm_lsp.kernels.dispatch import interpreting, triton_available
 
 # Attention heads of the two models the project cares about.
 HEADS = {
-    "embedded": dict(n_heads=8, n_kv_heads=8, head_dim=64),     # EmbeddedConfig defaults
+    "embedded": dict(n_heads=8, n_kv_heads=4, head_dim=64),     # the "gpu-30m" training preset
     "dream-7b": dict(n_heads=28, n_kv_heads=4, head_dim=128),   # Qwen2.5-7B layers
 }
 MODEL_DIMS = {"embedded": 512, "dream-7b": 3584}

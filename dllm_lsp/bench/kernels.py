@@ -106,6 +106,7 @@ def run(args: argparse.Namespace) -> dict:
         info.update(sm_count=props.multi_processor_count, gpu_memory_gib=round(props.total_memory / 2**30, 1))
     report = {
         "benchmark": "kernels",
+        "command": "dllm-lsp bench kernels " + " ".join(args.argv),
         "device": info,
         "settings": {
             "quick": args.quick, "triton_interpreter": kernel_cases.interpreting() and device.type == "cpu",
@@ -144,7 +145,9 @@ def table(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    args.argv = argv
     kernels_imported = any(name.startswith("dllm_lsp.kernels.") for name in sys.modules)
     if (args.device or "").startswith("cpu") and not kernels_imported:
         # Kernels are decorated at import: ask for the interpreter before that, so the CPU smoke
