@@ -13,7 +13,9 @@ vim.cmd.colorscheme('default')
 vim.api.nvim_set_hl(0, 'ComplHint', { fg = '#8a8f98', italic = true })
 
 require('dllm').setup({
-  cmd = { env.DLLM_TEST_PYTHON, '-m', 'dllm_lsp', 'serve', '--stdio' },
+  -- DLLM_TEST_TCP: connect to a server the test started with `serve --tcp` instead.
+  cmd = (env.DLLM_TEST_TCP or '') == '' and { env.DLLM_TEST_PYTHON, '-m', 'dllm_lsp', 'serve', '--stdio' } or nil,
+  tcp = (env.DLLM_TEST_TCP or '') ~= '' and env.DLLM_TEST_TCP or nil,
   server = { model = env.DLLM_TEST_MODEL, device = 'cpu' },
   native = env.DLLM_NVIM_NATIVE ~= '0',
   debounce_ms = 50,
