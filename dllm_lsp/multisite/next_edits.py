@@ -9,6 +9,9 @@ rename typed one keystroke at a time is found once the new name is complete):
 - **signature** change (a parameter added or removed): every call site of the function in the
   file has its argument list masked; the model fills them jointly, conditioned on the new
   signature, and `sites.settle` keeps an argument list unchanged when its fill does not parse.
+- **call** change (an argument added or removed at one call): the other calls' argument lists
+  and, when its parameter count no longer fits, the definition's parameter list are masked
+  and filled jointly, conditioned on the changed call.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from .syntax import (
     IDENTIFIER_TYPES,
     PARAMETER_LIST_TYPES,
     Source,
+    ancestors,
     enclosing,
     field_name,
     word_nodes,
@@ -66,12 +70,12 @@ class EditHistory:
 
 @dataclass
 class Change:
-    kind: Literal["rename", "signature"]
+    kind: Literal["rename", "signature", "call"]
     start: int                 # the changed site in the new text
     end: int
     old_name: str = ""         # rename: the name before
-    new_name: str = ""         # rename: the name after; signature: the function's name
-    old_count: int = 0         # signature: parameters before and after
+    new_name: str = ""         # rename: the name after; signature, call: the function's name
+    old_count: int = 0         # signature: parameters before and after; call: arguments
     new_count: int = 0
 
 
@@ -140,7 +144,7 @@ def detect_change(old_text: str, new: Source) -> Change | None:
         if identifier_at(new, start, new_end, new_name) is not None and \
                 identifier_at(old, start, old_end, old_name) is not None:
             return Change("rename", start, new_end, old_name, new_name)
-    return detect_signature_change(old_text, new, start, new_end)
+    return detect_signature_change(old_text, new, start, new_end) or detect_call_change(old_text, new, start, new_end)
 
 
 def detect_signature_change(old_text: str, new: Source, start: int, end: int):
@@ -167,6 +171,31 @@ def detect_signature_change(old_text: str, new: Source, start: int, end: int):
     if old_count == new_count:
         return None
     return Change("signature", new.start(parameters), new.end(parameters), new_name=name,
+                  old_count=old_count, new_count=new_count)
+
+
+def detect_call_change(old_text: str, new: Source, start: int, end: int) -> Change | None:
+    """An argument added to or removed from one call: the same call in the earlier version
+    (it starts at the same offset, before the change) had another number of arguments."""
+    node = new.smallest_node(start, end)
+    arguments = node if node.type in ARGUMENT_LIST_TYPES else enclosing(node, ARGUMENT_LIST_TYPES)
+    call = arguments.parent if arguments is not None else None
+    if call is None or call.type not in CALL_TYPES or call.child_by_field_name("arguments") is None:
+        return None
+    name = callee_name(new, call)
+    old = Source(old_text, new.language_id)
+    if name is None or old.error_count() > new.error_count():
+        return None
+    call_start = new.start(call)
+    at = old.smallest_node(call_start, call_start)
+    before = next((n for n in [at, *ancestors(at)] if n.type == call.type and old.start(n) == call_start), None)
+    old_arguments = before.child_by_field_name("arguments") if before is not None else None
+    if old_arguments is None or callee_name(old, before) != name:
+        return None
+    old_count, new_count = parameter_count(old_arguments), parameter_count(arguments)
+    if old_count == new_count:
+        return None
+    return Change("call", new.start(arguments), new.end(arguments), new_name=name,
                   old_count=old_count, new_count=new_count)
 
 
@@ -304,6 +333,32 @@ def plan_next_edits(
                     return NextEditsPlan(change, renames=edits)
             else:
                 sites = call_sites(new, change, line_tokens)
+                if change.kind == "call":
+                    # the other calls follow the changed one, and so does the definition
+                    sites = [s for s in sites if not change.start <= s.start <= change.end]
+                    sites = sorted(sites + definition_sites(new, change, line_tokens), key=lambda s: s.start)
                 if sites:
                     return NextEditsPlan(change, sites=sites)
     return None
+
+
+def definition_sites(new: Source, change: Change, line_tokens: int) -> list[Site]:
+    """The parameter lists of the functions named like the changed call, when their parameter
+    count does not match the call's new argument count."""
+    sites = []
+    for name in word_nodes(new, change.new_name):
+        function = name.parent
+        if function is None or function.type not in FUNCTION_TYPES or field_name(name) != "name":
+            continue
+        parameters = function.child_by_field_name("parameters")
+        if parameters is None or parameter_count(parameters) == change.new_count:
+            continue
+        start, end = new.start(parameters) + 1, new.end(parameters) - 1
+        if end < start or new.text[end:end + 1] != ")":
+            continue
+        sites.append(Site(
+            start=start, end=end, label=f"parameters of {change.new_name}",
+            single_line="\n" not in new.text[start:end], max_tokens=line_tokens,
+            owner_type=parameters.type, owner_start=new.start(parameters), outer_start=new.start(parameters),
+        ))
+    return sites

@@ -111,3 +111,21 @@ CALL_ARGUMENTS = {
     "typescript": [(1, 16, 17), (1, 27, 28), (2, 12, 13)],
     "rust": [(1, 26, 27), (1, 37, 38), (1, 53, 54)],
 }
+
+CALL_CHANGES = {
+    # language: (text before, the call changed by the user: before -> after)
+    language: (before, "scale(1)", "scale(1, 10)") for language, (before, _) in SIGNATURES.items()
+}
+# after `scale(1)` became `scale(1, 10)`: (line, start column, end column) of the definition's
+# parameters and of the other calls' arguments
+CALL_CHANGE_SITES = {
+    "python": [(0, 10, 11), (4, 26, 27), (5, 12, 13)],
+    "typescript": [(0, 15, 24), (1, 31, 32), (2, 12, 13)],
+    "rust": [(0, 9, 15), (1, 41, 42), (1, 57, 58)],
+}
+
+
+def changed_call(language: str) -> tuple[str, str]:
+    before, old_call, new_call = CALL_CHANGES[language]
+    at = before.index(old_call, before.index("\n"))
+    return before, before[:at] + new_call + before[at + len(old_call):]

@@ -122,8 +122,8 @@ def test_fill_that_closes_the_block_early_is_kept():
 
 
 @pytest.mark.parametrize("language, text, expected", [
-    ("typescript", 'function f(): number {\n  throw new Error("not implemented");\n}\n'
-                   'function g() { throw new Error("bad input"); }\nconst s = "TODO";\n',
+    ("typescript", ('function f(): number {\n  throw new Error("not implemented");\n}\n'
+                    'function g() { throw new Error("bad input"); }\nconst s = "TODO";\n'),
      ['throw new Error("not implemented");']),
     ("javascript", 'function f() {\n  throw new Error("Not yet implemented: f");\n}\n',
      ['throw new Error("Not yet implemented: f");']),

@@ -8,7 +8,15 @@ from dllm_lsp.multisite.sites import apply_outcomes
 from dllm_lsp.multisite.syntax import Source
 
 from .edits import offset
-from .samples import CALL_ARGUMENTS, RENAME_SITES, RENAMES, SIGNATURES
+from .samples import (
+    CALL_ARGUMENTS,
+    CALL_CHANGE_SITES,
+    CALL_CHANGES,
+    RENAME_SITES,
+    RENAMES,
+    SIGNATURES,
+    changed_call,
+)
 
 
 def typed_rename(text: str, old: str, new: str, at: int) -> list[str]:
@@ -103,3 +111,14 @@ def test_parameter_rename_reaches_keyword_arguments_of_its_calls():
         "def area(size, height):\n    return size * height\n\n\narea(size=2, height=3)\nother(width=1)\n"
     )
     assert [e.label for e in plan.renames][-1] == "keyword argument of area"
+
+
+@pytest.mark.parametrize("language", sorted(CALL_CHANGES))
+def test_argument_added_at_one_call_masks_the_other_calls_and_the_definition(language):
+    before, after = changed_call(language)
+    plan = plan_next_edits([before], after, language)
+    assert plan is not None and plan.change.kind == "call" and plan.change.new_name == "scale"
+    assert (plan.change.old_count, plan.change.new_count) == (1, 2)
+    expected = [(offset(after, line, a), offset(after, line, b)) for line, a, b in CALL_CHANGE_SITES[language]]
+    assert [(s.start, s.end) for s in plan.sites] == expected
+    assert plan.sites[0].label == "parameters of scale" and plan.sites[0].owner_type is not None

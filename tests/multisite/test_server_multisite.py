@@ -21,11 +21,14 @@ from dllm_lsp.multisite.syntax import Source
 from .edits import apply_text_edits, offset
 from .samples import (
     CALL_ARGUMENTS,
+    CALL_CHANGE_SITES,
+    CALL_CHANGES,
     HOLE_TEXTS,
     HOLES,
     RENAME_SITES,
     RENAMES,
     SIGNATURES,
+    changed_call,
 )
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.asyncio(loop_scope="module")]
@@ -261,6 +264,22 @@ async def test_next_edits_after_an_added_parameter(server, language):
     assert Source(apply_text_edits(after, result["edits"]), language).error_count() == 0
 
 
+@pytest.mark.parametrize("language", sorted(CALL_CHANGES))
+async def test_next_edits_after_an_argument_added_at_one_call(server, language):
+    uri = f"file:///tmp/call_{language}.{EXTENSIONS[language]}"
+    before, after = changed_call(language)
+    open_doc(server.client, uri, before, language)
+    server.change(uri, 2, after)
+    result = await server.request("dllm/nextEdits", {"textDocument": {"uri": uri}})
+    assert result["change"]["kind"] == "call" and result["change"]["function"] == "scale"
+    assert (result["change"]["oldArguments"], result["change"]["newArguments"]) == (1, 2)
+    expected = [lsp_range(after, offset(after, l, a), offset(after, l, b)) for l, a, b in CALL_CHANGE_SITES[language]]
+    sites = sorted(result["edits"] + result["kept"], key=lambda s: (s["range"]["start"]["line"],
+                                                                    s["range"]["start"]["character"]))
+    assert [s["range"] for s in sites] == expected
+    assert Source(apply_text_edits(after, result["edits"]), language).error_count() == 0
+
+
 async def test_next_edits_without_a_change_is_empty(server):
     uri = "file:///tmp/unchanged.py"
     open_doc(server.client, uri, RENAMES["python"], "python")
@@ -322,13 +341,15 @@ async def test_cancelled_fill_stops_promptly(server):
         with pytest.raises(JsonRpcException) as info:
             await asyncio.wrap_future(future)
         assert info.value.code == -32800
-        assert time.perf_counter() - cancelled_at < full_s / 2
+        answered_s = time.perf_counter() - cancelled_at
+        assert answered_s < full_s / 2, (answered_s, full_s)
     finally:
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"dllm": fast}))
     started = time.perf_counter()
     result = await server.command("dllm.fillHoles", arguments)   # the model is free again
     assert len(result["sites"]) == len(HOLE_TEXTS["python"])
-    assert time.perf_counter() - started < full_s
+    again_s = time.perf_counter() - started
+    assert again_s < full_s, (again_s, full_s)
 
 
 async def test_next_edits_ranges_count_utf16_units(server):
