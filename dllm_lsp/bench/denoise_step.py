@@ -8,7 +8,9 @@ a cached context of N keys, the LM head, and the unmask-select over the L rows.
 Batch-1 decoding is memory-bound, so the floor is the weight-read bound: every weight byte
 read once per step at the GPU's memory bandwidth (the KV cache read is reported beside it).
 Variants: torch reference vs kernels, each eager and (on CUDA) replayed from a CUDA graph,
-which removes the per-op launch cost that dominates an eager batch-1 step.
+which removes the per-op launch cost that dominates an eager batch-1 step. Beside them, the
+same weights decoding autoregressively (one row per forward pass), the cost per token that
+a denoising step's L rows are compared with.
 """
 from __future__ import annotations
 
@@ -152,4 +154,24 @@ def bench_step(device: torch.device, quick: bool, n_ctx: int, span_len: int, ban
             with kernel_mode("triton"):
                 got = step()
             result["greedy_tokens_agree"] = float((got.token == want.token).float().mean())
+        # On CPU the kernels only run interpreted: the baseline takes the reference there.
+        ar_mode = modes[-1] if device.type == "cuda" else "reference"
+        result["autoregressive_token"] = autoregressive_baseline(model, n_ctx, device, quick, ar_mode, result)
     return result
+
+
+def autoregressive_baseline(model: EmbeddedModel, n_ctx: int, device: torch.device, quick: bool, mode: str,
+                            result: dict) -> dict:
+    """The same weights decoding one token per forward pass (one row against the cache): what an
+    autoregressive model pays per token, beside what a denoising step pays for L rows."""
+    one = make_step(model, n_ctx, 1)
+    with kernel_mode(mode):
+        fn = cuda_graph(one) if device.type == "cuda" else one
+        ms = median_ms(fn, device, quick)
+    same = [v["median_ms"] for v in result["variants"]
+            if v["kernels"] == (mode == "triton") and v["execution"] == ("cuda_graph" if device.type == "cuda" else "eager")]
+    return {
+        "kernels": mode == "triton", "execution": "cuda_graph" if device.type == "cuda" else "eager",
+        "median_ms_per_token": round(ms, 4),
+        "denoising_step_over_ar_token": round(same[0] / ms, 3) if same and ms > 0 else None,
+    }

@@ -139,6 +139,9 @@ def table(report: dict) -> str:
         for v in step["variants"]:
             lines.append(f"  kernels={v['kernels']!s:<5} {v['execution']:<10} {v['median_ms']:.3f} ms  "
                          f"x bound {v['x_weight_read_bound']}")
+        ar = step["autoregressive_token"]
+        lines.append(f"  autoregressive, one token per pass: {ar['median_ms_per_token']:.3f} ms "
+                     f"(a denoising step costs {ar['denoising_step_over_ar_token']} of them)")
     for t in report["targets"]:
         lines.append(f"target: {t['target']}: {t['value']} ({'met' if t['met'] else 'NOT met'})")
     return "\n".join(lines)

@@ -23,6 +23,8 @@ def test_quick_cpu_run_writes_the_report(tmp_path, capsys):
     assert {(v["kernels"], v["execution"]) for v in step["variants"]} == {(False, "eager"), (True, "eager")}
     assert step["weight_bytes"] > 0 and step["weight_read_bound_ms"] is None   # no bandwidth on CPU
     assert step["greedy_tokens_agree"] == 1.0
+    ar = step["autoregressive_token"]
+    assert ar["median_ms_per_token"] > 0 and ar["denoising_step_over_ar_token"] > 0
 
 
 def test_bandwidth_by_gpu_name():
