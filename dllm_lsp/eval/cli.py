@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+import torch
+
 from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import DecodeSettings
 from dllm_lsp.loader import ModelLoadError, load_model, resolve_model_path
@@ -41,10 +43,14 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--context", type=int, default=1024, help="context tokens kept around the slot")
     h.add_argument("--timeout", type=float, default=10.0, help="seconds per program")
     h.add_argument("--workers", type=int, default=2, help="programs executed in parallel")
+    h.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (1: on a shared machine more threads mostly wait on each other)")
     h.add_argument("--json", action="store_true", help="print one JSON object (pass@1 = the headline figure)")
     h.add_argument("--out", type=Path, default=None, help="also write the full results (with completions) here")
     a = ap.parse_args(argv)
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
+    if a.threads:
+        torch.set_num_threads(a.threads)
     try:
         bad = [m for m in modes if m not in MODES]
         if bad or not modes:

@@ -52,6 +52,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--save-every", type=int, default=500)
     p.add_argument("--weighting", choices=("masked_mean", "inv_t"), default="masked_mean")
     p.add_argument("--ar-weight", type=float, default=0.5, help="weight of the causal LM loss on context tokens")
+    p.add_argument("--late-pad-weight", type=float, default=0.1,
+                   help="loss weight of pads after a slot's first pad (the first pad keeps weight 1)")
     p.add_argument("--ar-fraction", type=float, default=0.25, help="share of context positions it scores")
     p.add_argument("--save-dtype", choices=("bfloat16", "float32"), default="bfloat16")
     p.add_argument("--resume", action="store_true")
@@ -75,7 +77,8 @@ def train_options(a, corpus: Path, tokenizer: Path, out: Path) -> TrainOptions:
     return TrainOptions(
         corpus=corpus, out=out, tokenizer=tokenizer, model=model,
         layout=LayoutOptions(seq_len=p["seq_len"], max_slot=p["max_slot"]),
-        objective=ObjectiveOptions(weighting=a.weighting, ar_weight=a.ar_weight, ar_fraction=a.ar_fraction),
+        objective=ObjectiveOptions(weighting=a.weighting, ar_weight=a.ar_weight, ar_fraction=a.ar_fraction,
+                                   late_pad_weight=a.late_pad_weight),
         batch_size=p["batch_size"], lr=p["lr"], warmup=p["warmup"], max_steps=a.steps, minutes=a.minutes,
         device=a.device, compile=a.compile, workers=a.workers, threads=a.threads, eval_every=a.eval_every,
         save_every=a.save_every, seed=a.seed, save_dtype=a.save_dtype, resume=a.resume,

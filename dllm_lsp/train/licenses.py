@@ -32,7 +32,7 @@ _TEXT_PATTERNS = [
 ]
 # npm's "UNLICENSED" means "no license granted" (unlike "Unlicense"); "SEE LICENSE IN" is unknowable.
 _COPYLEFT = re.compile(
-    r"\b(a?gpl|lgpl|mpl|mozilla|eupl|cddl|epl|eclipse|sspl|proprietary|commercial|unlicensed|see license)\b", re.I
+    r"\b(a?gpl|lgpl|mpl|mozilla|eupl|cddl|epl|eclipse|sspl|proprietary|commercial|unlicensed|see license)\b", re.IGNORECASE
 )
 
 

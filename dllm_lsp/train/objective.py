@@ -30,6 +30,7 @@ class ObjectiveOptions:
     ar_weight: float = 0.5
     ar_fraction: float = 0.25         # share of context positions scored by the AR loss (the head is costly)
     min_t: float = 1e-3
+    late_pad_weight: float = 0.1      # weight of pads after a slot's first pad (see late_pads)
 
     def __post_init__(self) -> None:
         if self.weighting not in ("masked_mean", "inv_t"):
@@ -53,6 +54,19 @@ def mask_spans(ids: torch.Tensor, is_span: torch.Tensor, mask_id: int, min_t: fl
     return noisy, masked, t
 
 
+def late_pads(ids: torch.Tensor, is_span: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """[B, T] bool: pads that follow another pad in the same slot.
+
+    Only the first pad carries information (where the span ends); the decoder collapses the
+    rest of the slot after it. Down-weighting the others keeps the pad class, which fills most
+    slot positions, from swamping the content tokens.
+    """
+    pad = (ids == pad_id) & is_span
+    prev = torch.zeros_like(pad)
+    prev[:, 1:] = pad[:, :-1]
+    return pad & prev
+
+
 def diffusion_loss(model: EmbeddedModel, ids: torch.Tensor, is_span: torch.Tensor, ar_target: torch.Tensor,
                    opts: ObjectiveOptions, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
     """{"loss": what to minimise, "diffusion": masked CE per masked token, "ar": context CE}."""
@@ -61,12 +75,14 @@ def diffusion_loss(model: EmbeddedModel, ids: torch.Tensor, is_span: torch.Tenso
     # Only rows that carry a loss go through the (vocabulary-wide) head.
     rows = masked.nonzero(as_tuple=True)
     ce = F.cross_entropy(model.head(hidden[rows]).float(), ids[rows], reduction="none")
-    per_window = torch.zeros(ids.shape[0], device=ids.device, dtype=ce.dtype).index_add_(0, rows[0], ce)
-    n_masked = masked.sum(1).clamp_min(1)
+    weight = torch.where(late_pads(ids, is_span, model.cfg.pad_token_id), opts.late_pad_weight, 1.0).to(ce.dtype)
+    w = weight[rows]
+    per_window = torch.zeros(ids.shape[0], device=ids.device, dtype=ce.dtype).index_add_(0, rows[0], ce * w)
     if opts.weighting == "inv_t":
-        diff = (per_window / (t * is_span.sum(1).clamp_min(1))).mean()
+        diff = (per_window / (t * weight.masked_fill(~is_span, 0).sum(1).clamp_min(1e-6))).mean()
     else:
-        diff = (per_window / n_masked).mean()
+        masked_weight = torch.zeros_like(per_window).index_add_(0, rows[0], w)
+        diff = (per_window / masked_weight.clamp_min(1e-6)).mean()
     out = {"diffusion": ce.mean().detach(), "loss": diff}
     if opts.ar_weight > 0:
         scored = ar_target != IGNORE

@@ -19,7 +19,7 @@ from .licenses import classify, from_expression, from_text
 
 LANGUAGES = {".py": "python", ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript"}
 # The benchmark must never leak into training, whatever package happens to carry it.
-EXCLUDED_NAME = re.compile(r"human[-_]?eval", re.I)
+EXCLUDED_NAME = re.compile(r"human[-_]?eval", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 import tree_sitter
 
@@ -34,12 +34,12 @@ EXPRESSION_TYPES = {
 WORD_START = re.compile(rb"\w+|[^\w\s]+")
 
 
-@lru_cache(maxsize=None)
+@cache
 def parser_for(language: str) -> tree_sitter.Parser:
     if language == "python":
-        import tree_sitter_python as grammar  # noqa: PLC0415
+        import tree_sitter_python as grammar
     elif language == "javascript":
-        import tree_sitter_javascript as grammar  # noqa: PLC0415
+        import tree_sitter_javascript as grammar
     else:
         raise ValueError(f"no tree-sitter grammar wired up for {language!r}")
     return tree_sitter.Parser(tree_sitter.Language(grammar.language()))
@@ -54,7 +54,7 @@ class FileSpans:
     nodes: dict[str, list[tuple[int, int]]]
 
     @classmethod
-    def analyse(cls, text: str, language: str) -> "FileSpans":
+    def analyse(cls, text: str, language: str) -> FileSpans:
         data = text.encode("utf-8")
         starts = [0] + [m.end() for m in re.finditer(rb"\n", data)]
         if starts[-1] != len(data):
@@ -75,7 +75,7 @@ class FileSpans:
         return cls(data, starts, nodes)
 
     def line_of(self, offset: int) -> int:
-        import bisect  # noqa: PLC0415
+        import bisect
         return bisect.bisect_right(self.line_starts, offset) - 1
 
     def full_lines(self, start: int, end: int) -> tuple[int, int]:

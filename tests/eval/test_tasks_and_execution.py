@@ -4,7 +4,14 @@ import json
 import pytest
 
 from dllm_lsp.eval.execution import run_program, run_programs
-from dllm_lsp.eval.tasks import FILES, Task, default_data_dir, load_tasks, resolve_data, spread_subset
+from dllm_lsp.eval.tasks import (
+    FILES,
+    Task,
+    default_data_dir,
+    load_tasks,
+    resolve_data,
+    spread_subset,
+)
 
 TASK = Task("T/0", "def inc(x):\n    return ", "\n", "x + 1", "def check(f):\n    assert f(1) == 2\n", "inc")
 

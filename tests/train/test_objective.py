@@ -3,7 +3,7 @@ import torch
 
 from dllm_lsp.arch.embedded import EmbeddedConfig, EmbeddedModel
 from dllm_lsp.train.examples import IGNORE
-from dllm_lsp.train.objective import ObjectiveOptions, diffusion_loss, mask_spans
+from dllm_lsp.train.objective import ObjectiveOptions, diffusion_loss, late_pads, mask_spans
 
 
 def batch(b=6, t=32):
@@ -28,8 +28,13 @@ def test_masks_only_span_positions_and_at_least_one():
     assert torch.corrcoef(torch.stack([ratio, t]))[0, 1] > 0.8
 
 
-@pytest.mark.parametrize("weighting", ["masked_mean", "inv_t"])
-@pytest.mark.parametrize("layout", ["causal_context", "bidirectional"])
+def test_only_pads_after_the_first_one_are_late():
+    ids = torch.tensor([[5, 6, 1, 1, 1, 7, 1, 1, 9]])
+    is_span = torch.tensor([[0, 1, 1, 1, 1, 0, 1, 1, 0]]).bool()
+    assert late_pads(ids, is_span, 1).int().tolist() == [[0, 0, 0, 1, 1, 0, 0, 1, 0]]
+
+
+@pytest.mark.parametrize("weighting,layout", [("masked_mean", "causal_context"), ("inv_t", "bidirectional")])
 def test_loss_trains_a_tiny_model(weighting, layout):
     torch.manual_seed(0)
     model = EmbeddedModel(EmbeddedConfig(vocab_size=100, dim=32, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=64,
@@ -38,7 +43,7 @@ def test_loss_trains_a_tiny_model(weighting, layout):
     opts = ObjectiveOptions(weighting=weighting, ar_weight=0.5, ar_fraction=1.0)
     optim = torch.optim.AdamW(model.parameters(), lr=1e-2)
     first = None
-    for step in range(40):
+    for step in range(25):
         out = diffusion_loss(model, ids, is_span, ar, opts, torch.Generator().manual_seed(step % 2))
         assert torch.isfinite(out["loss"]) and set(out) == {"loss", "diffusion", "ar"}
         optim.zero_grad()
