@@ -47,6 +47,8 @@ def register(server) -> None:
         start, end = offset_of(document, params.range.start), offset_of(document, params.range.end)
         if end < start:
             raise JsonRpcInvalidParams("the range ends before it starts")
+        if not ls.settings.language_enabled(language_id):
+            return []
         marker = hole_marker(ls)
         holes = find_holes(Source(parsed.text, language_id, parsed.tree), start, end, marker).holes
         if not holes:

@@ -204,6 +204,24 @@ async def test_fill_holes_with_a_custom_marker(server):
     assert [s["range"] for s in result["sites"]] == [lsp_range(text, start, start + len("FILLME"))]
 
 
+async def test_disabled_language_gets_no_code_action(server):
+    uri = "file:///tmp/holes_disabled.rs"
+    open_doc(server.client, uri, HOLES["rust"], "rust")
+    params = types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri),
+        range=types.Range(start=types.Position(line=0, character=0), end=types.Position(line=0, character=0)),
+        context=types.CodeActionContext(diagnostics=[]),
+    )
+    assert len(await server.client.text_document_code_action_async(params)) == 1
+    server.client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"dllm": {"languages": {"rust": False}}}))
+    try:
+        assert not await server.client.text_document_code_action_async(params)
+    finally:
+        server.client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(settings={"dllm": {"languages": {}}}))
+
+
 async def test_no_holes_no_code_action(server):
     uri = "file:///tmp/no_holes.py"
     open_doc(server.client, uri, "def f(x):\n    return x\n", "python")
