@@ -13,6 +13,7 @@ from lsprotocol import types
 from lsprotocol.converters import get_converter
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
+from pygls.workspace.text_document import TextDocument
 
 from dllm_lsp.multisite.companion import APPLY_COMMAND, companion_edit
 from dllm_lsp.multisite.holes import DEFAULT_MARKER, find_holes
@@ -25,7 +26,6 @@ from .positions import offset_of, range_of
 
 FILL_COMMAND = "dllm.fillHoles"
 NEXT_EDITS_METHOD = "dllm/nextEdits"
-CONTENT_MODIFIED = -32801
 
 _converter = get_converter()
 
@@ -116,8 +116,10 @@ def register(server) -> None:
     @server.feature(NEXT_EDITS_METHOD)
     async def next_edits(ls: LanguageServer, raw: Any) -> dict:
         uri, position = next_edits_params(raw)
-        parsed, document, language_id = ls.trees.get(uri, ls.workspace)
-        version, text = document.version, parsed.text
+        parsed, live, language_id = ls.trees.get(uri, ls.workspace)
+        version, text = live.version, parsed.text
+        # ranges refer to this version even if the user types on while the model fills
+        document = TextDocument(uri, source=text, version=version, position_codec=live.position_codec)
         near_line = None
         if position is not None:
             offset_of(document, position)   # InvalidParams when outside the document
