@@ -32,6 +32,11 @@ IMPORT_TYPES: dict[str, frozenset[str]] = {
 HEADER_TYPES = COMMENT_TYPES | frozenset({"package_clause", "package_declaration", "inner_attribute_item"})
 # How far back the text before the insertion point must match when finding it in a prefix piece.
 ANCHOR_CHARS = 200
+# Text kept between the companion slot and the cursor, and before the slot when the planner's
+# prefix no longer reaches the imports; where the kept part before the cursor may start.
+MAX_BETWEEN_CHARS = 2048
+HEADER_CHARS = 1024
+QUANTUM_CHARS = 256
 
 
 @dataclass(frozen=True)
@@ -148,11 +153,18 @@ def with_companion_slot(
     prefix_end: int,
     tree=None,
     max_tokens: int = COMPANION_TOKENS,
+    max_between_chars: int = MAX_BETWEEN_CHARS,
 ) -> CompanionSlot | None:
     """`request` (whose first piece ends at document offset `prefix_end`) with a one-line
     companion slot at the insertion point after the imports; None when the language has no
-    imports, the cursor is above or inside the import block, or the first piece does not hold
-    that part of the document (the planner cut it)."""
+    imports, the cursor is above or inside the import block, or the first piece does not end
+    with the document text before the cursor.
+
+    The canvas never shortens the text between two slots, so at most `max_between_chars` of
+    text stay between the companion slot and the cursor: further down a long file the canvas
+    shows the import block, the slot, then the last part before the cursor. That part starts
+    at a multiple of QUANTUM_CHARS (then at a line start) so it stays put while the user
+    types, and the model's context cache keeps matching."""
     source = Source(doc_text, language_id, tree)
     where = insertion_offset(source)
     if where is None or where[1]:
@@ -164,10 +176,19 @@ def with_companion_slot(
     between = doc_text[offset:prefix_end]
     split = len(prefix) - len(between)
     anchor = doc_text[max(0, offset - ANCHOR_CHARS):offset]
-    before = prefix[:split]
-    # the planner may cut the prefix inside the anchor; it may not cut between anchor and cursor
-    if split < 0 or not prefix.endswith(between) or not (before.endswith(anchor) or anchor.endswith(before)):
-        return None
-    pieces = [prefix[:split], prefix[split:], *request.pieces[1:]]
+    head = prefix[:split]
+    # whole: the planner's prefix holds the import block (maybe cut inside it) and the cursor
+    whole = split >= 0 and prefix.endswith(between) and (head.endswith(anchor) or anchor.endswith(head))
+    if not whole or len(between) > max_between_chars:
+        cut = max(offset, -(-(prefix_end - max_between_chars) // QUANTUM_CHARS) * QUANTUM_CHARS)
+        if cut > offset:
+            line_start = doc_text.find("\n", cut - 1) + 1
+            cut = line_start if 0 < line_start <= prefix_end else cut
+        between = doc_text[cut:prefix_end]
+        if not prefix.endswith(between):
+            return None
+        head_start = doc_text.rfind("\n", 0, max(0, offset - HEADER_CHARS)) + 1
+        head = doc_text[head_start:offset]
+    pieces = [head, between, *request.pieces[1:]]
     slots = [Slot(max_tokens, single_line=True), *request.slots]
     return CompanionSlot(offset, InfillRequest(pieces, slots))

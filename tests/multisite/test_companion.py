@@ -77,3 +77,21 @@ def test_file_without_imports_gets_the_import_after_its_header():
     assert edit is not None and edit.offset == text.index("# note\n") + len("# note\n")
     edit = companion_edit("use std::io;", "//! Crate docs.\nfn main() {}\n", "rust")
     assert edit is not None and edit.offset == len("//! Crate docs.\n")
+
+
+def test_far_from_the_imports_the_canvas_keeps_the_imports_and_the_text_before_the_cursor():
+    body = "".join(f"def f{i}(x):\n    return x + {i}\n\n\n" for i in range(300))
+    text = "import os\nimport re\n\n\n" + body + "y = "
+    cursor = len(text)
+    planner_prefix = text[cursor - 4500:cursor]          # the planner cut the imports off
+    request = InfillRequest.single(planner_prefix, "", 16)
+    slot = with_companion_slot(request, text, "python", cursor)
+    assert slot is not None and slot.offset == len("import os\nimport re\n")
+    head, between = slot.request.pieces[0], slot.request.pieces[1]
+    assert head == "import os\nimport re\n"
+    assert text.endswith(between) and len(between) <= 2048
+    assert text[len(text) - len(between) - 1] == "\n"   # it starts at a line start
+    # typing on keeps the cut where it was (the context cache keeps matching)
+    typed = text + "f"
+    again = with_companion_slot(InfillRequest.single(typed[cursor + 1 - 4500:], "", 16), typed, "python", cursor + 1)
+    assert again.request.pieces[1] == between + "f"
