@@ -73,8 +73,8 @@ def test_prefix_cache_is_reused_across_keystrokes_and_stays_exact(tiny_model_dir
 
 def test_greedy_infill_is_deterministic(engine):
     request = InfillRequest.single(PREFIX, SUFFIX, 16)
-    first = engine.infill(request, DecodeSettings(steps=4))
-    second = engine.infill(request, DecodeSettings(steps=4))
+    first = engine.infill(request, DecodeSettings(steps=4, threshold=1.0))
+    second = engine.infill(request, DecodeSettings(steps=4, threshold=1.0))
     assert first.candidates == second.candidates
     assert first.text and first.steps == 4
     assert first.tokens_committed == 16   # the random model never chooses pad (zeroed row)
@@ -129,7 +129,7 @@ def test_streamed_states_leave_masks_out_and_sharpen(engine):
 def test_bidirectional_layout_runs_uncached(tmp_path):
     folder = write_tiny_model(tmp_path / "bi", layout="bidirectional")
     engine = Engine(load_model(folder, "cpu"))
-    result = engine.infill(InfillRequest.single(PREFIX, SUFFIX, 8), DecodeSettings(steps=2))
+    result = engine.infill(InfillRequest.single(PREFIX, SUFFIX, 8), DecodeSettings(steps=2, threshold=1.0))
     assert result.text and result.steps == 2
 
 
