@@ -184,3 +184,35 @@ def listening(port: int) -> bool:
     want = f"0100007F:{port:04X}"
     with open("/proc/net/tcp") as table:
         return any(f" {want} " in row and row.split()[3] == "0A" for row in table)
+
+
+RENAME = "def area(width, height):\n    return width * height\n"
+
+
+def test_next_edits_after_a_rename(tmp_path, editor_model):
+    """Rename a parameter, ask for next edits: the preview shows the other reference, accept all."""
+    with open_session("0.12", tmp_path, editor_model, file_text=RENAME, name="area.py") as nv:
+        nv.keys(":DllmNextEdits", "Enter")   # the server compares with the versions it has seen
+        nv.wait(lambda s: s["mode"] == "n", what="normal mode")
+        nv.keys("1G", "0", "f", "w", "c", "i", "w")
+        nv.type("w")
+        nv.keys("Escape")
+        nv.wait(lambda s: s["lines"][0] == "def area(w, height):", what="the rename")
+        nv.keys(":DllmNextEdits", "Enter")
+        count = 0
+        for _ in range(300):
+            count = nv.lua("require('dllm.next_edits').count(0)")
+            if count:
+                break
+            time.sleep(0.2)
+        assert count == 1
+        preview = nv.lua("vim.tbl_map(function(m) return m[4].virt_text[1][1] end, "
+                         "vim.api.nvim_buf_get_extmarks(0, require('dllm.next_edits').ns, 0, -1, {details = true}))")
+        assert preview == [" → w"]
+        screen = nv.wait_screen("→ w")
+        assert any("return width * height" in l and l.rstrip().endswith("→ w") for l in screen.splitlines()), screen
+        nv.screenshot(tools.screenshot_dir(tmp_path) / "nvim-next-edits.png", tools.chromium())
+        nv.keys(":DllmNextEditsAcceptAll", "Enter")
+        state = nv.wait(lambda s: s["lines"][1] != "    return width * height", what="the edit")
+        assert state["lines"] == ["def area(w, height):", "    return w * height"]
+        assert nv.lua("require('dllm.next_edits').count(0)") == 0

@@ -174,7 +174,7 @@ end
 --- Fills the holes in `range` (LSP range; default: the cursor, i.e. its enclosing scope) through the
 --- server's dllm.fillHoles command; the server sends the edit with workspace/applyEdit.
 function M.fill_holes(range, bufnr)
-  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  bufnr = util.buf(bufnr)
   local client = util.client(bufnr)
   if not client then
     vim.notify('dllm: no dllm-lsp client in this buffer', vim.log.levels.WARN)
@@ -237,7 +237,7 @@ M.next_edits_dismiss = next_edits.dismiss
 
 --- The ghost text shown in the current buffer (what is left to insert), or nil.
 function M.ghost_text(bufnr)
-  return (ghost.read(bufnr or vim.api.nvim_get_current_buf()))
+  return (ghost.read(util.buf(bufnr)))
 end
 
 --- "dllm · MODEL · DEVICE · N ms" for a statusline: %{v:lua.require'dllm'.statusline()}

@@ -107,7 +107,7 @@ end
 
 --- Accepts all, a line or a word of Neovim's current suggestion.
 function M.accept(kind, bufnr)
-  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  bufnr = util.buf(bufnr)
   if kind == 'all' or kind == nil then
     return vim.lsp.inline_completion.get({ bufnr = bufnr })
   end

@@ -13,7 +13,7 @@ M.unsupported = false
 local pending = {}
 
 function M.dismiss(bufnr)
-  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  bufnr = util.buf(bufnr)
   pending[bufnr] = nil
   if vim.api.nvim_buf_is_valid(bufnr) then
     vim.api.nvim_buf_clear_namespace(bufnr, M.ns, 0, -1)
@@ -46,7 +46,7 @@ end
 
 --- Asks the server; on_done(count) when the preview is drawn (count 0: none or unsupported).
 function M.request(bufnr, on_done)
-  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  bufnr = util.buf(bufnr)
   on_done = on_done or function() end
   local client = util.client(bufnr)
   if not client then
@@ -86,7 +86,7 @@ local function apply(bufnr, edit)
 end
 
 function M.accept_all(bufnr)
-  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  bufnr = util.buf(bufnr)
   local list = pending[bufnr]
   if not list then
     return 0
@@ -106,7 +106,7 @@ end
 
 --- Applies the pending edit nearest to the cursor; the others stay previewed.
 function M.accept_one(bufnr)
-  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  bufnr = util.buf(bufnr)
   local list = pending[bufnr]
   if not list then
     return false
@@ -128,7 +128,7 @@ function M.accept_one(bufnr)
 end
 
 function M.count(bufnr)
-  return #(pending[bufnr or vim.api.nvim_get_current_buf()] or {})
+  return #(pending[util.buf(bufnr)] or {})
 end
 
 return M

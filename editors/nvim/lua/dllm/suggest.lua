@@ -82,7 +82,7 @@ local function render(bufnr)
 end
 
 function M.dismiss(bufnr)
-  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  bufnr = util.buf(bufnr)
   local st = state(bufnr)
   if st.cancel then
     st.cancel()
@@ -92,7 +92,7 @@ function M.dismiss(bufnr)
 end
 
 function M.request(bufnr)
-  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  bufnr = util.buf(bufnr)
   local client = util.client(bufnr)
   if not client or not M.enabled then
     return
@@ -204,7 +204,7 @@ end
 --- Accepts all of the suggestion ('all'), its current line ('line') or its next word ('word').
 --- Returns false when there is nothing to accept.
 function M.accept(kind, bufnr)
-  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  bufnr = util.buf(bufnr)
   local st = state(bufnr)
   local rest = M.remainder(bufnr, st.item)
   if not rest then
@@ -245,7 +245,7 @@ end
 
 --- The suggestion currently shown in `bufnr` (what is left to insert), or nil.
 function M.current(bufnr)
-  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  bufnr = util.buf(bufnr)
   return (M.remainder(bufnr, state(bufnr).item))
 end
 

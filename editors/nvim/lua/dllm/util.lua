@@ -5,6 +5,14 @@ M.METHOD_NOT_FOUND = -32601
 M.REQUEST_CANCELLED = -32800
 M.SERVER_CANCELLED = -32802
 
+--- A buffer number, with nil and 0 meaning the current buffer.
+function M.buf(bufnr)
+  if bufnr == nil or bufnr == 0 then
+    return vim.api.nvim_get_current_buf()
+  end
+  return bufnr
+end
+
 function M.client(bufnr)
   local clients = vim.lsp.get_clients({ name = 'dllm', bufnr = bufnr })
   return clients[1]
