@@ -32,8 +32,12 @@ from .syntax import (
     PARAMETER_LIST_TYPES,
     Source,
     ancestors,
+    common_prefix_length,
+    common_suffix_length,
     enclosing,
     field_name,
+    is_word_char,
+    reparsed,
     word_nodes,
 )
 
@@ -86,21 +90,12 @@ class NextEditsPlan:
     sites: list[Site] = field(default_factory=list)        # argument lists for the model
 
 
-def is_word_char(char: str) -> bool:
-    return char.isalnum() or char == "_"
-
-
 def changed_words(old: str, new: str) -> tuple[int, int, int] | None:
     """(start, end in old, end in new) of the differing region grown to whole words."""
     if old == new:
         return None
-    limit = min(len(old), len(new))
-    start = 0
-    while start < limit and old[start] == new[start]:
-        start += 1
-    tail = 0
-    while tail < limit - start and old[-1 - tail] == new[-1 - tail]:
-        tail += 1
+    start = common_prefix_length(old, new)
+    tail = common_suffix_length(old, new, min(len(old), len(new)) - start)
     old_end, new_end = len(old) - tail, len(new) - tail
     while start > 0 and is_word_char(new[start - 1]):
         start -= 1
@@ -136,18 +131,17 @@ def detect_change(old_text: str, new: Source) -> Change | None:
         return None
     start, old_end, new_end = region
     old_name, new_name = old_text[start:old_end], new.text[start:new_end]
-    language_id = new.language_id
+    old = reparsed(new, old_text, start, new_end, old_end)
     if old_name.isidentifier() and new_name.isidentifier():
-        old = Source(old_text, language_id)
         if old.error_count() > new.error_count():
             return None   # a half-typed version: compare with an older, complete one
         if identifier_at(new, start, new_end, new_name) is not None and \
                 identifier_at(old, start, old_end, old_name) is not None:
             return Change("rename", start, new_end, old_name, new_name)
-    return detect_signature_change(old_text, new, start, new_end) or detect_call_change(old_text, new, start, new_end)
+    return detect_signature_change(old, new, start, new_end) or detect_call_change(old, new, start, new_end)
 
 
-def detect_signature_change(old_text: str, new: Source, start: int, end: int):
+def detect_signature_change(old: Source, new: Source, start: int, end: int):
     node = new.smallest_node(start, end)
     parameters = node if node.type in PARAMETER_LIST_TYPES else enclosing(node, PARAMETER_LIST_TYPES)
     if parameters is None or parameters.parent is None or parameters.parent.type not in FUNCTION_TYPES:
@@ -155,7 +149,6 @@ def detect_signature_change(old_text: str, new: Source, start: int, end: int):
     name = function_name(new, parameters.parent)
     if name is None:
         return None
-    old = Source(old_text, new.language_id)
     if old.error_count() > new.error_count():
         return None
     before = [n.parent for n in word_nodes(old, name)
@@ -174,7 +167,7 @@ def detect_signature_change(old_text: str, new: Source, start: int, end: int):
                   old_count=old_count, new_count=new_count)
 
 
-def detect_call_change(old_text: str, new: Source, start: int, end: int) -> Change | None:
+def detect_call_change(old: Source, new: Source, start: int, end: int) -> Change | None:
     """An argument added to or removed from one call: the same call in the earlier version
     (it starts at the same offset, before the change) had another number of arguments."""
     node = new.smallest_node(start, end)
@@ -183,7 +176,6 @@ def detect_call_change(old_text: str, new: Source, start: int, end: int) -> Chan
     if call is None or call.type not in CALL_TYPES or call.child_by_field_name("arguments") is None:
         return None
     name = callee_name(new, call)
-    old = Source(old_text, new.language_id)
     if name is None or old.error_count() > new.error_count():
         return None
     call_start = new.start(call)
@@ -307,13 +299,14 @@ def call_sites(new: Source, change: Change, line_tokens: int) -> list[Site]:
 
 def plan_next_edits(
     history: list[str], current: str, language_id: str, line_tokens: int = 32, near_line: int | None = None,
+    tree=None,
 ) -> NextEditsPlan | None:
     """The newest earlier version from which the current text differs by one recognised change
     that has related sites to update; None when there is none.
 
     Renames between an identifier and a prefix of it ("s" -> "size") are tried last: they are
     usually the half-typed name, not the name before the change."""
-    new = Source(current, language_id)
+    new = Source(current, language_id, tree)
     if new.tree is None:
         return None
     found = [detect_change(earlier, new) for earlier in history]

@@ -70,11 +70,13 @@ class MultisiteService:
         return FillReport(scope.start, scope.end, outcomes)
 
     async def next_edits(self, uri: str, text: str, language_id: str, decode: DecodeSettings,
-                         line_tokens: int = 32, near_line: int | None = None) -> NextEditsReport:
+                         line_tokens: int = 32, near_line: int | None = None, tree=None) -> NextEditsReport:
         earlier = self.history.earlier(uri, text)
         # a change on the cursor's line first, else the most recent change anywhere
-        plan = plan_next_edits(earlier, text, language_id, line_tokens, near_line) if near_line is not None else None
-        plan = plan or plan_next_edits(earlier, text, language_id, line_tokens)
+        plan = None
+        if near_line is not None:
+            plan = plan_next_edits(earlier, text, language_id, line_tokens, near_line, tree)
+        plan = plan or plan_next_edits(earlier, text, language_id, line_tokens, tree=tree)
         if plan is None:
             return NextEditsReport(None)
         outcomes = list(plan.renames)

@@ -5,8 +5,6 @@ tree-sitter counts UTF-8 bytes; the LSP layer and the engine count string charac
 """
 from __future__ import annotations
 
-import bisect
-import re
 from collections.abc import Iterator
 
 import tree_sitter
@@ -49,14 +47,8 @@ class Source:
         if tree is None and parser is not None:
             tree = parser.parse(self.data)
         self.tree: tree_sitter.Tree | None = tree if parser is not None else None
-        self._byte_starts: list[int] | None = None
-        if not text.isascii():
-            starts, total = [], 0
-            for char in text:
-                starts.append(total)
-                total += len(char.encode("utf-8", errors="surrogatepass"))
-            starts.append(total)
-            self._byte_starts = starts
+        self._ascii = text.isascii()
+        self._errors: int | None = None
 
     @property
     def root(self) -> tree_sitter.Node:
@@ -65,10 +57,14 @@ class Source:
         return self.tree.root_node
 
     def byte(self, offset: int) -> int:
-        return offset if self._byte_starts is None else self._byte_starts[offset]
+        if self._ascii:
+            return offset
+        return len(self.text[:offset].encode("utf-8", errors="surrogatepass"))
 
     def char(self, byte: int) -> int:
-        return byte if self._byte_starts is None else bisect.bisect_left(self._byte_starts, byte)
+        if self._ascii:
+            return byte
+        return len(self.data[:byte].decode("utf-8", errors="surrogatepass"))
 
     def start(self, node: tree_sitter.Node) -> int:
         return self.char(node.start_byte)
@@ -83,7 +79,61 @@ class Source:
         return self.root.descendant_for_byte_range(self.byte(start), self.byte(end))
 
     def error_count(self) -> int:
-        return error_count(self.tree) if self.tree is not None else 0
+        if self._errors is None:
+            self._errors = error_count(self.tree) if self.tree is not None else 0
+        return self._errors
+
+
+def reparsed(base: Source, text: str, start: int, base_end: int, text_end: int) -> Source:
+    """`text` parsed incrementally from `base`'s tree: the two differ only in
+    base.text[start:base_end] versus text[start:text_end]. Comparing a document with its
+    earlier versions so costs a small reparse per version, not a full parse."""
+    if base.tree is None:
+        return Source(text, base.language_id)
+    start_byte = base.byte(start)
+    old_end_byte = base.byte(base_end)
+    inserted = text[start:text_end].encode("utf-8", errors="surrogatepass")
+    tree = base.tree.copy()
+    start_point = point(base.text, start)
+    line_start = text.rfind("\n", 0, text_end) + 1
+    column = len(text[max(line_start, 0):text_end].encode("utf-8", errors="surrogatepass"))
+    tree.edit(
+        start_byte=start_byte, old_end_byte=old_end_byte, new_end_byte=start_byte + len(inserted),
+        start_point=start_point, old_end_point=point(base.text, base_end),
+        new_end_point=(text.count("\n", 0, text_end), column),
+    )
+    data = text.encode("utf-8", errors="surrogatepass")
+    return Source(text, base.language_id, parser_for(base.language_id).parse(data, tree))
+
+
+def point(text: str, offset: int) -> tuple[int, int]:
+    """(row, UTF-8 byte column) of a string offset."""
+    line_start = text.rfind("\n", 0, offset) + 1
+    return text.count("\n", 0, offset), len(text[line_start:offset].encode("utf-8", errors="surrogatepass"))
+
+
+def common_prefix_length(a: str, b: str) -> int:
+    """Length of the common prefix, by bisection over slice comparisons (done in C)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def common_suffix_length(a: str, b: str, limit: int) -> int:
+    """Length of the common suffix, at most `limit`."""
+    low, high = 0, min(limit, len(a), len(b))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[len(a) - middle:] == b[len(b) - middle:]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def walk(node: tree_sitter.Node) -> Iterator[tree_sitter.Node]:
@@ -108,13 +158,22 @@ def error_count(tree: tree_sitter.Tree) -> int:
 
 
 def word_nodes(source: Source, word: str, start: int = 0, end: int | None = None) -> Iterator[tree_sitter.Node]:
-    """The nodes spelled exactly `word` in [start, end), found by searching the text (fast in
-    large files) rather than by walking the tree."""
-    pattern = re.compile(rf"(?<!\w){re.escape(word)}(?!\w)")
-    for match in pattern.finditer(source.text, start, len(source.text) if end is None else end):
-        node = source.smallest_node(match.start(), match.end())
-        if source.start(node) == match.start() and source.end(node) == match.end():
-            yield node
+    """The nodes spelled exactly `word` in [start, end), found by searching the text (str.find
+    is fast even in large files) rather than by walking the tree."""
+    text = source.text
+    end = len(text) if end is None else end
+    at = text.find(word, start, end)
+    while at != -1:
+        after = at + len(word)
+        if (at == 0 or not is_word_char(text[at - 1])) and (after == len(text) or not is_word_char(text[after])):
+            node = source.smallest_node(at, after)
+            if source.start(node) == at and source.end(node) == after:
+                yield node
+        at = text.find(word, after, end)
+
+
+def is_word_char(char: str) -> bool:
+    return char.isalnum() or char == "_"
 
 
 def ancestors(node: tree_sitter.Node) -> Iterator[tree_sitter.Node]:

@@ -128,7 +128,7 @@ def register(server) -> None:
         try:
             report = await ls.multisite.next_edits(
                 uri, text, language_id, decode_settings(ls.settings),
-                line_tokens=ls.settings.max_line_tokens, near_line=near_line,
+                line_tokens=ls.settings.max_line_tokens, near_line=near_line, tree=parsed.tree,
             )
         except ModelUnavailable as exc:
             raise request_failed(str(exc)) from None
