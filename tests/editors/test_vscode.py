@@ -1,7 +1,8 @@
 """VS Code end to end: code-server 4.100.3 (VS Code 1.100) with the built .vsix, driven in
 Chromium by playwright-core: open a file, type, wait for the ghost text (compared with what the
-server answers for the same text), accept it with Tab, check the saved file; and the
-"Fill holes" refactoring."""
+server answers for the same text), accept it with Tab, check the saved file; the "Fill holes"
+refactoring; next edits after a rename. One code-server serves the module; each test opens its
+own browser window (and so its own extension host and language server)."""
 from __future__ import annotations
 
 import pytest
@@ -16,56 +17,61 @@ pytestmark = [pytest.mark.editor, pytest.mark.timeout(420)]
 BEFORE = "alpha beta gamma\nthe quick brown fox \n"
 TYPED = "jumps "
 LINE = "the quick brown fox " + TYPED
+HOLES = "def area(w, h):\n    pass\n\n\ndef scale(x):\n    return x * 2\n"
+RENAME = "def area(width, height):\n    return width * height\n"
 
 
-def test_ghost_text_then_tab_accepts(tmp_path, editor_model):
+@pytest.fixture(scope="module")
+def vscode(tmp_path_factory, editor_model):
+    home = tmp_path_factory.mktemp("code-server")
+    workspace = home / "ws"
+    workspace.mkdir()
+    (workspace / "demo.txt").write_text(BEFORE, encoding="utf-8")
+    (workspace / "shapes.py").write_text(HOLES, encoding="utf-8")
+    (workspace / "area.py").write_text(RENAME, encoding="utf-8")
+    with CodeServer(workspace, editor_model, home) as server:
+        yield server
+
+
+def play(vscode, tmp_path, editor_model, scenario: dict) -> dict:
+    seen = vscode.play(dict(
+        scenario, statusBarContains=["dllm", editor_model.name],
+        failureScreenshot=str(tmp_path / "failure.png"),
+    ))
+    assert seen["ok"], seen
+    return seen
+
+
+def test_ghost_text_then_tab_accepts(vscode, tmp_path, editor_model):
     text = BEFORE.replace("fox \n", f"fox {TYPED}\n")
     answer = server_completion(editor_model, text, 1, len(LINE))
     expected = ghost_of(answer, LINE, len(LINE))
     assert expected.strip(), f"the model completes nothing here, nothing to check: {answer}"
 
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    (workspace / "demo.txt").write_text(BEFORE, encoding="utf-8")
-    shots = tools.screenshot_dir(tmp_path)
-    with CodeServer(workspace, editor_model, tmp_path / "home") as vscode:
-        seen = vscode.play({
-            "kind": "complete", "file": "demo.txt", "line": 2, "column": len("the quick brown fox ") + 1,
-            "typed": TYPED, "expectGhost": expected, "timeoutMs": 60000,
-            "statusBarContains": ["dllm", editor_model.name],
-            "screenshot": str(shots / "vscode-ghost-text.png"),
-            "failureScreenshot": str(tmp_path / "failure.png"),
-        })
-    assert seen["ok"], seen
+    seen = play(vscode, tmp_path, editor_model, {
+        "kind": "complete", "file": "demo.txt", "line": 2, "column": len("the quick brown fox ") + 1,
+        "typed": TYPED, "expectGhost": expected, "timeoutMs": 60000,
+        "screenshot": str(tools.screenshot_dir(tmp_path) / "vscode-ghost-text.png"),
+    })
     assert seen["ghost"] == expected, seen
     # The server streams (dllm/inlineCompletion): the ghost text was redrawn as the denoiser went.
     assert len(seen["ghostHistory"]) >= 2, seen["ghostHistory"]
     assert "cpu" in seen["statusBar"], seen["statusBar"]
     assert seen.get("accepted"), seen
-    saved = (workspace / "demo.txt").read_text(encoding="utf-8")
+    saved = (vscode.workspace / "demo.txt").read_text(encoding="utf-8")
     assert saved == "alpha beta gamma\n" + LINE + expected + "\n"
 
 
-HOLES = "def area(w, h):\n    pass\n\n\ndef scale(x):\n    return x * 2\n"
-
-
-def test_fill_holes_code_action(tmp_path, editor_model):
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    path = workspace / "shapes.py"
-    path.write_text(HOLES, encoding="utf-8")
+def test_fill_holes_code_action(vscode, tmp_path, editor_model):
+    path = vscode.workspace / "shapes.py"
     # What the server makes of the hole (apply=false), asked directly; the editor must show the same.
     expected = server_fill_holes(editor_model, path, "python", 1, 4)
     if expected.get("unsupported"):
         pytest.skip("this server does not advertise the dllm.fillHoles command")
-    with CodeServer(workspace, editor_model, tmp_path / "home") as vscode:
-        seen = vscode.play({
-            "kind": "fillHoles", "file": "shapes.py", "line": 2, "column": 5, "timeoutMs": 120000,
-            "statusBarContains": ["dllm", editor_model.name],
-            "screenshot": str(tools.screenshot_dir(tmp_path) / "vscode-fill-holes.png"),
-            "failureScreenshot": str(tmp_path / "failure.png"),
-        })
-    assert seen["ok"], seen
+    seen = play(vscode, tmp_path, editor_model, {
+        "kind": "fillHoles", "file": "shapes.py", "line": 2, "column": 5, "timeoutMs": 120000,
+        "screenshot": str(tools.screenshot_dir(tmp_path) / "vscode-fill-holes.png"),
+    })
     assert seen["action"].startswith("Fill 1 hole with dllm"), seen["action"]
     saved = path.read_text(encoding="utf-8")
     if expected["edit"]:
@@ -76,3 +82,13 @@ def test_fill_holes_code_action(tmp_path, editor_model):
         reason = expected["sites"][0]["reason"]
         assert "no hole filled" in seen["outcome"]["message"] and reason in seen["outcome"]["message"], seen
         assert saved == HOLES
+
+
+def test_next_edits_after_a_rename(vscode, tmp_path, editor_model):
+    seen = play(vscode, tmp_path, editor_model, {
+        "kind": "nextEdits", "file": "area.py", "line": 1, "column": 10, "typed": "w", "timeoutMs": 60000,
+        "screenshot": str(tools.screenshot_dir(tmp_path) / "vscode-next-edits.png"),
+    })
+    assert "1 next edit" in seen["statusBar"], seen
+    assert seen["preview"] == ['" → w"'], seen["preview"]
+    assert (vscode.workspace / "area.py").read_text(encoding="utf-8") == "def area(w, height):\n    return w * height\n"

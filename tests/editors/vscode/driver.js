@@ -133,6 +133,31 @@ async function fillHoles(page, out) {
   }
 }
 
+async function nextEdits(page, out) {
+  // The server finds a change by comparing with the versions it was asked about before.
+  await runCommand(page, "dllm: Suggest next edits");
+  await page.waitForTimeout(1500);
+  await goTo(page, scenario.line, scenario.column);
+  await page.keyboard.press("Control+D"); // select the word at the cursor
+  await page.keyboard.type(scenario.typed, { delay: 40 });
+  await page.keyboard.press("Escape");
+  await runCommand(page, "dllm: Suggest next edits");
+  out.statusBar = await waitFor(async () => {
+    const text = await statusBarText(page);
+    return text && /next edit/.test(text) ? text : null;
+  }, scenario.timeoutMs, "the next edits in the status bar");
+  // The preview: the new text is an `after` decoration, drawn by CSS.
+  out.preview = await page.evaluate(() =>
+    [...document.querySelectorAll(".view-lines span")]
+      .map((e) => getComputedStyle(e, "::after").content)
+      .filter((c) => c && c !== "none" && c.includes("\u2192")));
+  if (scenario.screenshot) await page.screenshot({ path: scenario.screenshot });
+  await page.keyboard.press("Alt+Enter");
+  await waitFor(async () => !/next edit/.test((await statusBarText(page)) || ""), 10000, "the preview to go");
+  await page.keyboard.press("Control+S");
+  await page.waitForTimeout(800);
+}
+
 (async () => {
   const out = { ok: false };
   const browser = await chromium.launch({
@@ -153,6 +178,7 @@ async function fillHoles(page, out) {
     note(`status bar ${out.statusBar}`);
     if (scenario.kind === "complete") await complete(page, out);
     else if (scenario.kind === "fillHoles") await fillHoles(page, out);
+    else if (scenario.kind === "nextEdits") await nextEdits(page, out);
     out.ok = true;
   } catch (err) {
     out.error = String(err && err.stack || err);
