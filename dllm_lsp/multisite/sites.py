@@ -14,7 +14,7 @@ from typing import Literal
 from dllm_lsp.engine.types import InfillRequest, Slot
 from dllm_lsp.postprocess import strip_markers
 
-from .syntax import Source, ancestors
+from .syntax import Source, ancestors, reparsed
 
 SiteSource = Literal["model", "kept", "rename"]
 
@@ -122,7 +122,8 @@ def settle(
         reason = check_fill(fill, original, site, keep_if)
         if reason is None and current.tree is not None:
             candidate_edits = accepted + [Outcome(site.start, site.end, fill, site.label, "model")]
-            candidate = Source(apply_outcomes(text, candidate_edits), language_id)
+            at = shifted(site.start, accepted)   # where the site is in the current text
+            candidate = reparsed(current, apply_outcomes(text, candidate_edits), at, at + len(original), at + len(fill))
             reason = syntax_problem(current, candidate, site, candidate_edits)
             if reason is None:
                 current = candidate
