@@ -48,7 +48,7 @@ class MultisiteService:
         self.history = EditHistory()
 
     async def fill_sites(self, text: str, language_id: str, sites: Sequence[Site],
-                         decode: DecodeSettings) -> list[Outcome]:
+                         decode: DecodeSettings, tree=None) -> list[Outcome]:
         """Fill `sites` jointly in one denoising run; sites beyond the context budget are kept."""
         ordered = check_sites(text, sites)
         if not ordered:
@@ -60,13 +60,13 @@ class MultisiteService:
         if not fitting:
             return dropped
         result = await self.host.infill(joint_request(text, fitting), decode, CancelToken())
-        return settle(text, language_id, fitting, result.candidates[0]) + dropped
+        return settle(text, language_id, fitting, result.candidates[0], tree) + dropped
 
     async def fill_holes(self, text: str, language_id: str, start: int, end: int, decode: DecodeSettings,
                          marker: str = DEFAULT_MARKER, span_tokens: int = 64, line_tokens: int = 32,
                          tree=None) -> FillReport:
         scope = find_holes(Source(text, language_id, tree), start, end, marker, span_tokens, line_tokens)
-        outcomes = await self.fill_sites(text, language_id, scope.holes, decode)
+        outcomes = await self.fill_sites(text, language_id, scope.holes, decode, tree)
         return FillReport(scope.start, scope.end, outcomes)
 
     async def next_edits(self, uri: str, text: str, language_id: str, decode: DecodeSettings,
@@ -81,7 +81,7 @@ class MultisiteService:
             return NextEditsReport(None)
         outcomes = list(plan.renames)
         if plan.sites:
-            outcomes += await self.fill_sites(text, language_id, plan.sites, decode)
+            outcomes += await self.fill_sites(text, language_id, plan.sites, decode, tree)
         return NextEditsReport(plan.change, sorted(outcomes, key=lambda o: o.start))
 
 

@@ -7,7 +7,7 @@ node the site belongs to, so applying the outcome never makes the file worse.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -105,21 +105,21 @@ def settle(
     language_id: str,
     sites: Sequence[Site],
     slot_texts: Sequence[str],
-    keep_if: Callable[[Site, str], str | None] | None = None,
+    tree=None,
 ) -> list[Outcome]:
     """One outcome per site, in document order. A site takes the model's text only when the
     file with it parses with no more errors than without it and the site's owner node still
-    encloses it; otherwise (or when `keep_if` names a reason) the original text stays."""
+    encloses it; otherwise the original text stays. `tree`, when given, is the tree of `text`."""
     ordered = check_sites(text, sites)
     if len(slot_texts) != len(ordered):
         raise ValueError(f"{len(slot_texts)} slot texts for {len(ordered)} sites")
     accepted: list[Outcome] = []
-    current = Source(text, language_id)
+    current = Source(text, language_id, tree)
     outcomes = []
     for site, raw in zip(ordered, slot_texts):
         original = text[site.start:site.end]
         fill = shape_fill(strip_markers(raw), site, text[site.end:site.end + 1])
-        reason = check_fill(fill, original, site, keep_if)
+        reason = check_fill(fill, original)
         if reason is None and current.tree is not None:
             candidate_edits = accepted + [Outcome(site.start, site.end, fill, site.label, "model")]
             at = shifted(site.start, accepted)   # where the site is in the current text
@@ -136,13 +136,11 @@ def settle(
     return outcomes
 
 
-def check_fill(fill: str, original: str, site: Site, keep_if) -> str | None:
+def check_fill(fill: str, original: str) -> str | None:
     if not fill.strip():
         return "the model left the site empty"
     if fill == original:
         return "the model wrote the original text"
-    if keep_if is not None:
-        return keep_if(site, fill)
     return None
 
 
