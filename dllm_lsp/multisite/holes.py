@@ -65,11 +65,11 @@ def find_holes(
         return HoleScope(start, end, [])
     finder = _Finder(source, marker.strip(), span_tokens, line_tokens)
     if end > start:
-        return HoleScope(start, end, finder.holes_in(source.root, start, end))
+        return HoleScope(start, end, finder.holes_in(start, end))
     node = source.smallest_node(start, start)
     for scope in [node, *ancestors(node)]:
         if scope.type in SCOPE_TYPES or scope.parent is None:
-            holes = finder.holes_in(scope, source.start(scope), source.end(scope))
+            holes = finder.holes_in(source.start(scope), source.end(scope))
             if holes or scope.parent is None:
                 return HoleScope(source.start(scope), source.end(scope), holes)
     return HoleScope(0, len(source.text), [])
@@ -85,7 +85,7 @@ class _Finder:
         self.span_tokens = span_tokens
         self.line_tokens = line_tokens
 
-    def holes_in(self, scope: tree_sitter.Node, start: int, end: int) -> list[Site]:
+    def holes_in(self, start: int, end: int) -> list[Site]:
         """Holes inside [start, end). Every hole's text holds one of a few words, so the scope's
         text is searched for them (in C, by `re`) and only the nodes there are looked at: a
         code action on every cursor move must not walk a large file's whole tree."""
