@@ -103,3 +103,51 @@ def edits_of(workspace_edit: dict, uri: str) -> list[dict]:
     if workspace_edit.get("documentChanges"):
         return [e for change in workspace_edit["documentChanges"] for e in change["edits"]]
     return workspace_edit.get("changes", {}).get(uri, [])
+
+
+class TcpServer:
+    """`dllm-lsp serve --tcp 127.0.0.1:PORT` on the model, up and listening; stopped on exit."""
+
+    def __init__(self, model: Path, log: Path):
+        import socket
+        import time
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "dllm_lsp", "serve", "--tcp", f"127.0.0.1:{self.port}", "--model", str(model),
+             "--device", "cpu", "--log-file", str(log)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # Wait for the port to listen without connecting: the server serves the first connection.
+        deadline = time.monotonic() + 90
+        while not listening(self.port):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.close()
+                raise AssertionError(f"the TCP server did not start: {log.read_text() if log.exists() else ''}")
+            time.sleep(0.2)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+    def __enter__(self) -> "TcpServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def listening(port: int) -> bool:
+    """Is a socket listening on 127.0.0.1:port? (read from /proc/net/tcp, state 0A = LISTEN)"""
+    want = f"0100007F:{port:04X}"
+    with open("/proc/net/tcp") as table:
+        return any(f" {want} " in row and row.split()[3] == "0A" for row in table)

@@ -4,14 +4,12 @@ terminal against the real server and a model; keys are typed, the ghost text is 
 compared with what the server answers for the same text, then accepted and saved."""
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 
 import pytest
 
 from . import tools
-from .conftest import apply_text_edits, edits_of, server_completion, server_fill_holes
+from .conftest import TcpServer, apply_text_edits, edits_of, server_completion, server_fill_holes
 from .expected import ghost_of, leading_printable, line, word
 from .nvim_session import NvimSession
 
@@ -155,35 +153,12 @@ def test_fill_holes_command(version, tmp_path, editor_model, expected_fill):
 
 def test_connects_to_a_tcp_server(tmp_path, editor_model, expected):
     """setup({tcp = 'HOST:PORT'}): no server is started, the one listening is used."""
-    from .code_server import free_port
-
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "dllm_lsp", "serve", "--tcp", f"127.0.0.1:{port}", "--model", str(editor_model),
-         "--device", "cpu", "--log-file", str(tmp_path / "server.log")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        # Wait for the port to listen without connecting: the server serves the first connection.
-        deadline = time.monotonic() + 90
-        while not listening(port):
-            assert server.poll() is None and time.monotonic() < deadline, "the TCP server did not start"
-            time.sleep(0.2)
-        with open_session("0.12", tmp_path, editor_model, tcp=f"127.0.0.1:{port}") as nv:
-            command = nv.lua("vim.lsp.get_clients({name='dllm'})[1].config.cmd ~= nil and "
-                             "type(vim.lsp.get_clients({name='dllm'})[1].config.cmd) == 'function'")
-            assert command is True   # vim.lsp.rpc.connect, not a process
+    with TcpServer(editor_model, tmp_path / "server.log") as server:
+        with open_session("0.12", tmp_path, editor_model, tcp=server.address) as nv:
+            command = nv.lua("type(vim.lsp.get_clients({name='dllm'})[1].config.cmd)")
+            assert command == "function"   # vim.lsp.rpc.connect, not a process
             type_on_line_2(nv)
             nv.wait(lambda s: s["ghost"] == expected, what=f"ghost text {expected!r} over TCP")
-    finally:
-        server.terminate()
-        server.wait(timeout=20)
-
-
-def listening(port: int) -> bool:
-    """Is a socket listening on 127.0.0.1:port? (read from /proc/net/tcp, state 0A = LISTEN)"""
-    want = f"0100007F:{port:04X}"
-    with open("/proc/net/tcp") as table:
-        return any(f" {want} " in row and row.split()[3] == "0A" for row in table)
 
 
 RENAME = "def area(width, height):\n    return width * height\n"

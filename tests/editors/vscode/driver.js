@@ -158,6 +158,44 @@ async function nextEdits(page, out) {
   await page.waitForTimeout(800);
 }
 
+async function waitGhost(page, expected, timeoutMs) {
+  return waitFor(async () => ((await ghostText(page)) === expected ? true : null), timeoutMs, `ghost text ${JSON.stringify(expected)}`);
+}
+
+async function clickStatusBar(page) {
+  await page.evaluate(() => {
+    const item = [...document.querySelectorAll(".statusbar-item")].find((e) => /^dllm( ·|$| \()/.test((e.textContent || "").trim()));
+    (item.querySelector("a") || item).click();
+  });
+}
+
+// Completion over TCP, the manual trigger (Alt+\) and the on/off toggle of the status-bar item.
+async function triggerAndToggle(page, out) {
+  await goTo(page, scenario.line, scenario.column);
+  await page.keyboard.type(scenario.typed, { delay: 40 });
+  await waitGhost(page, scenario.expectGhost, scenario.timeoutMs);
+  out.automatic = true;
+  await page.keyboard.press("Escape");
+  await waitFor(async () => ((await ghostText(page)) === null ? true : null), 10000, "Escape to hide the ghost text");
+  await page.keyboard.press("Alt+\\");
+  await waitGhost(page, scenario.expectGhost, scenario.timeoutMs);
+  out.manual = true;
+  await clickStatusBar(page);
+  out.statusBarOff = await waitFor(async () => {
+    const text = await statusBarText(page);
+    return text && text.includes("(off)") ? text : null;
+  }, 10000, "the status-bar item to say off");
+  await waitFor(async () => ((await ghostText(page)) === null ? true : null), 10000, "the ghost text to go when off");
+  await page.keyboard.press("Alt+\\");
+  await page.waitForTimeout(3000);
+  out.ghostWhenOff = await ghostText(page);
+  await clickStatusBar(page);
+  out.statusBarOn = await waitFor(async () => {
+    const text = await statusBarText(page);
+    return text && !text.includes("(off)") ? text : null;
+  }, 10000, "the status-bar item to say on");
+}
+
 (async () => {
   const out = { ok: false };
   const browser = await chromium.launch({
@@ -179,6 +217,7 @@ async function nextEdits(page, out) {
     if (scenario.kind === "complete") await complete(page, out);
     else if (scenario.kind === "fillHoles") await fillHoles(page, out);
     else if (scenario.kind === "nextEdits") await nextEdits(page, out);
+    else if (scenario.kind === "triggerAndToggle") await triggerAndToggle(page, out);
     out.ok = true;
   } catch (err) {
     out.error = String(err && err.stack || err);
