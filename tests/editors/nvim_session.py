@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -107,8 +108,11 @@ class NvimSession:
 
     def screenshot(self, png: Path, chromium: Path, width: int = 900, height: int = 470) -> Path:
         """The terminal as a picture: capture-pane with colours -> aha (ANSI to HTML) -> Chromium."""
+        aha = shutil.which("aha")
+        if aha is None:
+            tools.missing("aha not found (Debian package `aha`, turns the terminal into HTML)")
         ansi = self._tmux("capture-pane", "-t", "main", "-p", "-e")
-        html = subprocess.run(["aha", "--black", "--no-header"], input=ansi, capture_output=True,
+        html = subprocess.run([aha, "--black", "--no-header"], input=ansi, capture_output=True,
                               text=True, timeout=30).stdout
         page = self.workdir / "screen.html"
         page.write_text(

@@ -191,3 +191,21 @@ def test_next_edits_after_a_rename(tmp_path, editor_model):
         state = nv.wait(lambda s: s["lines"][1] != "    return width * height", what="the edit")
         assert state["lines"] == ["def area(w, height):", "    return w * height"]
         assert nv.lua("require('dllm.next_edits').count(0)") == 0
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_toggle_off_and_on(version, tmp_path, editor_model, expected):
+    """:DllmToggle: no suggestion while off; after turning it on, typing brings one again."""
+    with open_session(version, tmp_path, editor_model) as nv:
+        nv.keys(":DllmToggle", "Enter")
+        nv.wait(lambda s: s["stats"]["enabled"] is False, what="suggestions off")
+        type_on_line_2(nv)
+        time.sleep(4)   # long enough for a suggestion to arrive, were it on (the tests above see one in less)
+        state = nv.state()
+        assert state["ghost"] is None and state["lines"][1] == LINE
+        nv.keys("Escape", ":DllmToggle", "Enter")
+        nv.wait(lambda s: s["stats"]["enabled"] is True, what="suggestions on")
+        nv.keys("A")
+        nv.type(" ")
+        nv.keys("BSpace")   # back to the text the expected answer is for
+        nv.wait(lambda s: s["ghost"] == expected, what=f"ghost text {expected!r} after turning on")

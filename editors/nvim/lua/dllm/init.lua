@@ -162,8 +162,12 @@ function M.toggle(on)
     on = not suggest.enabled
   end
   suggest.enabled = on
-  if native.available() then
-    vim.lsp.inline_completion.enable(on and use_native())
+  if use_native() then
+    for _, client in ipairs(vim.lsp.get_clients({ name = 'dllm' })) do
+      for bufnr in pairs(client.attached_buffers) do
+        vim.lsp.inline_completion.enable(on, { bufnr = bufnr })
+      end
+    end
   end
   if not on then
     suggest.dismiss(vim.api.nvim_get_current_buf())
