@@ -1,0 +1,40 @@
+-- Runs inside `nvim --headless --clean -l units.lua PLUGIN_DIR` and prints one JSON object: the
+-- plugin's pure pieces (partial accept chunks, ghost text drawing and reading back, the part of a
+-- suggestion still to insert), checked by tests/editors/test_nvim_units.py.
+vim.opt.runtimepath:prepend(arg[1])
+local partial = require('dllm.partial')
+local ghost = require('dllm.ghost')
+local suggest = require('dllm.suggest')
+
+local out = {}
+out.word = {
+  partial.word('foo(bar)'), partial.word('  foo bar'), partial.word('(bar)'), partial.word('   '),
+  partial.word('x_1.y'),
+}
+out.line = { partial.line('a + b\nc'), partial.line('\n    return x\nmore'), partial.line('\nlast'), partial.line('one') }
+
+-- Ghost text: a three-line suggestion drawn at the end of line 1 and read back.
+local buf = vim.api.nvim_create_buf(true, false)
+vim.api.nvim_set_current_buf(buf)
+vim.api.nvim_buf_set_lines(buf, 0, -1, false, { 'def f(x):', '' })
+ghost.draw(buf, 0, 9, ' # doc\n    y = x\n    return y', 'Comment')
+local marks = vim.api.nvim_buf_get_extmarks(buf, ghost.ns, 0, -1, { details = true })
+out.drawn = { count = #marks, pos = marks[1][4].virt_text_pos, virt_lines = #(marks[1][4].virt_lines or {}) }
+out.read = ghost.read(buf)
+ghost.clear(buf)
+out.cleared = ghost.read(buf) == nil
+
+-- What is still to insert: the typed part of the range is skipped; a replaced ')' after the cursor
+-- is not drawn twice; a suggestion the buffer no longer agrees with gives nil.
+vim.api.nvim_buf_set_lines(buf, 0, -1, false, { 'print(val)' })
+vim.api.nvim_win_set_cursor(0, { 1, 9 }) -- after "print(val"
+local item = {
+  text = 'value + 1)',
+  range = { start = { line = 0, character = 6 }, ['end'] = { line = 0, character = 10 } },
+  encoding = 'utf-16',
+}
+out.remainder = suggest.remainder(buf, item)
+item.text = 'other)'
+out.mismatch = suggest.remainder(buf, item) == nil
+
+io.stdout:write(vim.json.encode(out) .. '\n')

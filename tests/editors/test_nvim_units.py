@@ -1,0 +1,31 @@
+"""The Neovim plugin's pure pieces, run in both Neovims (no server): how much "accept a word" and
+"accept a line" take, multi-line ghost text drawn as inline text plus virtual lines and read back,
+and the part of a suggestion still to insert."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from . import tools
+
+pytestmark = [pytest.mark.editor, pytest.mark.timeout(60)]
+
+UNITS = tools.REPO / "tests" / "editors" / "nvim" / "units.lua"
+
+
+@pytest.mark.parametrize("version", ["0.12", "0.11"])
+def test_plugin_units(version):
+    nvim = tools.nvim(version)
+    out = subprocess.run([str(nvim), "--headless", "--clean", "-l", str(UNITS), str(tools.REPO / "editors" / "nvim")],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["word"] == ["foo", "  foo", "(", "   ", "x_1"]
+    assert got["line"] == ["a + b", "\n    return x", "\nlast", "one"]
+    assert got["drawn"] == {"count": 1, "pos": "inline", "virt_lines": 2}
+    assert got["read"] == " # doc\n    y = x\n    return y"
+    assert got["cleared"] is True
+    assert got["remainder"] == "ue + 1"
+    assert got["mismatch"] is True
