@@ -134,15 +134,19 @@ def create_server(settings: ServerSettings | None = None) -> DllmLanguageServer:
     def did_open(ls: DllmLanguageServer, params: types.DidOpenTextDocumentParams) -> None:
         doc = params.text_document
         ls.trees.open(doc.uri, doc.language_id, doc.text)
+        ls.multisite.history.record(doc.uri, doc.text)   # dllm/nextEdits compares versions
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: DllmLanguageServer, params: types.DidChangeTextDocumentParams) -> None:
         uri = params.text_document.uri
-        ls.trees.change(uri, params.content_changes, ls.workspace.get_text_document(uri))
+        document = ls.workspace.get_text_document(uri)
+        ls.trees.change(uri, params.content_changes, document)
+        ls.multisite.history.record(uri, document.source)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: DllmLanguageServer, params: types.DidCloseTextDocumentParams) -> None:
         ls.trees.close(params.text_document.uri)
+        ls.multisite.history.forget(params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline_completion(
