@@ -18,7 +18,9 @@ def ptxas_available() -> bool:
     return (Path(nvidia.__file__).parent / "bin" / "ptxas").exists()
 
 
-@pytest.mark.skipif(not ptxas_available(), reason="triton's NVIDIA backend (ptxas) is not installed")
+# Under CI=true a missing tool fails the test instead of skipping it.
+@pytest.mark.skipif(not ptxas_available() and os.environ.get("CI") != "true",
+                    reason="triton's NVIDIA backend (ptxas) is not installed")
 def test_kernels_compile_for_sm90(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")    # compile for real, not from a cache
