@@ -1,4 +1,5 @@
 import gzip
+import os
 import json
 
 import pytest
