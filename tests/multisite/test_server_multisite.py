@@ -6,7 +6,6 @@ site's original text when the model's text would break the parse)."""
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
 from typing import Union
 
@@ -17,7 +16,6 @@ from lsprotocol.converters import get_converter
 from pygls.exceptions import JsonRpcException
 from server.lsp_harness import open_doc, start_server, stop_server, wait_loaded
 
-import dllm_lsp.server.app
 from dllm_lsp.multisite.syntax import Source
 
 from .edits import apply_text_edits, offset
@@ -34,11 +32,7 @@ from .samples import (
 )
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.asyncio(loop_scope="module")]
-# dllm/nextEdits compares with earlier versions, which app.py's didOpen/didChange record
-needs_history = pytest.mark.skipif(
-    "multisite.history.record" not in inspect.getsource(dllm_lsp.server.app),
-    reason="app.py does not record document versions for dllm/nextEdits yet",
-)
+
 EXTENSIONS = {"python": "py", "typescript": "ts", "rust": "rs"}
 converter = get_converter()
 
@@ -249,7 +243,6 @@ async def test_bad_fill_arguments_are_invalid_params(server, arguments):
     assert status["loaded"]
 
 
-@needs_history
 @pytest.mark.parametrize("language", sorted(RENAMES))
 async def test_next_edits_after_a_parameter_rename(server, language):
     uri = f"file:///tmp/rename_{language}.{EXTENSIONS[language]}"
@@ -272,7 +265,6 @@ async def test_next_edits_after_a_parameter_rename(server, language):
     assert area.count("width") == 1   # only the field access of the same name is left
 
 
-@needs_history
 @pytest.mark.parametrize("language", sorted(SIGNATURES))
 async def test_next_edits_after_an_added_parameter(server, language):
     uri = f"file:///tmp/signature_{language}.{EXTENSIONS[language]}"
@@ -291,7 +283,6 @@ async def test_next_edits_after_an_added_parameter(server, language):
     assert Source(apply_text_edits(after, result["edits"]), language).error_count() == 0
 
 
-@needs_history
 @pytest.mark.parametrize("language", sorted(CALL_CHANGES))
 async def test_next_edits_after_an_argument_added_at_one_call(server, language):
     uri = f"file:///tmp/call_{language}.{EXTENSIONS[language]}"
@@ -380,7 +371,6 @@ async def test_cancelled_fill_stops_promptly(server):
     assert again_s < full_s, (again_s, full_s)
 
 
-@needs_history
 async def test_next_edits_ranges_count_utf16_units(server):
     """Sites after astral characters (two UTF-16 units each) on the same line land exactly."""
     uri = "file:///tmp/rename_unicode.py"
