@@ -184,6 +184,7 @@ def test_next_edits_after_a_rename(tmp_path, editor_model):
         preview = nv.lua("vim.tbl_map(function(m) return m[4].virt_text[1][1] end, "
                          "vim.api.nvim_buf_get_extmarks(0, require('dllm.next_edits').ns, 0, -1, {details = true}))")
         assert preview == [" → w"]
+        nv.wait_screen(f"dllm · {editor_model.name} · cpu")   # the statusline item, once loaded
         screen = nv.wait_screen("→ w")
         assert any("return width * height" in l and l.rstrip().endswith("→ w") for l in screen.splitlines()), screen
         nv.screenshot(tools.screenshot_dir(tmp_path) / "nvim-next-edits.png", tools.chromium())

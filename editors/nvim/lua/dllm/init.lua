@@ -22,11 +22,21 @@ end
 local server_status = {} -- the last dllm/status answer, for the statusline
 
 --- Asks the server for dllm/status (model, device, last latency) and redraws statuslines.
-local function refresh_status(client)
+--- While the model is still loading, asks again every second (up to `tries` times).
+local function refresh_status(client, tries)
+  tries = tries or 120
   client:request('dllm/status', vim.NIL, function(err, result)
-    if not err and type(result) == 'table' then
-      server_status = result
-      vim.cmd.redrawstatus({ bang = true })
+    if err or type(result) ~= 'table' then
+      return
+    end
+    server_status = result
+    vim.cmd.redrawstatus({ bang = true })
+    if result.loading or (not result.loaded and (result.error == nil or result.error == vim.NIL)) then
+      if tries > 1 and not client:is_stopped() then
+        vim.defer_fn(function()
+          refresh_status(client, tries - 1)
+        end, 1000)
+      end
     end
   end)
 end
