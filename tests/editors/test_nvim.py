@@ -161,11 +161,12 @@ def test_connects_to_a_tcp_server(tmp_path, editor_model, expected):
             nv.wait(lambda s: s["ghost"] == expected, what=f"ghost text {expected!r} over TCP")
 
 
-RENAME = "def area(width, height):\n    return width * height\n"
+RENAME = "def area(width, height):\n    return width * height * width\n"
 
 
 def test_next_edits_after_a_rename(tmp_path, editor_model):
-    """Rename a parameter, ask for next edits: the preview shows the other reference, accept all."""
+    """Rename a parameter, ask for next edits: the preview shows the two other references; accept
+    the nearest one, dismiss the other."""
     with open_session("0.12", tmp_path, editor_model, file_text=RENAME, name="area.py") as nv:
         nv.keys(":DllmNextEdits", "Enter")   # the server compares with the versions it has seen
         nv.wait(lambda s: s["mode"] == "n", what="normal mode")
@@ -180,18 +181,26 @@ def test_next_edits_after_a_rename(tmp_path, editor_model):
             if count:
                 break
             time.sleep(0.2)
-        assert count == 1
+        assert count == 2
         preview = nv.lua("vim.tbl_map(function(m) return m[4].virt_text[1][1] end, "
                          "vim.api.nvim_buf_get_extmarks(0, require('dllm.next_edits').ns, 0, -1, {details = true}))")
-        assert preview == [" → w"]
+        assert preview == [" → w", " → w"]
         nv.wait_screen(f"dllm · {editor_model.name} · cpu")   # the statusline item, once loaded
         screen = nv.wait_screen("→ w")
-        assert any("return width * height" in l and l.rstrip().endswith("→ w") for l in screen.splitlines()), screen
+        assert any("return width * height * width" in l and l.rstrip().endswith("→ w") for l in screen.splitlines()), screen
         nv.screenshot(tools.screenshot_dir(tmp_path) / "nvim-next-edits.png", tools.chromium())
-        nv.keys(":DllmNextEditsAcceptAll", "Enter")
-        state = nv.wait(lambda s: s["lines"][1] != "    return width * height", what="the edit")
-        assert state["lines"] == ["def area(w, height):", "    return w * height"]
+        nv.keys(":DllmNextEditsAcceptOne", "Enter")   # the one nearest the cursor
+        state = nv.wait(lambda s: s["lines"][1] != "    return width * height * width", what="one edit")
+        assert state["lines"] == ["def area(w, height):", "    return w * height * width"]
+        assert nv.lua("require('dllm.next_edits').count(0)") == 1
+        nv.keys(":DllmNextEditsDismiss", "Enter")
+        for _ in range(100):
+            if nv.lua("require('dllm.next_edits').count(0)") == 0:
+                break
+            time.sleep(0.1)
         assert nv.lua("require('dllm.next_edits').count(0)") == 0
+        assert nv.lua("#vim.api.nvim_buf_get_extmarks(0, require('dllm.next_edits').ns, 0, -1, {})") == 0
+        assert nv.state()["lines"] == ["def area(w, height):", "    return w * height * width"]
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -152,6 +152,13 @@ async function nextEdits(page, out) {
       .map((e) => getComputedStyle(e, "::after").content)
       .filter((c) => c && c !== "none" && c.includes("\u2192")));
   if (scenario.screenshot) await page.screenshot({ path: scenario.screenshot });
+  // Accept the nearest one (Alt+]), then the rest (Alt+Enter).
+  await page.keyboard.press("Alt+]");
+  out.afterAcceptOne = await waitFor(async () => {
+    const text = await statusBarText(page);
+    return text && !text.includes(out.statusBar.match(/\d+ next edits?/)[0]) ? text : null;
+  }, 10000, "one edit to be applied");
+  out.textAfterAcceptOne = await page.evaluate(() => document.querySelector(".monaco-editor .view-lines").innerText.replace(/\u00a0/g, " "));
   await page.keyboard.press("Alt+Enter");
   await waitFor(async () => !/next edit/.test((await statusBarText(page)) || ""), 10000, "the preview to go");
   await page.keyboard.press("Control+S");
