@@ -20,7 +20,7 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8) -> dict:
     for name, (tokens, single_line) in CASES.items():
         request = InfillRequest.single(prefix, suffix, tokens, single_line)
         engine.infill(request, DecodeSettings(steps=steps))   # warm-up (allocations, prefix cache)
-        samples, cold = [], []
+        samples = []
         for run in range(runs):
             result = engine.infill(request, DecodeSettings(steps=steps, seed=run))
             samples.append(result.latency_ms)
