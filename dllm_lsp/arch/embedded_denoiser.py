@@ -43,8 +43,8 @@ class EmbeddedSession:
         if self.context is None:   # bidirectional layout: every step sees the whole canvas
             is_span = torch.zeros_like(ids, dtype=torch.bool)
             is_span[:, self.span_positions] = True
-            return self.model(ids, is_span)[:, self.span_positions].float()
-        return self.model.span_logits(ids[:, self.span_positions], self.span_positions, self.context).float()
+            return self.model(ids, is_span)[:, self.span_positions]
+        return self.model.span_logits(ids[:, self.span_positions], self.span_positions, self.context)
 
 
 class EmbeddedDenoiser(Denoiser):

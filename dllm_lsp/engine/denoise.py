@@ -79,12 +79,12 @@ def denoise(
         logits = session.logits(ids)                       # [B, S, V]
         logits[..., special.mask_id] = -math.inf           # a mask is never an answer
         steps += 1
-        rows = masked.nonzero(as_tuple=True)
-        sel = unmask_select(logits[rows], settings.temperature, generator)
-        conf = torch.full((batch, n_span), -math.inf, device=device)
-        conf[rows] = confidence_of(settings.confidence, sel.prob, sel.margin, sel.entropy).float()
-        proposal = torch.full((batch, n_span), special.mask_id, dtype=torch.long, device=device)
-        proposal[rows] = sel.token
+        # Select over every span row (S is small) rather than gathering the masked ones: no
+        # data-dependent shapes, so no host sync on a GPU.
+        sel = unmask_select(logits.reshape(batch * n_span, -1), settings.temperature, generator)
+        score = confidence_of(settings.confidence, sel.prob, sel.margin, sel.entropy).float()
+        conf = torch.where(masked, score.view(batch, n_span), -math.inf)
+        proposal = sel.token.view(batch, n_span)
 
         commit = choose_commits(conf, masked, settings, steps_left=settings.steps - step)
         span_now = ids[:, span_pos]
@@ -97,7 +97,8 @@ def denoise(
             span_now = torch.where(reopen, torch.full_like(span_now, special.mask_id), span_now)
             masked |= reopen
         span_now, masked = collapse_after_pad(
-            span_now, masked, commit, conf, slot_of, end_ids, pad_fill, settings.pad_collapse_threshold
+            span_now, masked, commit, conf, slot_of, end_ids, pad_fill, settings.pad_collapse_threshold,
+            n_slots=len(canvas.slot_ranges),
         )
         ids[:, span_pos] = span_now
         if on_step is not None:
@@ -129,13 +130,14 @@ def choose_commits(conf: torch.Tensor, masked: torch.Tensor, settings: DecodeSet
     return masked & (rank < want[:, None])
 
 
-def collapse_after_pad(span, masked, commit, conf, slot_of, end_ids, pad_fill, threshold):
-    """A pad committed with confidence >= threshold ends its slot: later positions become pad."""
+def collapse_after_pad(span, masked, commit, conf, slot_of, end_ids, pad_fill, threshold, n_slots=None):
+    """A pad committed with confidence >= threshold ends its slot: later positions become pad.
+
+    Branch-free (no host sync on a GPU): slots without such a pad get `first = n_span`."""
     is_end = torch.isin(span, end_ids) & ~masked
     confident_end = is_end & commit & (conf >= threshold)
-    if not confident_end.any():
-        return span, masked
-    n_slots = int(slot_of.max()) + 1
+    if n_slots is None:
+        n_slots = int(slot_of.max()) + 1
     batch, n_span = span.shape
     index = torch.arange(n_span, device=span.device).expand(batch, -1)
     big = torch.full_like(index, n_span)
