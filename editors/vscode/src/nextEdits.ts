@@ -30,6 +30,7 @@ export class NextEdits implements vscode.Disposable {
   private uri?: vscode.Uri;
   private version?: number;
   private unsupported = false;
+  private applying = false;
   private readonly subscriptions: vscode.Disposable[] = [];
 
   constructor(
@@ -39,7 +40,12 @@ export class NextEdits implements vscode.Disposable {
     // Any edit the user makes themselves invalidates the preview's ranges.
     this.subscriptions.push(
       vscode.workspace.onDidChangeTextDocument((e) => {
-        if (this.uri && e.document.uri.toString() === this.uri.toString() && e.document.version !== this.version) {
+        if (
+          !this.applying &&
+          this.uri &&
+          e.document.uri.toString() === this.uri.toString() &&
+          e.document.version !== this.version
+        ) {
           this.dismiss();
         }
       }),
@@ -110,13 +116,19 @@ export class NextEdits implements vscode.Disposable {
     const rest = this.pending.filter((_, i) => i !== best).map((e) => ({ ...e, range: shiftRange(e.range, chosen) }));
     const edit = new vscode.WorkspaceEdit();
     edit.replace(editor.document.uri, chosen.range, chosen.newText);
-    this.clearState(editor);
-    if (await vscode.workspace.applyEdit(edit)) {
-      this.pending = rest;
-      this.uri = editor.document.uri;
-      this.version = editor.document.version;
-      this.render(editor);
+    // Our own edit must not count as the user's (which dismisses the preview).
+    this.applying = true;
+    let applied = false;
+    try {
+      applied = await vscode.workspace.applyEdit(edit);
+    } finally {
+      this.applying = false;
     }
+    if (!applied) return;
+    this.pending = rest;
+    this.version = editor.document.version;
+    if (rest.length) this.render(editor);
+    else this.clearState(editor);
   }
 
   dismiss(): void {

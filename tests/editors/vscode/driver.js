@@ -154,9 +154,11 @@ async function nextEdits(page, out) {
   if (scenario.screenshot) await page.screenshot({ path: scenario.screenshot });
   // Accept the nearest one (Alt+]), then the rest (Alt+Enter).
   await page.keyboard.press("Alt+]");
+  const before = Number(out.statusBar.match(/(\d+) next edits?/)[1]);
   out.afterAcceptOne = await waitFor(async () => {
     const text = await statusBarText(page);
-    return text && !text.includes(out.statusBar.match(/\d+ next edits?/)[0]) ? text : null;
+    const left = text && text.match(/(\d+) next edits?/);
+    return left && Number(left[1]) === before - 1 ? text : null;
   }, 10000, "one edit to be applied");
   out.textAfterAcceptOne = await page.evaluate(() => document.querySelector(".monaco-editor .view-lines").innerText.replace(/\u00a0/g, " "));
   await page.keyboard.press("Alt+Enter");
