@@ -95,3 +95,23 @@ def test_next_edits_after_a_rename(vscode, tmp_path, editor_model):
     assert "1 next edit" in seen["afterAcceptOne"], seen
     assert "return w * height * width" in seen["textAfterAcceptOne"], seen
     assert (vscode.workspace / "area.py").read_text(encoding="utf-8") == "def area(w, height):\n    return w * height * w\n"
+
+
+def test_tcp_server_manual_trigger_and_toggle(tmp_path, editor_model):
+    """dllm.server.tcp: the extension connects to a running server instead of starting one. Also
+    the manual trigger (Alt+\\) and the status-bar on/off toggle."""
+    text = BEFORE.replace("fox \n", f"fox {TYPED}\n")
+    expected = ghost_of(server_completion(editor_model, text, 1, len(LINE)), LINE, len(LINE))
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "demo.txt").write_text(BEFORE, encoding="utf-8")
+    with TcpServer(editor_model, tmp_path / "server.log") as server:
+        with CodeServer(workspace, editor_model, tmp_path / "home", {"dllm.server.tcp": server.address}) as vscode:
+            seen = play(vscode, tmp_path, editor_model, {
+                "kind": "triggerAndToggle", "file": "demo.txt", "line": 2, "column": len("the quick brown fox ") + 1,
+                "typed": TYPED, "expectGhost": expected, "timeoutMs": 60000,
+            })
+    assert seen["automatic"] and seen["manual"], seen
+    assert seen["statusBarOff"].endswith("(off)"), seen
+    assert seen["ghostWhenOff"] is None, seen
+    assert "(off)" not in seen["statusBarOn"], seen
