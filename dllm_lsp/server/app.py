@@ -16,6 +16,7 @@ from pygls.lsp.server import LanguageServer
 
 from dllm_lsp import __version__
 from dllm_lsp.loader import ModelLoadError
+from dllm_lsp.multisite.companion import APPLY_COMMAND as APPLY_COMPANION
 
 from .completions import Completion, CompletionService
 from .documents import DocumentTrees
@@ -69,6 +70,9 @@ class DllmLanguageServer(LanguageServer):
         item = types.InlineCompletionItem(
             insert_text=completion.text, range=range_of(document, completion.start, completion.end)
         )
+        if completion.companion is not None:   # multi-site: accepting the item adds the import
+            item.command = types.Command(title=f"Add {completion.companion.statement}", command=APPLY_COMPANION,
+                                         arguments=[uri, completion.companion.statement])
         return types.InlineCompletionList(items=[item])
 
     def ensure_model(self) -> None:
@@ -173,6 +177,9 @@ def create_server(settings: ServerSettings | None = None) -> DllmLanguageServer:
             sort_text="0",
             insert_text_format=types.InsertTextFormat.PlainText,
         )
+        if found.companion is not None:   # multi-site: the import the completion needs
+            at = range_of(document, found.companion.offset, found.companion.offset)
+            item.additional_text_edits = [types.TextEdit(range=at, new_text=found.companion.text)]
         # Incomplete: the next keystroke asks again, since the completion depends on every character.
         return types.CompletionList(is_incomplete=True, items=[item])
 

@@ -15,6 +15,7 @@ from pygls.workspace import Workspace
 from dllm_lsp.engine.denoise import Cancelled
 from dllm_lsp.engine.engine import CancelToken
 from dllm_lsp.engine.types import DecodeSettings, InfillResult, StepState
+from dllm_lsp.multisite.companion import CompanionEdit, with_companion_slot
 from dllm_lsp.planner.spans import PlannerSettings, plan_span
 from dllm_lsp.planner.types import SpanPlan
 from dllm_lsp.postprocess import finish
@@ -32,6 +33,7 @@ class Completion:
     end: int
     plan: SpanPlan
     result: InfillResult
+    companion: CompanionEdit | None = None   # multi-site: an import the completion needs
 
 
 class Superseded(JsonRpcRequestCancelled):
@@ -57,19 +59,30 @@ class CompletionService:
         if not settings.language_enabled(language_id):
             return None
         plan = plan_span(parsed, offset, planner_settings(settings), self.trees.others(uri))
+        # multi-site: one more slot after the imports, filled in the same run (docs/multisite.md)
+        text_then, tree_then = parsed.text, parsed.tree
+        companion = with_companion_slot(plan.request, text_then, language_id, plan.replace_start, tree_then)
+        request = companion.request if companion is not None else plan.request
         token = self._supersede(uri)
-        step_cb = (lambda state: on_step(plan, state)) if on_step is not None else None
+        step_cb = None
+        if on_step is not None:
+            def step_cb(state: StepState) -> None:
+                on_step(plan, companion.main_state(state) if companion is not None else state)
         try:
-            result = await self.host.infill(plan.request, decode_settings(settings), token, step_cb)
+            result = await self.host.infill(request, decode_settings(settings), token, step_cb)
         except Cancelled:
             raise Superseded("superseded by a newer request for the same document") from None
         finally:
             if self._running.get(uri) is token:
                 del self._running[uri]
+        extra = None
+        if companion is not None:
+            extra = companion.edit(result, text_then, language_id, tree_then)
+            result = companion.main_result(result)
         text = finish(plan, parsed.text, result.text)
         if text is None:
             return None
-        return Completion(text, plan.replace_start, plan.replace_end, plan, result)
+        return Completion(text, plan.replace_start, plan.replace_end, plan, result, extra)
 
     def _supersede(self, uri: str) -> CancelToken:
         previous = self._running.get(uri)

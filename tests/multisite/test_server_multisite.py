@@ -16,6 +16,7 @@ from lsprotocol.converters import get_converter
 from pygls.exceptions import JsonRpcException
 from server.lsp_harness import open_doc, start_server, stop_server, wait_loaded
 
+from dllm_lsp.multisite.companion import companion_edit
 from dllm_lsp.multisite.syntax import Source
 
 from .edits import apply_text_edits, offset
@@ -383,3 +384,32 @@ async def test_next_edits_ranges_count_utf16_units(server):
     assert [e["range"] for e in result["edits"]] == [lsp_range(current, s, s + 5) for s in starts]
     assert result["edits"][0]["range"]["start"]["character"] == len("    s = '😀😀'; return ") + 2
     assert apply_text_edits(current, result["edits"]) == current.replace("return width + width", "return size + size")
+
+
+@pytest.mark.parametrize("language, marker", [("python", "    return "), ("typescript", "  const y = "),
+                                              ("rust", "    let y = ")])
+async def test_completions_carry_only_valid_companion_imports(server, language, marker):
+    """Classic items may carry the import as additionalTextEdits, inline items as an accept
+    command; the tiny model's companion slot holds no valid import, so neither appears, and
+    anything that does appear must be a valid import at the line after the import block."""
+    uri = f"file:///tmp/companion_completion_{language}.{EXTENSIONS[language]}"
+    header = {"python": "import os\n\n\ndef f(x):\n", "typescript": 'import { a } from "a";\n\nfunction f(x: number) {\n',
+              "rust": "use std::fmt;\n\nfn f(x: u32) {\n"}[language]
+    text = header + marker + "\n" + ("" if language == "python" else "}\n")
+    open_doc(server.client, uri, text, language)
+    line = text[:text.index(marker)].count("\n")
+    position = types.Position(line=line, character=len(marker))
+    classic = await server.client.text_document_completion_async(types.CompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=position))
+    inline = await server.client.text_document_inline_completion_async(types.InlineCompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=position,
+        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
+    after_imports = types.Position(line=1, character=0)
+    for item in classic.items:
+        for edit in item.additional_text_edits or []:
+            assert edit.range.start == after_imports == edit.range.end
+            assert companion_edit(edit.new_text, text, language) is not None
+    for item in inline.items:
+        if item.command is not None:
+            assert item.command.command == "dllm.applyCompanionEdit" and item.command.arguments[0] == uri
+            assert companion_edit(item.command.arguments[1], text, language) is not None
