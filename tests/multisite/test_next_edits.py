@@ -76,7 +76,10 @@ def test_function_rename_renames_its_calls_only():
 def test_no_change_or_unrelated_change_gives_no_plan():
     text = RENAMES["python"]
     assert plan_next_edits([text], text, "python") is None
-    assert plan_next_edits([text], text.replace("height", "h", 1), "python") is None or True
+    renamed = text.replace("height", "h", 1)   # a real rename, for contrast
+    plan = plan_next_edits([text], renamed, "python")
+    assert [(e.label, e.new_text) for e in plan.renames] == [("documentation of height", "h"),
+                                                              ("reference to height", "h")]
     assert plan_next_edits([text], text + "\n# comment\n", "python") is None
 
 
