@@ -27,12 +27,16 @@ def serve(args) -> int:
     if logging.getLogger().level > logging.DEBUG:
         logging.getLogger("pygls").setLevel(logging.WARNING)   # pygls logs every message at INFO
     overrides = {k: v for k, v in (("model", args.model), ("device", args.device)) if v}
-    server = create_server(ServerSettings().merged(overrides))
+    settings = ServerSettings().merged(overrides)
     if args.tcp:
+        import asyncio  # noqa: PLC0415
+
+        from .server.tcp import serve_tcp  # noqa: PLC0415
+
         host, port = parse_host_port(args.tcp)
-        server.start_tcp(host, port)
+        asyncio.run(serve_tcp(host, port, settings))
     else:
-        server.start_io()
+        create_server(settings).start_io()
     return 0
 
 

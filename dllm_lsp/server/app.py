@@ -38,10 +38,12 @@ class RequestFailed(JsonRpcException):
 
 
 class DllmLanguageServer(LanguageServer):
-    def __init__(self, settings: ServerSettings | None = None) -> None:
-        super().__init__("dllm-lsp", __version__, protocol_cls=DllmProtocol)
+    def __init__(self, settings: ServerSettings | None = None, host: ModelHost | None = None,
+                 protocol_cls: type = DllmProtocol) -> None:
+        super().__init__("dllm-lsp", __version__, protocol_cls=protocol_cls)
         self.settings = settings or ServerSettings()
-        self.host = ModelHost()
+        self.owns_host = host is None   # a TCP connection borrows the process-wide model
+        self.host = host or ModelHost()
         self.trees = DocumentTrees()
         self.completions = CompletionService(self.host, self.trees)
         self.load_task: asyncio.Task | None = None
@@ -111,8 +113,9 @@ async def load_with_progress(ls: DllmLanguageServer) -> None:
     log.info(message)
 
 
-def create_server(settings: ServerSettings | None = None) -> DllmLanguageServer:
-    server = DllmLanguageServer(settings)
+def create_server(settings: ServerSettings | None = None, host: ModelHost | None = None,
+                  protocol_cls: type = DllmProtocol) -> DllmLanguageServer:
+    server = DllmLanguageServer(settings, host, protocol_cls)
 
     @server.feature(types.INITIALIZE)
     def initialize(ls: DllmLanguageServer, params: types.InitializeParams) -> None:
@@ -204,6 +207,7 @@ def create_server(settings: ServerSettings | None = None) -> DllmLanguageServer:
 
     @server.feature(types.SHUTDOWN)
     def shutdown(ls: DllmLanguageServer, params: Any) -> None:
-        ls.host.shutdown()
+        if ls.owns_host:
+            ls.host.shutdown()
 
     return server

@@ -32,7 +32,30 @@ def listening_addresses(port: int) -> set[str]:
     return found
 
 
-async def test_tcp_server_binds_loopback_and_completes(tmp_path, tiny_model_dir):
+async def connect(port: int):
+    client, _ = make_client()
+    await client.start_tcp("127.0.0.1", port)
+    await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities()))
+    client.initialized(types.InitializedParams())
+    assert (await wait_loaded(client))["loaded"]
+    return client
+
+
+async def complete_once(client) -> str:
+    uri = f"file:///tmp/t{id(client)}.py"
+    open_doc(client, uri, "def f(x):\n    return \n")
+    result = await client.text_document_inline_completion_async(inline_params(uri, 1, 11))
+    return result.items[0].insert_text if result.items else ""
+
+
+async def disconnect(client) -> None:
+    await client.shutdown_async(None)
+    client.exit(None)
+    await asyncio.sleep(0.2)
+    await client.stop()
+
+
+async def test_tcp_server_binds_loopback_and_serves_many_clients(tmp_path, tiny_model_dir):
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "dllm_lsp", "serve", "--tcp", f":{port}", "--model", str(tiny_model_dir),
@@ -45,16 +68,18 @@ async def test_tcp_server_binds_loopback_and_completes(tmp_path, tiny_model_dir)
             assert time.monotonic() < deadline, "server did not listen in time"
             await asyncio.sleep(0.1)
         assert listening_addresses(port) == {"127.0.0.1"}
-        client, _ = make_client()
-        await client.start_tcp("127.0.0.1", port)
-        await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities()))
-        client.initialized(types.InitializedParams())
-        assert (await wait_loaded(client))["loaded"]
-        open_doc(client, "file:///tmp/t.py", "def f(x):\n    return \n")
-        result = await client.text_document_inline_completion_async(inline_params("file:///tmp/t.py", 1, 11))
-        assert result.items and result.items[0].insert_text
-        await client.shutdown_async(None)
-        client.exit(None)
+        first = await connect(port)
+        second = await connect(port)                     # a second client while the first is on
+        assert await complete_once(first) and await complete_once(second)
+        await disconnect(first)
+        assert await complete_once(second), "one client leaving must not stop the others"
+        await disconnect(second)
+        third = await connect(port)                      # and clients keep coming afterwards
+        status = await third.protocol.send_request_async("dllm/status", {})
+        assert status.loaded
+        assert await complete_once(third)
+        await disconnect(third)
+        assert proc.poll() is None
     finally:
         proc.terminate()
         proc.wait(timeout=30)
