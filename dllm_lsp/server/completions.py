@@ -61,7 +61,10 @@ class CompletionService:
         plan = plan_span(parsed, offset, planner_settings(settings), self.trees.others(uri))
         # multi-site: one more slot after the imports, filled in the same run (docs/multisite.md)
         text_then, tree_then = parsed.text, parsed.tree
-        companion = with_companion_slot(plan.request, text_then, language_id, plan.replace_start, tree_then)
+        companion = (
+            with_companion_slot(plan.request, text_then, language_id, plan.replace_start, tree_then)
+            if settings.companion_edits else None
+        )
         request = companion.request if companion is not None else plan.request
         token = self._supersede(uri)
         step_cb = None

@@ -22,6 +22,8 @@ class ServerSettings:
     context_tokens: int = 1024
     languages: dict[str, bool] = field(default_factory=dict)
     stream_interval_ms: int = 50
+    companion_edits: bool = True        # an extra slot after the imports for an import the completion needs
+    hole_marker: str = "TODO"           # marker comment that "Fill holes" treats as a hole
     cache: str = "dual"                 # open checkpoints: "dual" (Fast-dLLM dual cache) or "none"
     cache_refresh_every: int = 0        # dual cache: recompute the context every N steps (0: never)
 
