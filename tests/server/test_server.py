@@ -256,3 +256,23 @@ async def test_bad_options_are_reported_and_defaults_kept(tmp_path, tiny_model_d
         assert "steps must be an integer" in seen.messages[0].message
     finally:
         await stop_server(client)
+
+
+async def test_cancelled_stream_stops_promptly(server):
+    client, seen, _ = server
+    open_doc(client, URI, SOURCE)
+    configure(client, {"dllm": {**SLOW["dllm"], "streamIntervalMs": 0}})
+    params = {**raw_inline_params(URI, 4, 11), "partialResultToken": "stream-cancel"}
+    future = client.protocol.send_request("dllm/inlineCompletion", params, msg_id="stream-cancel-1")
+    await wait_until(lambda: any(p.token == "stream-cancel" for p in seen.progress))
+    client.protocol.notify("$/cancelRequest", types.CancelParams(id="stream-cancel-1"))
+    with pytest.raises(JsonRpcException) as info:
+        await asyncio.wrap_future(future)
+    assert info.value.code == -32800
+    await asyncio.sleep(0.5)
+    reports = [p.value for p in seen.progress if p.token == "stream-cancel"]
+    assert reports and all(r["kind"] == "report" for r in reports)   # no final answer after a cancel
+    assert max(r["step"] for r in reports) < 256                      # it stopped well before the end
+    settled = len(reports)
+    await asyncio.sleep(0.5)
+    assert len([p for p in seen.progress if p.token == "stream-cancel"]) == settled   # and stays stopped
