@@ -15,3 +15,14 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     from dllm_lsp.arch.tiny import write_tiny_model
 
     return write_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Tiny models on a shared 2-core machine run fastest on one thread (more mostly wait on each other)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
