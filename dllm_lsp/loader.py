@@ -59,14 +59,19 @@ def resolve_model_path(spec: str | Path | None) -> Path:
     return path
 
 
+def load_json_file(path: Path):
+    """The parsed JSON in `path`; ModelLoadError naming the file when it is not valid JSON."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ModelLoadError(f"{path} is not valid JSON: {exc}") from exc
+
+
 def read_config(folder: Path) -> dict:
     config_path = folder / "config.json"
     if not config_path.is_file():
         raise ModelLoadError(f"{folder} has no config.json")
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ModelLoadError(f"{config_path} is not valid JSON: {exc}") from exc
+    config = load_json_file(config_path)
     if not isinstance(config, dict):
         raise ModelLoadError(f"{config_path} must hold a JSON object")
     return config

@@ -13,12 +13,11 @@ Dream-v0-Base/Instruct-7B, Dream-Coder-v0-7B and DiffuCoder-7B (base and instruc
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from dllm_lsp.engine.denoiser import SpecialTokens
-from dllm_lsp.loader import ModelLoadError
+from dllm_lsp.loader import ModelLoadError, load_json_file
 
 from .architecture import BiConfig
 from .tokenizer_files import TokenizerFiles
@@ -51,10 +50,7 @@ def read_generation_config(folder: Path) -> dict:
     path = folder / "generation_config.json"
     if not path.is_file():
         return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ModelLoadError(f"{path} is not valid JSON: {exc}") from exc
+    data = load_json_file(path)
     return data if isinstance(data, dict) else {}
 
 

@@ -8,13 +8,12 @@ files (and the added tokens of `tokenizer_config.json`) and hands back a `tokeni
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from dllm_lsp.loader import ModelLoadError
+from dllm_lsp.loader import ModelLoadError, load_json_file
 
 ROLES = ("mask_token", "pad_token", "eos_token", "bos_token")
 
@@ -75,10 +74,7 @@ def _token_text(value) -> str | None:
 def _read_optional_json(path: Path) -> dict:
     if not path.is_file():
         return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ModelLoadError(f"{path} is not valid JSON: {exc}") from exc
+    data = load_json_file(path)
     if not isinstance(data, dict):
         raise ModelLoadError(f"{path} must hold a JSON object")
     return data
