@@ -82,7 +82,10 @@ class DllmLanguageServer(LanguageServer):
         if self.host.needs_load(self.settings.model, self.settings.device):
             self.load_task = asyncio.ensure_future(load_with_progress(self))
         else:
-            self.host.configure_cache(self.settings.cache, self.settings.cache_refresh_every)
+            self.apply_options()
+
+    def apply_options(self) -> None:
+        self.host.apply_options(self.settings.context_tokens, self.settings.cache, self.settings.cache_refresh_every)
 
 
 async def load_with_progress(ls: DllmLanguageServer) -> None:
@@ -101,7 +104,7 @@ async def load_with_progress(ls: DllmLanguageServer) -> None:
     message = "model failed to load"
     try:
         engine = await ls.host.load(ls.settings.model, ls.settings.device, ls.settings.context_tokens)
-        ls.host.configure_cache(ls.settings.cache, ls.settings.cache_refresh_every)
+        ls.apply_options()
         info = engine.denoiser.describe()
         message = f"loaded {info['name']} ({info['family']}) on {info['device']}"
     except ModelLoadError as exc:

@@ -95,11 +95,14 @@ class ModelHost:
         self.last_latency_ms = result.latency_ms
         return result
 
-    def configure_cache(self, mode: str, refresh_every: int) -> None:
-        """Pass the cache options to a model that has them (the open checkpoints do)."""
-        denoiser = self._engine.denoiser if self._engine else None
-        if denoiser is not None and hasattr(denoiser, "configure"):
-            denoiser.configure(cache=mode, refresh_every=refresh_every)
+    def apply_options(self, context_tokens: int, cache: str, cache_refresh_every: int) -> None:
+        """Options that change how the loaded model runs, without reloading it."""
+        if self._engine is None:
+            return
+        self._engine.context_tokens = context_tokens
+        denoiser = self._engine.denoiser
+        if hasattr(denoiser, "configure"):   # the open checkpoints' cache options
+            denoiser.configure(cache=cache, refresh_every=cache_refresh_every)
 
     def status(self) -> dict:
         engine = self._engine
@@ -112,6 +115,7 @@ class ModelHost:
             "loading": self._loading is not None and not self._loading.done(),
             "error": self.error,
             "lastLatencyMs": self.last_latency_ms,
+            "contextTokens": engine.context_tokens if engine else None,
         }
 
     def shutdown(self) -> None:

@@ -276,3 +276,15 @@ async def test_cancelled_stream_stops_promptly(server):
     settled = len(reports)
     await asyncio.sleep(0.5)
     assert len([p for p in seen.progress if p.token == "stream-cancel"]) == settled   # and stays stopped
+
+
+async def test_options_apply_to_the_loaded_model_without_a_reload(server):
+    client, _, _ = server
+    configure(client, {"dllm": {"contextTokens": 64}})
+    status = await client.protocol.send_request_async("dllm/status", {})
+    assert status.contextTokens == 64 and status.loaded
+    open_doc(client, URI, SOURCE)
+    result = await client.text_document_inline_completion_async(inline_params(URI, 4, 11))
+    assert result.items
+    configure(client, {"dllm": {"contextTokens": 1024}})
+    assert (await client.protocol.send_request_async("dllm/status", {})).contextTokens == 1024
