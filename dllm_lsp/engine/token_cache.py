@@ -10,19 +10,9 @@ from __future__ import annotations
 
 from tokenizers import Tokenizer
 
+from dllm_lsp.text_compare import common_prefix_length
+
 SAFETY_CHARS = 2   # a word must end this far before the first change to be kept
-
-
-def common_prefix_length(a: str, b: str) -> int:
-    """Length of the longest common prefix, by binary search over C-speed slice compares."""
-    low, high = 0, min(len(a), len(b))
-    while low < high:
-        mid = (low + high + 1) // 2
-        if a[:mid] == b[:mid]:
-            low = mid
-        else:
-            high = mid - 1
-    return low
 
 
 class IncrementalEncoder:

@@ -22,6 +22,8 @@ from typing import Literal
 
 import tree_sitter
 
+from dllm_lsp.text_compare import common_prefix_length, common_suffix_length
+
 from .sites import Outcome, Site
 from .syntax import (
     ARGUMENT_LIST_TYPES,
@@ -32,8 +34,6 @@ from .syntax import (
     PARAMETER_LIST_TYPES,
     Source,
     ancestors,
-    common_prefix_length,
-    common_suffix_length,
     enclosing,
     field_name,
     is_word_char,

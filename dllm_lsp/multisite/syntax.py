@@ -112,30 +112,6 @@ def point(text: str, offset: int) -> tuple[int, int]:
     return text.count("\n", 0, offset), len(text[line_start:offset].encode("utf-8", errors="surrogatepass"))
 
 
-def common_prefix_length(a: str, b: str) -> int:
-    """Length of the common prefix, by bisection over slice comparisons (done in C)."""
-    low, high = 0, min(len(a), len(b))
-    while low < high:
-        middle = (low + high + 1) // 2
-        if a[:middle] == b[:middle]:
-            low = middle
-        else:
-            high = middle - 1
-    return low
-
-
-def common_suffix_length(a: str, b: str, limit: int) -> int:
-    """Length of the common suffix, at most `limit`."""
-    low, high = 0, min(limit, len(a), len(b))
-    while low < high:
-        middle = (low + high + 1) // 2
-        if a[len(a) - middle:] == b[len(b) - middle:]:
-            low = middle
-        else:
-            high = middle - 1
-    return low
-
-
 def walk(node: tree_sitter.Node) -> Iterator[tree_sitter.Node]:
     """Every node under `node` (itself included), in document order."""
     stack = [node]

@@ -8,7 +8,8 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 
 from dllm_lsp.arch.tiny import sample_corpus
 from dllm_lsp.arch.tokenizer import train_tokenizer
-from dllm_lsp.engine.token_cache import IncrementalEncoder, common_prefix_length
+from dllm_lsp.engine.token_cache import IncrementalEncoder
+from dllm_lsp.text_compare import common_prefix_length
 
 # Qwen2's pre-tokenizer pattern (punctuation runs swallow following newlines): a different
 # family of word boundaries than GPT-2's, which the cache must also respect.

@@ -5,14 +5,8 @@ import random
 
 import pytest
 
-from dllm_lsp.multisite.syntax import (
-    Source,
-    common_prefix_length,
-    common_suffix_length,
-    reparsed,
-    walk,
-    word_nodes,
-)
+from dllm_lsp.multisite.syntax import Source, reparsed, walk, word_nodes
+from dllm_lsp.text_compare import common_prefix_length, common_suffix_length
 
 TEXT = (
     "import os\n\n\ndef área(width, height):\n    \"\"\"Größe 😀 of width.\"\"\"\n"
