@@ -77,6 +77,15 @@ class DllmLanguageServer(LanguageServer):
                                          arguments=[uri, completion.companion.statement])
         return types.InlineCompletionList(items=[item])
 
+    def take_options(self, options: Any, refusal: str) -> bool:
+        """Merge client options into the settings; bad ones are shown and change nothing."""
+        try:
+            self.settings = self.settings.merged(options)
+        except SettingsError as exc:
+            self.show(types.MessageType.Error, f"{refusal}: {exc}")
+            return False
+        return True
+
     def ensure_model(self) -> None:
         """(Re)load the model when the settings name another model or device than the loaded one."""
         if self.host.needs_load(self.settings.model, self.settings.device):
@@ -122,10 +131,7 @@ def create_server(settings: ServerSettings | None = None, host: ModelHost | None
 
     @server.feature(types.INITIALIZE)
     def initialize(ls: DllmLanguageServer, params: types.InitializeParams) -> None:
-        try:
-            ls.settings = ls.settings.merged(params.initialization_options)
-        except SettingsError as exc:
-            ls.show(types.MessageType.Error, f"bad initializationOptions, using defaults: {exc}")
+        ls.take_options(params.initialization_options, "bad initializationOptions, using defaults")
 
     @server.feature(types.INITIALIZED)
     def initialized(ls: DllmLanguageServer, params: types.InitializedParams) -> None:
@@ -133,12 +139,8 @@ def create_server(settings: ServerSettings | None = None, host: ModelHost | None
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     def did_change_configuration(ls: DllmLanguageServer, params: types.DidChangeConfigurationParams) -> None:
-        try:
-            ls.settings = ls.settings.merged(params.settings)
-        except SettingsError as exc:
-            ls.show(types.MessageType.Error, f"configuration ignored: {exc}")
-            return
-        ls.ensure_model()
+        if ls.take_options(params.settings, "configuration ignored"):
+            ls.ensure_model()
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: DllmLanguageServer, params: types.DidOpenTextDocumentParams) -> None:
