@@ -45,7 +45,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=None, help="step budget")
     p.add_argument("--minutes", type=float, default=None, help="time budget (the schedule anneals to it)")
     p.add_argument("--device", default="auto")
-    p.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA, or a CPU with a C++ compiler)")
+    p.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
+                   help="bf16 autocast (default: on CUDA only; worth it on CPUs with AMX)")
     p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes building batches")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
     p.add_argument("--eval-every", type=int, default=200)
@@ -54,7 +56,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ar-weight", type=float, default=0.5, help="weight of the causal LM loss on context tokens")
     p.add_argument("--late-pad-weight", type=float, default=0.1,
                    help="loss weight of pads after a slot's first pad (the first pad keeps weight 1)")
-    p.add_argument("--ar-fraction", type=float, default=0.25, help="share of context positions it scores")
+    p.add_argument("--ar-fraction", type=float, default=1.0, help="share of context positions it scores")
     p.add_argument("--save-dtype", choices=("bfloat16", "float32"), default="bfloat16")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--seed", type=int, default=0)
@@ -80,7 +82,7 @@ def train_options(a, corpus: Path, tokenizer: Path, out: Path) -> TrainOptions:
         objective=ObjectiveOptions(weighting=a.weighting, ar_weight=a.ar_weight, ar_fraction=a.ar_fraction,
                                    late_pad_weight=a.late_pad_weight),
         batch_size=p["batch_size"], lr=p["lr"], warmup=p["warmup"], max_steps=a.steps, minutes=a.minutes,
-        device=a.device, compile=a.compile, workers=a.workers, threads=a.threads, eval_every=a.eval_every,
+        device=a.device, compile=a.compile, bf16=a.bf16, workers=a.workers, threads=a.threads, eval_every=a.eval_every,
         save_every=a.save_every, seed=a.seed, save_dtype=a.save_dtype, resume=a.resume,
     )
 

@@ -41,6 +41,7 @@ class TrainOptions:
     minutes: float | None = None
     device: str = "auto"
     compile: bool = False
+    bf16: bool | None = None      # autocast to bf16; None = on CUDA only (CPUs with AMX gain from it too)
     workers: int = 0
     threads: int | None = None
     eval_every: int = 200
@@ -119,7 +120,7 @@ def train(opts: TrainOptions, log=print) -> dict:
     loader = iter(DataLoader(train_ds, batch_size=None, num_workers=opts.workers,
                              pin_memory=device.type == "cuda", persistent_workers=opts.workers > 0))
 
-    use_bf16 = device.type == "cuda"
+    use_bf16 = device.type == "cuda" if opts.bf16 is None else opts.bf16
     def autocast():
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_bf16)
     step_model = torch.compile(model) if opts.compile else model

@@ -28,7 +28,7 @@ from .examples import IGNORE
 class ObjectiveOptions:
     weighting: str = "masked_mean"    # or "inv_t"
     ar_weight: float = 0.5
-    ar_fraction: float = 0.25         # share of context positions scored by the AR loss (the head is costly)
+    ar_fraction: float = 1.0          # share of context positions scored by the AR loss (< 1 saves head work)
     min_t: float = 1e-3
     late_pad_weight: float = 0.1      # weight of pads after a slot's first pad (see late_pads)
 

@@ -1,6 +1,7 @@
 """End to end on a tiny config: corpus -> tokenizer -> a few training steps -> a model folder
 the loader and engine use, and a model card built from the run's own records."""
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -45,12 +46,15 @@ def test_pipeline_writes_a_loadable_model_folder(trained):
     assert result.steps >= 1 and isinstance(result.text, str)
 
 
-def test_resume_continues_the_step_count(trained):
+def test_resume_continues_the_step_count_and_bf16_runs_on_cpu(trained):
     work, out = trained
     rc = main(["model", "--corpus", str(work / "corpus"), "--tokenizer", str(work / "tokenizer.json"),
-               "--out", str(out), "--preset", "tiny-test", "--steps", "8", "--resume", "--threads", "1"])
+               "--out", str(out), "--preset", "tiny-test", "--steps", "8", "--resume", "--threads", "1", "--bf16"])
     assert rc == 0
-    assert json.loads((out / "training.json").read_text())["steps"] == 8
+    summary = json.loads((out / "training.json").read_text())
+    assert summary["steps"] == 8 and summary["bf16_autocast"] is True
+    assert all(math.isfinite(rec["loss"]) for rec in map(json.loads, (out / "train_log.jsonl").read_text().splitlines())
+               if "loss" in rec)
 
 
 def test_card_is_built_from_the_records(trained, tmp_path):
