@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 from dllm_lsp.kernels.rmsnorm import add_rms_norm
 from dllm_lsp.kernels.span_attention import span_attention
@@ -98,6 +99,12 @@ class Attention(nn.Module):
         y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=self.n_heads != self.n_kv_heads)
         return self.out(y), (k, v)
 
+    def flex(self, x, cos, sin, block_mask):
+        """Attention under a flex-attention block mask (training on CUDA: fused, blocks skipped)."""
+        q, k, v = self.project(x, cos, sin)
+        y = flex_attention(q, k, v, block_mask=block_mask, enable_gqa=self.n_heads != self.n_kv_heads)
+        return self.out(y)
+
     def span(self, x, cos, sin, ctx: KV):
         """Span rows attend to all cached context and all span rows: no mask."""
         q, k, v = self.project(x, cos, sin)
@@ -126,6 +133,23 @@ def layout_mask(is_span: torch.Tensor, layout: str) -> torch.Tensor | None:
     return (context_pair | span_query)[:, None]
 
 
+def layout_block_mask(is_span: torch.Tensor, layout: str):
+    """The same layout as `layout_mask`, as a flex-attention BlockMask (None when bidirectional).
+
+    SDPA with an explicit boolean mask cannot use its flash kernel; flex attention compiles the
+    rule itself and skips key blocks no query of a block may see (the causal context's upper
+    triangle), so training on a GPU gets a fused kernel for this layout.
+    """
+    if layout == "bidirectional":
+        return None
+    b, t = is_span.shape
+
+    def may_attend(batch, head, q, kv):
+        return is_span[batch, q] | (~is_span[batch, kv] & (kv <= q))
+
+    return create_block_mask(may_attend, b, None, t, t, device=is_span.device)
+
+
 class EmbeddedModel(nn.Module):
     def __init__(self, cfg: EmbeddedConfig) -> None:
         super().__init__()
@@ -134,6 +158,9 @@ class EmbeddedModel(nn.Module):
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.rotary = Rotary(cfg.head_dim, cfg.rope_theta)
+        # "mask": SDPA with an explicit mask (any device); "flex": flex attention, for a
+        # torch.compile'd training run on CUDA. Inference never takes this path (prefill/span_logits).
+        self.training_attention = "mask"
         self.init_weights()
 
     def init_weights(self) -> None:
@@ -156,10 +183,12 @@ class EmbeddedModel(nn.Module):
             positions = torch.arange(t, device=ids.device)
         h = self.embed(ids)
         cos, sin = self.rotary.cos_sin(positions, h.dtype)
-        mask = layout_mask(is_span, self.cfg.attention_layout)
+        flex = self.training_attention == "flex"
+        block_mask = layout_block_mask(is_span, self.cfg.attention_layout) if flex else None
+        mask = None if flex else layout_mask(is_span, self.cfg.attention_layout)
         for layer in self.layers:
-            a, _ = layer.attn.masked(layer.input_norm(h), cos, sin, mask)
-            h = h + a
+            x = layer.input_norm(h)
+            h = h + (layer.attn.flex(x, cos, sin, block_mask) if flex else layer.attn.masked(x, cos, sin, mask)[0])
             h = h + layer.mlp(layer.post_attn_norm(h))
         return h if return_hidden else self.head(h)
 

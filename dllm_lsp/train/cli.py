@@ -46,6 +46,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--minutes", type=float, default=None, help="time budget (the schedule anneals to it)")
     p.add_argument("--device", default="auto")
     p.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA, or a CPU with a C++ compiler)")
+    p.add_argument("--attention", choices=("auto", "mask", "flex"), default="auto",
+                   help="training attention: SDPA with a boolean mask, or flex attention (default: flex when "
+                        "compiled on CUDA)")
     p.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
                    help="bf16 autocast (default: on CUDA only; worth it on CPUs with AMX)")
     p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes building batches")
@@ -82,7 +85,7 @@ def train_options(a, corpus: Path, tokenizer: Path, out: Path) -> TrainOptions:
         objective=ObjectiveOptions(weighting=a.weighting, ar_weight=a.ar_weight, ar_fraction=a.ar_fraction,
                                    late_pad_weight=a.late_pad_weight),
         batch_size=p["batch_size"], lr=p["lr"], warmup=p["warmup"], max_steps=a.steps, minutes=a.minutes,
-        device=a.device, compile=a.compile, bf16=a.bf16, workers=a.workers, threads=a.threads, eval_every=a.eval_every,
+        device=a.device, compile=a.compile, attention=a.attention, bf16=a.bf16, workers=a.workers, threads=a.threads, eval_every=a.eval_every,
         save_every=a.save_every, seed=a.seed, save_dtype=a.save_dtype, resume=a.resume,
     )
 

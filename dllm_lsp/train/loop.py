@@ -41,6 +41,7 @@ class TrainOptions:
     minutes: float | None = None
     device: str = "auto"
     compile: bool = False
+    attention: str = "auto"       # "mask" (SDPA + boolean mask), "flex", or auto: flex when compiled on CUDA
     bf16: bool | None = None      # autocast to bf16; None = on CUDA only (CPUs with AMX gain from it too)
     workers: int = 0
     threads: int | None = None
@@ -57,6 +58,17 @@ def lr_at(progress: float, step: int, opts: TrainOptions) -> float:
         return opts.lr * (step + 1) / opts.warmup
     cos = 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
     return opts.lr * (opts.min_lr_ratio + (1 - opts.min_lr_ratio) * cos)
+
+
+def training_attention(opts: TrainOptions, device: torch.device) -> str:
+    if opts.attention == "auto":
+        # Flex attention is only fast compiled, and torch has no flex backward on the CPU.
+        return "flex" if device.type == "cuda" and opts.compile else "mask"
+    if opts.attention not in ("mask", "flex"):
+        raise ValueError(f"attention must be auto, mask or flex, not {opts.attention!r}")
+    if opts.attention == "flex" and device.type != "cuda":
+        raise ValueError("flex attention trains on CUDA only (torch has no flex backward on the CPU); use --attention mask")
+    return opts.attention
 
 
 def hardware(device: torch.device) -> str:
@@ -93,6 +105,7 @@ def train(opts: TrainOptions, log=print) -> dict:
                             "max_positions": opts.layout.seq_len, "mask_token_id": specials["mask"],
                             "pad_token_id": specials["pad"], "eos_token_id": specials["eos"]})
     model = EmbeddedModel(cfg).to(device)
+    model.training_attention = training_attention(opts, device)
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
     state_path = out.parent / f".{out.name}.train_state.pt"   # optimizer state: kept outside the shipped folder
@@ -138,6 +151,7 @@ def train(opts: TrainOptions, log=print) -> dict:
         summary = {
             "parameters": n_params, "steps": step, "tokens": tokens, "seconds": round(elapsed, 1),
             "hardware": hardware(device), "torch": torch.__version__, "bf16_autocast": use_bf16,
+            "attention": model.training_attention,
             "compile": opts.compile, "final": final, **last_val,
             "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()},
         }
