@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -47,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="torch CPU threads (1: on a shared machine more threads mostly wait on each other)")
     h.add_argument("--json", action="store_true", help="print one JSON object (pass@1 = the headline figure)")
     h.add_argument("--out", type=Path, default=None, help="also write the full results (with completions) here")
+    started = time.monotonic()
     a = ap.parse_args(argv)
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
     if a.threads:
@@ -74,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         "pass@1": round(headline.pass_at_1, 4), "tasks": len(tasks), "unknown_slot_tokens": unknown,
         "settings": {"steps": a.steps, "threshold": a.threshold, "context": a.context, "timeout": a.timeout},
         "modes": {r.mode: r.to_json() for r in results},
+        # The figures' provenance: what was run and how long it took (model load included).
+        "command": "dllm-lsp eval " + shlex.join(sys.argv[1:] if argv is None else argv),
+        "wall_seconds": round(time.monotonic() - started, 1),
     }
     if "unknown" in by_mode and "oracle" in by_mode:
         summary["length_gap_points"] = round(100 * (by_mode["oracle"].pass_at_1 - by_mode["unknown"].pass_at_1), 1)

@@ -53,7 +53,8 @@ def eval_section(evals: list[dict]) -> list[str]:
         s = e.get("settings", {})
         lines.append(f"- {e['benchmark']}: `{e.get('command', 'dllm-lsp eval humaneval-infilling')}` "
                      f"(steps {s.get('steps')}, threshold {s.get('threshold')}, device {e.get('device')}"
-                     + (f", length gap {e['length_gap_points']} points" if "length_gap_points" in e else "") + ")")
+                     + (f", length gap {e['length_gap_points']} points" if "length_gap_points" in e else "")
+                     + (f", {e['wall_seconds'] / 60:.1f} min wall" if "wall_seconds" in e else "") + ")")
     lines.append("")
     return lines
 
