@@ -69,6 +69,8 @@ def denoise(
 
     if should_stop():
         raise Cancelled()
+    # An end decided in order closes its slot however confident it was: everything before it is decided.
+    collapse_threshold = -math.inf if settings.ends_in_order else settings.pad_collapse_threshold
     session = denoiser.session(canvas, batch)
     steps = 0
     for step in range(settings.steps):
@@ -85,8 +87,15 @@ def denoise(
         score = confidence_of(settings.confidence, sel.prob, sel.margin, sel.entropy).float()
         conf = torch.where(masked, score.view(batch, n_span), -math.inf)
         proposal = sel.token.view(batch, n_span)
-
-        commit = choose_commits(conf, masked, settings, steps_left=settings.steps - step)
+        n_slots = len(canvas.slot_ranges)
+        if settings.ends_in_order:
+            commit = choose_commits(hold_back_early_ends(conf, proposal, masked, slot_of, end_ids, n_slots),
+                                    masked, settings, steps_left=settings.steps - step)
+            # An end right after this step's commits is in order too: a confident one closes the slot now.
+            at_frontier = hold_back_early_ends(conf, proposal, masked & ~commit, slot_of, end_ids, n_slots)
+            commit |= masked & torch.isin(proposal, end_ids) & (at_frontier >= settings.threshold)
+        else:
+            commit = choose_commits(conf, masked, settings, steps_left=settings.steps - step)
         span_now = ids[:, span_pos]
         span_now = torch.where(commit, proposal, span_now)
         committed_conf = torch.where(commit, conf, committed_conf)
@@ -97,8 +106,8 @@ def denoise(
             span_now = torch.where(reopen, torch.full_like(span_now, special.mask_id), span_now)
             masked |= reopen
         span_now, masked = collapse_after_pad(
-            span_now, masked, commit, conf, slot_of, end_ids, pad_fill, settings.pad_collapse_threshold,
-            n_slots=len(canvas.slot_ranges),
+            span_now, masked, commit, conf, slot_of, end_ids, pad_fill, collapse_threshold,
+            n_slots=n_slots,
         )
         ids[:, span_pos] = span_now
         if on_step is not None:
@@ -106,7 +115,7 @@ def denoise(
             mean_conf = float(finite.float().mean()) if finite.numel() else 0.0
             on_step(steps, span_now, masked.clone(), mean_conf)
     if masked.any():
-        # The step budget ran out with holes left (only possible with remasking): fill greedily.
+        # The step budget ran out with holes left (remasking, or ends held back): fill greedily.
         logits = session.logits(ids)
         rows = masked.nonzero(as_tuple=True)
         span_now = ids[:, span_pos]
@@ -116,8 +125,28 @@ def denoise(
     return DenoiseOutcome(ids, ids[:, span_pos], steps, canvas)
 
 
+def hold_back_early_ends(conf, proposal, masked, slot_of, end_ids, n_slots):
+    """Make an end (pad) proposal uncommittable unless every earlier position of its slot is decided.
+
+    Before any content is decided the model is surest of the pads at a slot's far end; commit
+    those first and each step sees more pads after the undecided positions, so the pads creep
+    leftwards until the span ends before it starts (the first CPU preview returned an empty
+    completion almost every time). Deciding the end only at the slot's first undecided
+    position lets content fill from the front, and the span ends where the model first says so.
+    Branch-free, like collapse_after_pad.
+    """
+    batch, n_span = masked.shape
+    index = torch.arange(n_span, device=masked.device).expand(batch, -1)
+    first_masked = torch.full((batch, n_slots), n_span, dtype=torch.long, device=masked.device)
+    first_masked.scatter_reduce_(1, slot_of.expand(batch, -1), torch.where(masked, index, n_span), reduce="amin")
+    frontier = index == first_masked.gather(1, slot_of.expand(batch, -1))
+    early_end = torch.isin(proposal, end_ids) & ~frontier
+    return torch.where(early_end, -math.inf, conf)
+
+
 def choose_commits(conf: torch.Tensor, masked: torch.Tensor, settings: DecodeSettings, steps_left: int) -> torch.Tensor:
-    """[B, S] bool: which masked positions to commit this step."""
+    """[B, S] bool: which masked positions to commit this step (never one whose confidence is -inf)."""
+    masked = masked & (conf > -math.inf)
     masked_left = masked.sum(-1)
     floor = commit_count_floor(masked_left, steps_left).clamp_min(1)
     cap = masked_left if settings.max_per_step is None else masked_left.clamp_max(settings.max_per_step)

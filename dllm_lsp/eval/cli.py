@@ -42,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="slot size when the length is unknown (default: the model's trained max slot, else 64)")
     h.add_argument("--steps", type=int, default=16, help="denoising step budget")
     h.add_argument("--threshold", type=float, default=0.9, help="confidence to commit a token")
+    h.add_argument("--ends-in-order", action=argparse.BooleanOptionalAction, default=True,
+                   help="a slot's end (pad) may only be decided at its first undecided position (the default); "
+                        "--no-ends-in-order lets confident pads anywhere end the slot")
     h.add_argument("--context", type=int, default=1024, help="context tokens kept around the slot")
     h.add_argument("--timeout", type=float, default=10.0, help="seconds per program")
     h.add_argument("--workers", type=int, default=2, help="programs executed in parallel")
@@ -60,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--modes takes {' and/or '.join(MODES)}, not {a.modes!r}")
         path = resolve_data(a.data)
         tasks = spread_subset(load_tasks(path), a.limit)
-        settings = DecodeSettings(steps=a.steps, threshold=a.threshold)
+        settings = DecodeSettings(steps=a.steps, threshold=a.threshold, ends_in_order=a.ends_in_order)
         denoiser = load_model(a.model, a.device)
     except (ValueError, ModelLoadError) as exc:
         print(f"dllm-lsp eval: {exc}", file=sys.stderr)
@@ -75,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = {
         "benchmark": name, "data": str(path), "model": denoiser.name, "device": str(denoiser.device),
         "pass@1": round(headline.pass_at_1, 4), "tasks": len(tasks), "unknown_slot_tokens": unknown,
-        "settings": {"steps": a.steps, "threshold": a.threshold, "context": a.context, "timeout": a.timeout},
+        "settings": {"steps": a.steps, "threshold": a.threshold, "ends_in_order": a.ends_in_order,
+                     "context": a.context, "timeout": a.timeout},
         "modes": {r.mode: r.to_json() for r in results},
         # The figures' provenance: what was run and how long it took (model load included).
         "command": "dllm-lsp eval " + shlex.join(sys.argv[1:] if argv is None else argv),

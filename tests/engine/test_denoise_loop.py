@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from tokenizers import Tokenizer, models
 
-from dllm_lsp.engine.denoise import choose_commits, collapse_after_pad, denoise
+from dllm_lsp.engine.denoise import choose_commits, collapse_after_pad, denoise, hold_back_early_ends
 from dllm_lsp.engine.denoiser import Canvas, Denoiser, SpecialTokens
 from dllm_lsp.engine.types import DecodeSettings
 
@@ -61,11 +61,66 @@ def test_confident_pad_collapses_the_rest_of_the_slot():
     assert outcome.steps == 1   # everything decided in one pass: early exit
 
 
-def test_unconfident_pad_does_not_end_the_slot():
+def test_unconfident_pad_does_not_end_the_slot_when_ends_may_come_early():
     script = [A, PAD, B, C]
     conf = [0.99, 0.4, 0.95, 0.95]
-    outcome = denoise(ScriptedDenoiser(script, conf), canvas_of(4), DecodeSettings(steps=4, threshold=0.9))
+    settings = DecodeSettings(steps=4, threshold=0.9, ends_in_order=False)
+    outcome = denoise(ScriptedDenoiser(script, conf), canvas_of(4), settings)
     assert outcome.span_ids[0].tolist() == [A, PAD, B, C]
+
+
+class CreepingDenoiser(ScriptedDenoiser):
+    """What a small model does with unknown length: it is sure of the pads at the slot's far
+    end, and a decided pad makes the position before it look like a pad too."""
+
+    def __init__(self, content_len: int) -> None:
+        super().__init__([], [])
+        self.content_len = content_len
+
+    def session(self, canvas, batch):
+        outer = self
+        start, end = canvas.slot_ranges[0]
+
+        class Session:
+            def logits(self, ids):
+                span = ids[0, start:end].tolist()
+                rows = []
+                for p in range(len(span)):
+                    pad_after = any(t == PAD for t in span[p + 1:])
+                    token, conf = (PAD, 0.95) if p >= outer.content_len or pad_after else (A, 0.6)
+                    probs = torch.full((VOCAB,), (1 - conf) / (VOCAB - 1))
+                    probs[token] = conf
+                    rows.append(probs.log())
+                return torch.stack(rows)[None].repeat(ids.shape[0], 1, 1)
+
+        return Session()
+
+
+def test_ends_in_order_stop_pads_creeping_over_the_content():
+    width, steps = 8, 8
+    creeping = denoise(CreepingDenoiser(4), canvas_of(width), DecodeSettings(steps=steps, ends_in_order=False))
+    assert creeping.span_ids[0].tolist().count(A) < 4          # the pads ate into the span
+    in_order = denoise(CreepingDenoiser(4), canvas_of(width), DecodeSettings(steps=steps))
+    assert in_order.span_ids[0].tolist() == [A, A, A, A, PAD, PAD, PAD, PAD]
+    assert in_order.steps <= steps
+
+
+def test_a_confident_end_right_after_this_steps_commits_closes_the_slot_in_the_same_step():
+    # Same script as the collapse test: the pad at 3 is in order once 0-2 commit in this step.
+    script = [A, B, C, PAD, C, C, C, C]
+    conf = [0.99, 0.98, 0.97, 0.96, 0.3, 0.3, 0.3, 0.3]
+    outcome = denoise(ScriptedDenoiser(script, conf), canvas_of(8), DecodeSettings(steps=8, threshold=0.9))
+    assert outcome.span_ids[0].tolist() == [A, B, C, PAD, PAD, PAD, PAD, PAD] and outcome.steps == 1
+
+
+def test_end_proposals_before_undecided_content_are_held_back():
+    conf = torch.tensor([[0.5, 0.5, 0.99, float("-inf"), 0.75, 0.99]])   # decided positions are -inf already
+    proposal = torch.tensor([[A, PAD, PAD, PAD, B, PAD]])
+    masked = torch.tensor([[True, True, True, False, True, True]])
+    slot_of = torch.tensor([0, 0, 0, 1, 1, 1])
+    held = hold_back_early_ends(conf, proposal, masked, slot_of, torch.tensor([PAD]), 2)
+    # slot 0: first undecided is 0, so pads at 1, 2 wait; slot 1: first undecided is 4 (B), so 5 waits.
+    assert held[0].tolist() == [0.5, float("-inf"), float("-inf"), float("-inf"), 0.75, float("-inf")]
 
 
 def test_step_floor_commits_enough_to_finish_in_budget():
