@@ -117,7 +117,8 @@ def random_canvas(cfg: BiConfig, context: int, span: int, mask_id: int, seed: in
 def fixed_steps(steps: int) -> DecodeSettings:
     # Threshold 1.0 is never reached by a softmax, so each step commits exactly span/steps tokens,
     # and an unreachable pad-collapse threshold keeps every step in play.
-    return DecodeSettings(steps=steps, threshold=1.0, pad_collapse_threshold=2.0, ends_in_order=False)
+    return DecodeSettings(steps=steps, threshold=1.0, pad_collapse_threshold=2.0, ends_in_order=False,
+                          floor_from_left=False)
 
 
 @torch.no_grad()

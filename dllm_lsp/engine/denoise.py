@@ -153,7 +153,14 @@ def choose_commits(conf: torch.Tensor, masked: torch.Tensor, settings: DecodeSet
     above = (conf >= settings.threshold) & masked
     want = torch.maximum(above.sum(-1), floor)
     want = torch.minimum(want, cap).clamp_min(torch.minimum(masked_left, torch.ones_like(masked_left)))
-    order = conf.argsort(dim=-1, descending=True)
+    key = conf
+    if settings.floor_from_left:
+        # Confident positions first (by confidence), then the step floor fills the leftmost
+        # undecided ones: unsure guesses scattered over a slot repeat each other ("_to_to_to"),
+        # guesses made left to right read what came before them.
+        index = torch.arange(conf.shape[1], device=conf.device).expand_as(conf)
+        key = torch.where(above, 2 + conf, torch.where(masked, 1 - index / conf.shape[1], -math.inf))
+    order = key.argsort(dim=-1, descending=True)
     rank = torch.empty_like(order)
     rank.scatter_(1, order, torch.arange(conf.shape[1], device=conf.device).expand_as(order))
     return masked & (rank < want[:, None])

@@ -62,6 +62,7 @@ class DecodeSettings:
     pad_collapse_threshold: float = 0.5  # a pad committed this confidently ends its slot
     remask_below: float | None = None   # re-open committed tokens whose confidence fell below this
     ends_in_order: bool = True          # only a slot's first undecided position may become its end (pad)
+    floor_from_left: bool = True        # commits beyond the confident ones go to the leftmost undecided positions
 
     def __post_init__(self) -> None:
         if self.steps < 1:

@@ -45,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--ends-in-order", action=argparse.BooleanOptionalAction, default=True,
                    help="a slot's end (pad) may only be decided at its first undecided position (the default); "
                         "--no-ends-in-order lets confident pads anywhere end the slot")
+    h.add_argument("--floor-from-left", action=argparse.BooleanOptionalAction, default=True,
+                   help="when too few positions are confident, commit the leftmost undecided ones (the default); "
+                        "--no-floor-from-left commits the most confident ones wherever they are")
     h.add_argument("--context", type=int, default=1024, help="context tokens kept around the slot")
     h.add_argument("--timeout", type=float, default=10.0, help="seconds per program")
     h.add_argument("--workers", type=int, default=2, help="programs executed in parallel")
@@ -63,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--modes takes {' and/or '.join(MODES)}, not {a.modes!r}")
         path = resolve_data(a.data)
         tasks = spread_subset(load_tasks(path), a.limit)
-        settings = DecodeSettings(steps=a.steps, threshold=a.threshold, ends_in_order=a.ends_in_order)
+        settings = DecodeSettings(steps=a.steps, threshold=a.threshold, ends_in_order=a.ends_in_order,
+                                  floor_from_left=a.floor_from_left)
         denoiser = load_model(a.model, a.device)
     except (ValueError, ModelLoadError) as exc:
         print(f"dllm-lsp eval: {exc}", file=sys.stderr)
@@ -79,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": name, "data": str(path), "model": denoiser.name, "device": str(denoiser.device),
         "pass@1": round(headline.pass_at_1, 4), "tasks": len(tasks), "unknown_slot_tokens": unknown,
         "settings": {"steps": a.steps, "threshold": a.threshold, "ends_in_order": a.ends_in_order,
+                     "floor_from_left": a.floor_from_left,
                      "context": a.context, "timeout": a.timeout},
         "modes": {r.mode: r.to_json() for r in results},
         # The figures' provenance: what was run and how long it took (model load included).

@@ -126,8 +126,19 @@ def test_end_proposals_before_undecided_content_are_held_back():
 def test_step_floor_commits_enough_to_finish_in_budget():
     conf = torch.tensor([[0.1, 0.5, 0.2, 0.4, 0.3, 0.6]])
     masked = torch.ones(1, 6, dtype=torch.bool)
-    commit = choose_commits(conf, masked, DecodeSettings(steps=3, threshold=0.9), steps_left=3)
+    by_confidence = DecodeSettings(steps=3, threshold=0.9, floor_from_left=False)
+    commit = choose_commits(conf, masked, by_confidence, steps_left=3)
     assert commit[0].tolist() == [False, True, False, False, False, True]   # ceil(6/3) = 2, most confident
+    commit = choose_commits(conf, masked, DecodeSettings(steps=3, threshold=0.9), steps_left=3)
+    assert commit[0].tolist() == [True, True, False, False, False, False]   # ceil(6/3) = 2, leftmost
+
+
+def test_confident_positions_come_first_and_the_floor_fills_from_the_left():
+    conf = torch.tensor([[0.1, 0.5, 0.95, 0.4, 0.99, 0.6, float("-inf")]])
+    masked = torch.tensor([[True, True, True, False, True, True, True]])
+    commit = choose_commits(conf, masked, DecodeSettings(steps=2, threshold=0.9), steps_left=2)
+    # 5 undecided and eligible, 2 steps left: floor 3 = the two confident ones + the leftmost other.
+    assert commit[0].tolist() == [True, False, True, False, True, False, False]
 
 
 def test_threshold_commits_all_confident_positions_up_to_the_cap():
