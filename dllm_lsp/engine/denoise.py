@@ -2,7 +2,8 @@
 
 Each step: logits at every span position, pick a token and a confidence per still-masked
 position, commit those above the threshold (at least enough to finish within the step
-budget, at most `max_per_step`), and end a slot at the first confidently committed pad.
+budget, the extra ones from the left; at most `max_per_step`), and end a slot at its first
+committed pad, which may only be decided in order (see hold_back_early_ends).
 """
 from __future__ import annotations
 
@@ -71,6 +72,7 @@ def denoise(
         raise Cancelled()
     # An end decided in order closes its slot however confident it was: everything before it is decided.
     collapse_threshold = -math.inf if settings.ends_in_order else settings.pad_collapse_threshold
+    n_slots = len(canvas.slot_ranges)
     session = denoiser.session(canvas, batch)
     steps = 0
     for step in range(settings.steps):
@@ -87,7 +89,6 @@ def denoise(
         score = confidence_of(settings.confidence, sel.prob, sel.margin, sel.entropy).float()
         conf = torch.where(masked, score.view(batch, n_span), -math.inf)
         proposal = sel.token.view(batch, n_span)
-        n_slots = len(canvas.slot_ranges)
         if settings.ends_in_order:
             commit = choose_commits(hold_back_early_ends(conf, proposal, masked, slot_of, end_ids, n_slots),
                                     masked, settings, steps_left=settings.steps - step)

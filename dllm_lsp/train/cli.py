@@ -85,8 +85,8 @@ def train_options(a, corpus: Path, tokenizer: Path, out: Path) -> TrainOptions:
         objective=ObjectiveOptions(weighting=a.weighting, ar_weight=a.ar_weight, ar_fraction=a.ar_fraction,
                                    late_pad_weight=a.late_pad_weight),
         batch_size=p["batch_size"], lr=p["lr"], warmup=p["warmup"], max_steps=a.steps, minutes=a.minutes,
-        device=a.device, compile=a.compile, attention=a.attention, bf16=a.bf16, workers=a.workers, threads=a.threads, eval_every=a.eval_every,
-        save_every=a.save_every, seed=a.seed, save_dtype=a.save_dtype, resume=a.resume,
+        device=a.device, compile=a.compile, attention=a.attention, bf16=a.bf16, workers=a.workers,
+        threads=a.threads, eval_every=a.eval_every, save_every=a.save_every, seed=a.seed, save_dtype=a.save_dtype, resume=a.resume,
     )
 
 
