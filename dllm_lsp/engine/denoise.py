@@ -126,6 +126,17 @@ def denoise(
     return DenoiseOutcome(ids, ids[:, span_pos], steps, canvas)
 
 
+def first_in_slot(flags: torch.Tensor, slot_of: torch.Tensor, n_slots: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(index [B, S], first [B, S]): each span position's index, and the index of the first
+    flagged position of its slot (S when the slot has none). Branch-free: no host sync."""
+    batch, n_span = flags.shape
+    index = torch.arange(n_span, device=flags.device).expand(batch, -1)
+    slots = slot_of.expand(batch, -1)
+    first = torch.full((batch, n_slots), n_span, dtype=torch.long, device=flags.device)
+    first.scatter_reduce_(1, slots, torch.where(flags, index, n_span), reduce="amin")
+    return index, first.gather(1, slots)
+
+
 def hold_back_early_ends(conf, proposal, masked, slot_of, end_ids, n_slots):
     """Make an end (pad) proposal uncommittable unless every earlier position of its slot is decided.
 
@@ -134,13 +145,9 @@ def hold_back_early_ends(conf, proposal, masked, slot_of, end_ids, n_slots):
     leftwards until the span ends before it starts (the first CPU preview returned an empty
     completion almost every time). Deciding the end only at the slot's first undecided
     position lets content fill from the front, and the span ends where the model first says so.
-    Branch-free, like collapse_after_pad.
     """
-    batch, n_span = masked.shape
-    index = torch.arange(n_span, device=masked.device).expand(batch, -1)
-    first_masked = torch.full((batch, n_slots), n_span, dtype=torch.long, device=masked.device)
-    first_masked.scatter_reduce_(1, slot_of.expand(batch, -1), torch.where(masked, index, n_span), reduce="amin")
-    frontier = index == first_masked.gather(1, slot_of.expand(batch, -1))
+    index, first_masked = first_in_slot(masked, slot_of, n_slots)
+    frontier = index == first_masked
     early_end = torch.isin(proposal, end_ids) & ~frontier
     return torch.where(early_end, -math.inf, conf)
 
@@ -168,18 +175,12 @@ def choose_commits(conf: torch.Tensor, masked: torch.Tensor, settings: DecodeSet
 
 
 def collapse_after_pad(span, masked, commit, conf, slot_of, end_ids, pad_fill, threshold, n_slots=None):
-    """A pad committed with confidence >= threshold ends its slot: later positions become pad.
-
-    Branch-free (no host sync on a GPU): slots without such a pad get `first = n_span`."""
+    """A pad committed with confidence >= threshold ends its slot: later positions become pad."""
     is_end = torch.isin(span, end_ids) & ~masked
     confident_end = is_end & commit & (conf >= threshold)
     if n_slots is None:
         n_slots = int(slot_of.max()) + 1
-    batch, n_span = span.shape
-    index = torch.arange(n_span, device=span.device).expand(batch, -1)
-    big = torch.full_like(index, n_span)
-    first = torch.full((batch, n_slots), n_span, dtype=torch.long, device=span.device)
-    first.scatter_reduce_(1, slot_of.expand(batch, -1), torch.where(confident_end, index, big), reduce="amin")
-    after = index > first.gather(1, slot_of.expand(batch, -1))
+    index, first_end = first_in_slot(confident_end, slot_of, n_slots)
+    after = index > first_end
     span = torch.where(after, torch.full_like(span, pad_fill), span)
     return span, masked & ~after
