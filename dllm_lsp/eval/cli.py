@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from dllm_lsp.bench.environment import environment
 from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import DecodeSettings
 from dllm_lsp.loader import ModelLoadError, load_model, resolve_model_path
@@ -89,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         # The figures' provenance: what was run and how long it took (model load included).
         "command": "dllm-lsp eval " + shlex.join(sys.argv[1:] if argv is None else argv),
         "wall_seconds": round(time.monotonic() - started, 1),
+        "environment": environment(str(denoiser.device)),
     }
     if "unknown" in by_mode and "oracle" in by_mode:
         summary["length_gap_points"] = round(100 * (by_mode["oracle"].pass_at_1 - by_mode["unknown"].pass_at_1), 1)

@@ -33,6 +33,7 @@ def test_json_report_has_the_headline_and_both_length_settings(data, tiny_model_
     assert report["length_gap_points"] == round(100 * (report["modes"]["oracle"]["pass@1"] - report["pass@1"]), 1)
     assert report["command"].startswith("dllm-lsp eval humaneval-infilling --data ") and "--max-tokens 6" in report["command"]
     assert report["wall_seconds"] > 0
+    assert report["environment"]["device"] == "cpu" and report["environment"]["torch"]
     full = json.loads(out.read_text())
     samples = full["modes"]["oracle"]["samples"]
     assert [s["task_id"] for s in samples] == ["T/0", "T/1", "T/2"]
