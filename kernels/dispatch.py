@@ -10,15 +10,80 @@ variable DLLM_LSP_KERNELS overrides it:
 Calls that need gradients always take the reference (the kernels are inference-only).
 Triton is imported lazily and guarded so that a machine without it still imports every
 kernel module and falls back to the references.
+
+Run-time fallback: a kernel that fails to compile or launch on a user's GPU (an older
+architecture, a Triton or driver bug, too little shared memory) is logged once, disabled
+for the rest of the process, and the call and every later one take the torch reference, so
+completions keep working instead of failing one by one. DLLM_LSP_DISABLE_KERNELS=a,b
+disables kernels by name from the start (the GPU job sets it for kernels that failed its
+correctness check). Bad inputs (KernelInputError) and running out of GPU memory are not
+kernel faults: they propagate. An illegal memory access poisons the CUDA context, so no
+fallback can save the process from that one; the GPU job's correctness phase exists to
+find such a kernel before users do.
 """
 from __future__ import annotations
 
+import logging
 import os
+import threading
+from collections.abc import Callable
 from functools import lru_cache
+from typing import TypeVar
 
 import torch
 
 MODES = ("auto", "triton", "reference")
+KERNEL_NAMES = ("span_attention", "unmask_select", "rms_norm", "rope")
+log = logging.getLogger("dllm_lsp.kernels")
+T = TypeVar("T")
+
+
+class KernelInputError(ValueError):
+    """The caller passed inputs a kernel does not take (shape, dtype): a caller bug, not a kernel fault."""
+
+
+_failed: dict[str, str] = {}      # kernel name -> why it was disabled at run time
+_failed_lock = threading.Lock()
+
+
+def disabled_kernels() -> dict[str, str]:
+    """Kernels that take the reference for now, with the reason: from the environment or a failure."""
+    named = os.environ.get("DLLM_LSP_DISABLE_KERNELS", "")
+    found = {n.strip(): "disabled by DLLM_LSP_DISABLE_KERNELS" for n in named.split(",") if n.strip()}
+    with _failed_lock:
+        found.update(_failed)
+    return found
+
+
+def kernel_enabled(name: str) -> bool:
+    return name not in disabled_kernels()
+
+
+def disable_kernel(name: str, reason: str) -> None:
+    """Take the reference for `name` from now on; logs once per kernel."""
+    with _failed_lock:
+        if name in _failed:
+            return
+        _failed[name] = reason
+    log.warning("Triton kernel %s failed (%s); using its torch reference from now on", name, reason)
+
+
+def reset_kernel_failures() -> None:
+    """Forget run-time failures (tests, and the GPU job between its checks)."""
+    with _failed_lock:
+        _failed.clear()
+
+
+def run_kernel(name: str, kernel: Callable[..., T], reference: Callable[..., T], *args) -> T:
+    """kernel(*args), or reference(*args) when the kernel is disabled or fails to compile or launch."""
+    if kernel_enabled(name):
+        try:
+            return kernel(*args)
+        except (KernelInputError, torch.cuda.OutOfMemoryError):
+            raise
+        except Exception as exc:   # CompilationError, OutOfResources, a launch failure (RuntimeError), ...
+            disable_kernel(name, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    return reference(*args)
 
 
 @lru_cache(maxsize=1)

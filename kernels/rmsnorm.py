@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .dispatch import next_power_of_2, triton_available, use_triton
+from .dispatch import KernelInputError, next_power_of_2, run_kernel, triton_available, use_triton
 
 
 def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -33,7 +33,7 @@ def add_rms_norm_reference(
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     if use_triton(x, weight):
-        return rms_norm_triton(x, weight, eps)
+        return run_kernel("rms_norm", rms_norm_triton, rms_norm_reference, x, weight, eps)
     return rms_norm_reference(x, weight, eps)
 
 
@@ -41,15 +41,15 @@ def add_rms_norm(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     if use_triton(x, residual, weight):
-        return add_rms_norm_triton(x, residual, weight, eps)
+        return run_kernel("rms_norm", add_rms_norm_triton, add_rms_norm_reference, x, residual, weight, eps)
     return add_rms_norm_reference(x, residual, weight, eps)
 
 
 def check_inputs(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None) -> None:
     if weight.dim() != 1 or x.shape[-1] != weight.shape[0]:
-        raise ValueError(f"rms_norm: weight must be [{x.shape[-1]}] for input {tuple(x.shape)}, got {tuple(weight.shape)}")
+        raise KernelInputError(f"rms_norm: weight must be [{x.shape[-1]}] for input {tuple(x.shape)}, got {tuple(weight.shape)}")
     if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype):
-        raise ValueError(f"add_rms_norm: residual {tuple(residual.shape)} {residual.dtype} must match "
+        raise KernelInputError(f"add_rms_norm: residual {tuple(residual.shape)} {residual.dtype} must match "
                          f"the input {tuple(x.shape)} {x.dtype}")
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .dispatch import next_power_of_2, triton_available, use_triton
+from .dispatch import KernelInputError, next_power_of_2, run_kernel, triton_available, use_triton
 
 
 def apply_rotary_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -25,16 +25,16 @@ def apply_rotary_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     if use_triton(x, cos, sin) and cos.dtype == x.dtype and sin.dtype == x.dtype:
-        return apply_rotary_triton(x, cos, sin)
+        return run_kernel("rope", apply_rotary_triton, apply_rotary_reference, x, cos, sin)
     return apply_rotary_reference(x, cos, sin)
 
 
 def check_inputs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
     if x.dim() != 4 or x.shape[-1] % 2:
-        raise ValueError(f"apply_rotary: x must be [B, H, T, D] with even D, got {tuple(x.shape)}")
+        raise KernelInputError(f"apply_rotary: x must be [B, H, T, D] with even D, got {tuple(x.shape)}")
     b, _, t, d = x.shape
     if cos.shape != sin.shape or cos.shape not in ((t, d), (b, t, d)):
-        raise ValueError(f"apply_rotary: cos/sin must be [{t}, {d}] or [{b}, {t}, {d}], "
+        raise KernelInputError(f"apply_rotary: cos/sin must be [{t}, {d}] or [{b}, {t}, {d}], "
                          f"got {tuple(cos.shape)} and {tuple(sin.shape)}")
 
 
@@ -76,7 +76,7 @@ def apply_rotary_triton(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -
         raise RuntimeError("apply_rotary_triton needs the triton package")
     check_inputs(x, cos, sin)
     if cos.dtype != x.dtype or sin.dtype != x.dtype:
-        raise ValueError(f"apply_rotary_triton: cos/sin dtype must be the input's ({x.dtype})")
+        raise KernelInputError(f"apply_rotary_triton: cos/sin dtype must be the input's ({x.dtype})")
     b, h, t, d = x.shape
     cos, sin = cos.contiguous(), sin.contiguous()
     out = torch.empty(b, h, t, d, device=x.device, dtype=x.dtype)

@@ -21,7 +21,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .dispatch import interpreting, multiprocessor_count, next_power_of_2, triton_available, use_triton
+from .dispatch import (
+    KernelInputError, interpreting, multiprocessor_count, next_power_of_2,
+    run_kernel, triton_available, use_triton,
+)
 
 LOG2E = 1.4426950408889634
 MERGE_ROWS = 16   # output rows per merge program
@@ -47,27 +50,28 @@ def span_attention(
     """Triton on CUDA (see kernels/dispatch.py), the torch reference elsewhere."""
     # fp32 on CUDA stays on SDPA: an exact fp32 dot in this kernel spills registers (see tile_config).
     if use_triton(q, k_ctx, v_ctx, k_span, v_span) and (q.dtype != torch.float32 or not q.is_cuda):
-        return span_attention_triton(q, k_ctx, v_ctx, k_span, v_span, scale)
+        return run_kernel("span_attention", span_attention_triton, span_attention_reference,
+                          q, k_ctx, v_ctx, k_span, v_span, scale)
     return span_attention_reference(q, k_ctx, v_ctx, k_span, v_span, scale)
 
 
 def check_shapes(q, k_ctx, v_ctx, k_span, v_span) -> None:
     for name, t in (("q", q), ("k_ctx", k_ctx), ("v_ctx", v_ctx), ("k_span", k_span), ("v_span", v_span)):
         if t.dim() != 4:
-            raise ValueError(f"span_attention: {name} must be 4-D [B, heads, T, D], got shape {tuple(t.shape)}")
+            raise KernelInputError(f"span_attention: {name} must be 4-D [B, heads, T, D], got shape {tuple(t.shape)}")
     b, h, l, d = q.shape
     if k_span.shape != v_span.shape or k_ctx.shape != v_ctx.shape:
-        raise ValueError("span_attention: keys and values must have the same shape "
+        raise KernelInputError("span_attention: keys and values must have the same shape "
                          f"(ctx {tuple(k_ctx.shape)} vs {tuple(v_ctx.shape)}, span {tuple(k_span.shape)} vs {tuple(v_span.shape)})")
     hkv = k_span.shape[1]
     if k_span.shape != (b, hkv, l, d):
-        raise ValueError(f"span_attention: k_span must be [B={b}, Hkv, L={l}, D={d}], got {tuple(k_span.shape)}")
+        raise KernelInputError(f"span_attention: k_span must be [B={b}, Hkv, L={l}, D={d}], got {tuple(k_span.shape)}")
     if k_ctx.shape[0] not in (1, b) or k_ctx.shape[1] != hkv or k_ctx.shape[3] != d:
-        raise ValueError(f"span_attention: k_ctx must be [1 or {b}, {hkv}, N, {d}], got {tuple(k_ctx.shape)}")
+        raise KernelInputError(f"span_attention: k_ctx must be [1 or {b}, {hkv}, N, {d}], got {tuple(k_ctx.shape)}")
     if hkv == 0 or h % hkv:
-        raise ValueError(f"span_attention: query heads ({h}) must be a multiple of key/value heads ({hkv})")
+        raise KernelInputError(f"span_attention: query heads ({h}) must be a multiple of key/value heads ({hkv})")
     if len({t.dtype for t in (q, k_ctx, v_ctx, k_span, v_span)}) != 1:
-        raise ValueError("span_attention: q, k and v must share one dtype")
+        raise KernelInputError("span_attention: q, k and v must share one dtype")
 
 
 if triton_available():

@@ -18,7 +18,10 @@ from typing import NamedTuple
 
 import torch
 
-from .dispatch import interpreting, multiprocessor_count, next_power_of_2, triton_available, use_triton
+from .dispatch import (
+    KernelInputError, interpreting, multiprocessor_count, next_power_of_2,
+    run_kernel, triton_available, use_triton,
+)
 
 MERGE_ROWS = 16   # rows per merge program
 
@@ -59,19 +62,20 @@ def unmask_select(
 ) -> Selection:
     """logits [R, V] -> Selection. Triton on CUDA, the torch reference elsewhere."""
     if use_triton(logits):
-        return unmask_select_triton(logits, temperature, generator)
+        return run_kernel("unmask_select", unmask_select_triton, unmask_select_reference,
+                          logits, temperature, generator)
     return unmask_select_reference(logits, temperature, generator)
 
 
 def check_logits(logits: torch.Tensor, temperature: float) -> None:
     if logits.dim() != 2:
-        raise ValueError(f"unmask_select: logits must be [rows, vocab], got shape {tuple(logits.shape)}")
+        raise KernelInputError(f"unmask_select: logits must be [rows, vocab], got shape {tuple(logits.shape)}")
     if logits.shape[1] == 0:
-        raise ValueError("unmask_select: the vocabulary dimension is empty")
+        raise KernelInputError("unmask_select: the vocabulary dimension is empty")
     if not logits.dtype.is_floating_point:
-        raise ValueError(f"unmask_select: logits must be floating point, got {logits.dtype}")
+        raise KernelInputError(f"unmask_select: logits must be floating point, got {logits.dtype}")
     if temperature < 0:
-        raise ValueError(f"unmask_select: temperature must be >= 0, got {temperature}")
+        raise KernelInputError(f"unmask_select: temperature must be >= 0, got {temperature}")
 
 
 if triton_available():

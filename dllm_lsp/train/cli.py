@@ -31,6 +31,8 @@ def add_corpus_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--val-percent", type=float, default=2.0)
     p.add_argument("--languages", default="python,javascript")
     p.add_argument("--assume-license", default=None, help="SPDX license of plain folders given with --folder")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="processes reading and filtering files (default: every core; 1: no worker processes)")
     p.add_argument("--decontaminate", action="append", type=Path, default=None,
                    help="benchmark jsonl(.gz) whose functions must not be in the corpus "
                         "(default: every file in ../shared/eval/human-eval-infilling)")
@@ -69,7 +71,7 @@ def corpus_options(a) -> CorpusOptions:
     return CorpusOptions(folders=a.folder, max_bytes=int(a.max_mb * 1e6) if a.max_mb else None,
                          val_percent=a.val_percent, languages=tuple(a.languages.split(",")),
                          decontaminate=a.decontaminate if a.decontaminate is not None else default_decontamination(),
-                         assume_license=a.assume_license)
+                         assume_license=a.assume_license, workers=a.jobs)
 
 
 def train_options(a, corpus: Path, tokenizer: Path, out: Path) -> TrainOptions:

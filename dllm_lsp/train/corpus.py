@@ -1,16 +1,27 @@
 """Build the training corpus: licensed files -> filtered, deduplicated, split train/val by file.
 
 Output folder: train.jsonl and val.jsonl (one file per line: text, language, license,
-origin, path) and stats.json (counts, bytes, licenses, why files were dropped).
+origin, path) and stats.json (counts, bytes, licenses, why files were dropped, throughput).
+
+The per-file work (reading, the quality filters, the benchmark check, the exact key and the
+MinHash signature) runs in worker processes; the one parent process keeps the deduplication
+indexes and writes the output in the shuffled file order, so the corpus is the same whatever
+the number of workers.
 """
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import random
 import time
 from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from .decontam import benchmark_signatures, contaminated
 from .filters import NearDuplicateIndex, exact_key, rejection
@@ -27,6 +38,7 @@ class CorpusOptions:
     max_share: dict[str, float] = field(default_factory=lambda: {"javascript": 0.15})
     decontaminate: list[Path] = field(default_factory=list)   # benchmark jsonl(.gz) files to keep out
     assume_license: str | None = None
+    workers: int | None = None          # processes analysing files (None: every core; 1: in this process)
 
 
 def read_text(path: Path) -> str | None:
@@ -39,6 +51,52 @@ def read_text(path: Path) -> str | None:
 def in_validation(key: str, percent: float) -> bool:
     """A stable split by content hash, so a file lands on the same side on every rebuild."""
     return int(key[:8], 16) % 10_000 < percent * 100
+
+
+@dataclass
+class Analysis:
+    """What a worker learns about one file; text is None when the file was rejected."""
+
+    reason: str | None
+    text: str | None = None
+    key: str = ""
+    signature: np.ndarray | None = None
+
+
+_SIGNATURES: set[str] = set()
+_NEAR = NearDuplicateIndex()   # used only for its (pure) signature function in the workers
+
+
+def _init_worker(signatures: set[str]) -> None:
+    global _SIGNATURES
+    _SIGNATURES = signatures
+
+
+def analyse(path: Path) -> Analysis:
+    text = read_text(path)
+    if text is None:
+        return Analysis("unreadable")
+    reason = rejection(text)
+    if reason is None and contaminated(text, _SIGNATURES):
+        reason = "benchmark"
+    if reason:
+        return Analysis(reason)
+    return Analysis(None, text, exact_key(text), _NEAR.signature(text))
+
+
+def analysed(paths: list[Path], signatures: set[str], workers: int) -> Iterator[Analysis]:
+    """analyse() over `paths`, in order; stops its workers when the caller stops iterating."""
+    if workers <= 1:
+        _init_worker(signatures)
+        yield from map(analyse, paths)
+        return
+    # spawn, not fork: the caller may hold threads (torch), and forking a threaded process is unsafe.
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_init_worker, initargs=(signatures,))
+    try:
+        yield from pool.map(analyse, paths, chunksize=32)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def collect_sources(opts: CorpusOptions) -> list[SourceFile]:
@@ -63,39 +121,38 @@ def build_corpus(opts: CorpusOptions, out_dir: Path, log=print) -> dict:
         raise ValueError("no permissively licensed source files found in the given folders")
     random.Random(opts.seed).shuffle(sources)   # a byte cap then keeps a random sample, not the first folder
     signatures = benchmark_signatures(opts.decontaminate)
+    workers = opts.workers or os.cpu_count() or 1
     exact: set[str] = set()
     near = NearDuplicateIndex()
     dropped: Counter[str] = Counter()
     kept_bytes: Counter[str] = Counter()
     stats = {split: {"files": 0, "bytes": 0, "by_language": Counter(), "licenses": Counter()}
              for split in ("train", "val")}
-    total = 0
+    total = seen = read_bytes = 0
     with open(out_dir / "train.jsonl", "w", encoding="utf-8") as train_fh, \
          open(out_dir / "val.jsonl", "w", encoding="utf-8") as val_fh:
-        for i, src in enumerate(sources):
+        results = analysed([s.path for s in sources], signatures, workers)
+        for src, found in zip(sources, results):
+            seen += 1
             if opts.max_bytes is not None and total >= opts.max_bytes:
                 break
+            if found.text is not None:
+                read_bytes += len(found.text)
             share = opts.max_share.get(src.language)
             if share is not None and opts.max_bytes and kept_bytes[src.language] >= share * opts.max_bytes:
                 dropped["language-share"] += 1
                 continue
-            text = read_text(src.path)
-            if text is None:
-                dropped["unreadable"] += 1
-                continue
-            reason = rejection(text)
-            if reason is None and contaminated(text, signatures):
-                reason = "benchmark"
-            key = exact_key(text)
-            if reason is None and key in exact:
+            reason = found.reason
+            if reason is None and found.key in exact:
                 reason = "exact-duplicate"
-            if reason is None and near.seen(text):
+            if reason is None and near.seen_signature(found.signature):
                 reason = "near-duplicate"
             if reason:
                 dropped[reason] += 1
                 continue
-            exact.add(key)
-            split = "val" if in_validation(key, opts.val_percent) else "train"
+            text = found.text
+            exact.add(found.key)
+            split = "val" if in_validation(found.key, opts.val_percent) else "train"
             size = len(text.encode("utf-8"))
             rec = {"text": text, "language": src.language, "license": src.license, "origin": src.origin,
                    "path": str(src.path)}
@@ -107,10 +164,17 @@ def build_corpus(opts: CorpusOptions, out_dir: Path, log=print) -> dict:
             s["licenses"][src.license] += 1
             kept_bytes[src.language] += size
             total += size
-            if i % 2000 == 0:
-                log(f"corpus: {i}/{len(sources)} files seen, {total / 1e6:.1f} MB kept")
+            if seen % 2000 == 0:
+                rate = seen / max(time.time() - t0, 1e-9)
+                log(f"corpus: {seen}/{len(sources)} files seen, {total / 1e6:.1f} MB kept, {rate:.0f} files/s")
+        results.close()   # a byte cap stops early: stop the workers too
+    seconds = time.time() - t0
     result = {
-        "candidates": len(sources), "dropped": dict(dropped), "seconds": round(time.time() - t0, 1),
+        "candidates": len(sources), "dropped": dict(dropped), "seconds": round(seconds, 1),
+        # Throughput, so the GPU job can size its corpus phase for the machine it runs on.
+        "workers": workers, "files_seen": seen,
+        "files_per_second": round(seen / max(seconds, 1e-9), 1),
+        "mb_read_per_second": round(read_bytes / 1e6 / max(seconds, 1e-9), 2),
         "decontaminated_against": [str(p) for p in opts.decontaminate],
         **{split: {k: dict(v) if isinstance(v, Counter) else v for k, v in s.items()} for split, s in stats.items()},
     }

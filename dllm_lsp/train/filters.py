@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import zlib
 
 import numpy as np
 
@@ -56,7 +57,12 @@ def exact_key(text: str) -> str:
 
 
 class NearDuplicateIndex:
-    """MinHash LSH: `seen(text)` is True when a kept file is about `threshold`-similar (Jaccard)."""
+    """MinHash LSH: `seen(text)` is True when a kept file is about `threshold`-similar (Jaccard).
+
+    `signature` is a pure function of the text (words are hashed with CRC-32, not numbered in
+    order of appearance), so worker processes can compute signatures and the one process that
+    owns the index only looks them up: `seen_signature`.
+    """
 
     def __init__(self, num_perm: int = 128, bands: int = 16, shingle: int = 5, seed: int = 1) -> None:
         self.bands, self.rows, self.shingle = bands, num_perm // bands, shingle
@@ -65,13 +71,13 @@ class NearDuplicateIndex:
         self.a = rng.integers(1, 1 << 61, num_perm, dtype=np.uint64)
         self.b = rng.integers(0, 1 << 61, num_perm, dtype=np.uint64)
         self.tables: list[set[bytes]] = [set() for _ in range(bands)]
-        self.vocab: dict[str, int] = {}
 
     def signature(self, text: str) -> np.ndarray | None:
         words = WORD.findall(text)
         if len(words) < self.shingle:
             return None
-        ids = np.fromiter((self.vocab.setdefault(w, len(self.vocab)) for w in words), dtype=np.uint64)
+        crc = {w: zlib.crc32(w.encode("utf-8")) for w in set(words)}
+        ids = np.fromiter((crc[w] for w in words), dtype=np.uint64, count=len(words))
         h = np.zeros(len(ids) - self.shingle + 1, dtype=np.uint64)
         for k in range(self.shingle):   # polynomial hash of each 5-gram (wraps mod 2^64: fine for hashing)
             h = h * np.uint64(1_000_003) + ids[k: k + len(h)]
@@ -82,7 +88,9 @@ class NearDuplicateIndex:
 
     def seen(self, text: str) -> bool:
         """Whether a near-duplicate was added before; if not, remember this one."""
-        sig = self.signature(text)
+        return self.seen_signature(self.signature(text))
+
+    def seen_signature(self, sig: np.ndarray | None) -> bool:
         if sig is None:
             return False
         keys = [sig[i * self.rows:(i + 1) * self.rows].tobytes() for i in range(self.bands)]

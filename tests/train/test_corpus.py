@@ -96,3 +96,33 @@ def test_validation_split_is_by_file_and_disjoint(tmp_path):
 def test_corpus_of_nothing_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="no permissively licensed"):
         build_corpus(CorpusOptions(folders=[tmp_path], assume_license="MIT"), tmp_path / "out")
+
+
+def test_worker_processes_give_the_same_corpus_as_one_process(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(40):
+        (src / f"m{i}.py").write_text(module(i * 7))
+    (src / "copy.py").write_text(module(0))            # exact duplicate of m0
+    (src / "near.py").write_text(module(7) + "\n# x\n")   # near duplicate of m1
+    (src / "tiny.py").write_text("x = 1\n")
+    outs = {}
+    for workers in (1, 3):
+        out = tmp_path / f"corpus-{workers}"
+        stats = build_corpus(CorpusOptions(folders=[src], assume_license="MIT", val_percent=10.0, workers=workers),
+                             out, log=lambda m: None)
+        outs[workers] = ((out / "train.jsonl").read_text(), (out / "val.jsonl").read_text(), stats["dropped"])
+        assert stats["workers"] == workers and stats["files_per_second"] > 0
+    assert outs[1] == outs[3]
+    assert outs[1][2] == {"exact-duplicate": 1, "near-duplicate": 1, "tiny": 1}
+
+
+def test_byte_cap_stops_the_workers_early(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(200):
+        (src / f"m{i}.py").write_text(module(i * 11))
+    stats = build_corpus(CorpusOptions(folders=[src], assume_license="MIT", max_bytes=5000, val_percent=0.0, workers=2),
+                         tmp_path / "out", log=lambda m: None)
+    assert 5000 <= stats["train"]["bytes"] < 5000 + 3 * len(module(0))
+    assert stats["files_seen"] < 200
