@@ -92,8 +92,8 @@ def offset_for(text: str, line: int, col: int) -> int:
 
 def complete(args) -> int:
     from .engine.types import DecodeSettings  # noqa: PLC0415
-    from .planner.documents import ParsedDocument  # noqa: PLC0415
-    from .planner.languages import language_id_for_path  # noqa: PLC0415
+    from .syntax.document import ParsedDocument  # noqa: PLC0415
+    from .syntax.languages import language_id_for_path  # noqa: PLC0415
     from .planner.spans import PlannerSettings, plan_span  # noqa: PLC0415
     from .postprocess import finish  # noqa: PLC0415
 

@@ -14,10 +14,11 @@ finish() runs, in order:
 """
 from __future__ import annotations
 
-from dllm_lsp.planner.documents import ParsedDocument
-from dllm_lsp.planner.languages import facts_for
+from dllm_lsp.syntax.document import ParsedDocument
+from dllm_lsp.syntax.languages import facts_for
 from dllm_lsp.planner.lines import indent_width, leading_ws, line_bounds, render_indent
-from dllm_lsp.planner.syntax import check_region, parse_errors
+from dllm_lsp.planner.syntax import check_region
+from dllm_lsp.syntax.snapshot import parse_errors
 from dllm_lsp.planner.types import SpanPlan
 
 # Text a decoder may leave when it renders special tokens: everything from an end marker on is

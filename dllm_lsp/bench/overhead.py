@@ -60,7 +60,7 @@ def typing_cursors(doc, count: int, seed: int):
 
 def run_overhead(text: str, denoiser, requests: int, seed: int = 0) -> dict:
     from dllm_lsp.engine.canvas import build_canvas  # noqa: PLC0415
-    from dllm_lsp.planner.documents import ParsedDocument  # noqa: PLC0415
+    from dllm_lsp.syntax.document import ParsedDocument  # noqa: PLC0415
     from dllm_lsp.planner.spans import PlannerSettings, plan_span  # noqa: PLC0415
     from dllm_lsp.postprocess import finish  # noqa: PLC0415
 

@@ -12,7 +12,9 @@ from dataclasses import dataclass, replace
 
 from dllm_lsp.engine.types import InfillRequest, InfillResult, Slot, StepState
 
-from .syntax import COMMENT_TYPES, Source
+from dllm_lsp.syntax.snapshot import Snapshot
+
+from .node_types import COMMENT_TYPES
 
 COMPANION_TOKENS = 24
 APPLY_COMMAND = "dllm.applyCompanionEdit"
@@ -52,13 +54,13 @@ def import_types(language: str | None) -> frozenset[str]:
     return IMPORT_TYPES.get(language or "", frozenset())
 
 
-def is_docstring(source: Source, node) -> bool:
+def is_docstring(source: Snapshot, node) -> bool:
     """A leading string statement: Python's module docstring, JavaScript's "use strict"."""
     return node.type == "expression_statement" and node.named_child_count == 1 and \
         node.named_children[0].type == "string"
 
 
-def insertion_offset(source: Source) -> tuple[int, bool] | None:
+def insertion_offset(source: Snapshot) -> tuple[int, bool] | None:
     """(offset, needs a newline first): the start of the line after the import block (after
     the file's header comments, docstring or package line when it has no imports); None when
     the language has no imports we know."""
@@ -90,14 +92,14 @@ def normalized(statement: str) -> str:
     return " ".join(statement.replace(";", " ").split())
 
 
-def existing_imports(source: Source) -> set[str]:
+def existing_imports(source: Snapshot) -> set[str]:
     kinds = import_types(source.language)
     return {normalized(source.node_text(n)) for n in source.root.named_children if n.type in kinds}
 
 
 def is_valid_import(statement: str, language_id: str) -> bool:
     """True when `statement` alone parses as exactly one import statement, without errors."""
-    probe = Source(statement + "\n", language_id)
+    probe = Snapshot.parse(statement + "\n", language_id)
     kinds = import_types(probe.language)
     if probe.tree is None or not kinds or probe.error_count() or probe.root.has_error:
         return False
@@ -114,7 +116,7 @@ def companion_edit(slot_text: str, doc_text: str, language_id: str, tree=None) -
     statement = lines[0].strip() if lines else ""
     if not statement or not is_valid_import(statement, language_id):
         return None
-    source = Source(doc_text, language_id, tree)
+    source = Snapshot.parse(doc_text, language_id, tree)
     if normalized(statement) in existing_imports(source):
         return None
     where = insertion_offset(source)
@@ -165,7 +167,7 @@ def with_companion_slot(
     shows the import block, the slot, then the last part before the cursor. That part starts
     at a multiple of QUANTUM_CHARS (then at a line start) so it stays put while the user
     types, and the model's context cache keeps matching."""
-    source = Source(doc_text, language_id, tree)
+    source = Snapshot.parse(doc_text, language_id, tree)
     where = insertion_offset(source)
     if where is None or where[1]:
         return None

@@ -19,7 +19,10 @@ from dataclasses import dataclass
 import tree_sitter
 
 from .sites import Site
-from .syntax import CALL_TYPES, COMMENT_TYPES, FUNCTION_TYPES, Source, ancestors
+from dllm_lsp.syntax.nodes import ancestors
+from dllm_lsp.syntax.snapshot import Snapshot
+
+from .node_types import CALL_TYPES, COMMENT_TYPES, FUNCTION_TYPES
 
 DEFAULT_MARKER = "TODO"
 MAX_HOLES = 16
@@ -48,7 +51,7 @@ class HoleScope:
 
 
 def find_holes(
-    source: Source,
+    source: Snapshot,
     start: int,
     end: int,
     marker: str = DEFAULT_MARKER,
@@ -76,7 +79,7 @@ def find_holes(
 
 
 class _Finder:
-    def __init__(self, source: Source, marker: str, span_tokens: int, line_tokens: int) -> None:
+    def __init__(self, source: Snapshot, marker: str, span_tokens: int, line_tokens: int) -> None:
         self.source = source
         self.marker = marker
         self.marker_word = re.compile(rf"(?<!\w){re.escape(marker)}(?!\w)")

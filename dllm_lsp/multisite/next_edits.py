@@ -22,22 +22,19 @@ from typing import Literal
 
 import tree_sitter
 
+from dllm_lsp.syntax.nodes import ancestors, enclosing, field_name
+from dllm_lsp.syntax.snapshot import Snapshot
 from dllm_lsp.text_compare import common_prefix_length, common_suffix_length
 
 from .sites import Outcome, Site
-from .syntax import (
+from .node_types import (
     ARGUMENT_LIST_TYPES,
     CALL_TYPES,
     COMMENT_TYPES,
     FUNCTION_TYPES,
     IDENTIFIER_TYPES,
     PARAMETER_LIST_TYPES,
-    Source,
-    ancestors,
-    enclosing,
-    field_name,
     is_word_char,
-    reparsed,
     word_nodes,
 )
 
@@ -105,7 +102,7 @@ def changed_words(old: str, new: str) -> tuple[int, int, int] | None:
     return start, old_end, new_end
 
 
-def identifier_at(source: Source, start: int, end: int, name: str) -> tree_sitter.Node | None:
+def identifier_at(source: Snapshot, start: int, end: int, name: str) -> tree_sitter.Node | None:
     node = source.smallest_node(start, end)
     if node.type in IDENTIFIER_TYPES and source.start(node) == start and source.end(node) == end \
             and source.node_text(node) == name:
@@ -113,7 +110,7 @@ def identifier_at(source: Source, start: int, end: int, name: str) -> tree_sitte
     return None
 
 
-def function_name(source: Source, function: tree_sitter.Node) -> str | None:
+def function_name(source: Snapshot, function: tree_sitter.Node) -> str | None:
     name = function.child_by_field_name("name")
     if name is None and function.parent is not None and function.parent.type == "variable_declarator":
         name = function.parent.child_by_field_name("name")   # const f = (x) => ...
@@ -124,14 +121,14 @@ def parameter_count(parameters: tree_sitter.Node) -> int:
     return sum(1 for c in parameters.named_children if c.type not in COMMENT_TYPES)
 
 
-def detect_change(old_text: str, new: Source) -> Change | None:
+def detect_change(old_text: str, new: Snapshot) -> Change | None:
     """The rename or signature change that turns `old_text` into the text of `new`, if it is one."""
     region = changed_words(old_text, new.text)
     if region is None or new.tree is None:
         return None
     start, old_end, new_end = region
     old_name, new_name = old_text[start:old_end], new.text[start:new_end]
-    old = reparsed(new, old_text, start, new_end, old_end)
+    old = new.reparsed(old_text, start, new_end, old_end)
     if old_name.isidentifier() and new_name.isidentifier():
         if old.error_count() > new.error_count():
             return None   # a half-typed version: compare with an older, complete one
@@ -141,7 +138,7 @@ def detect_change(old_text: str, new: Source) -> Change | None:
     return detect_signature_change(old, new, start, new_end) or detect_call_change(old, new, start, new_end)
 
 
-def detect_signature_change(old: Source, new: Source, start: int, end: int):
+def detect_signature_change(old: Snapshot, new: Snapshot, start: int, end: int):
     node = new.smallest_node(start, end)
     parameters = node if node.type in PARAMETER_LIST_TYPES else enclosing(node, PARAMETER_LIST_TYPES)
     if parameters is None or parameters.parent is None or parameters.parent.type not in FUNCTION_TYPES:
@@ -167,7 +164,7 @@ def detect_signature_change(old: Source, new: Source, start: int, end: int):
                   old_count=old_count, new_count=new_count)
 
 
-def detect_call_change(old: Source, new: Source, start: int, end: int) -> Change | None:
+def detect_call_change(old: Snapshot, new: Snapshot, start: int, end: int) -> Change | None:
     """An argument added to or removed from one call: the same call in the earlier version
     (it starts at the same offset, before the change) had another number of arguments."""
     node = new.smallest_node(start, end)
@@ -191,14 +188,14 @@ def detect_call_change(old: Source, new: Source, start: int, end: int) -> Change
                   old_count=old_count, new_count=new_count)
 
 
-def is_reference(source: Source, node: tree_sitter.Node, name: str) -> bool:
+def is_reference(source: Snapshot, node: tree_sitter.Node, name: str) -> bool:
     if node.type not in IDENTIFIER_TYPES or source.node_text(node) != name:
         return False
     parent = node.parent
     return parent is None or (parent.type, field_name(node)) not in FOREIGN_NAME_FIELDS
 
 
-def documentation_nodes(source: Source, function: tree_sitter.Node) -> list[tree_sitter.Node]:
+def documentation_nodes(source: Snapshot, function: tree_sitter.Node) -> list[tree_sitter.Node]:
     """The function's docstring (Python) and the comments right above it (JSDoc, ///)."""
     docs = []
     body = function.child_by_field_name("body")
@@ -215,7 +212,7 @@ def documentation_nodes(source: Source, function: tree_sitter.Node) -> list[tree
     return docs
 
 
-def rename_edits(new: Source, change: Change) -> list[Outcome]:
+def rename_edits(new: Snapshot, change: Change) -> list[Outcome]:
     site = identifier_at(new, change.start, change.end, change.new_name)
     if site is None:
         return []
@@ -246,7 +243,7 @@ def rename_edits(new: Source, change: Change) -> list[Outcome]:
     return sorted(edits, key=lambda e: e.start)
 
 
-def callee_name(source: Source, call: tree_sitter.Node) -> str | None:
+def callee_name(source: Snapshot, call: tree_sitter.Node) -> str | None:
     """`f` for f(...), obj.f(...) and Self::f(...)."""
     callee = call.child_by_field_name("function") or call.child_by_field_name("name")
     if callee is None:
@@ -255,7 +252,7 @@ def callee_name(source: Source, call: tree_sitter.Node) -> str | None:
     return source.node_text(last)
 
 
-def keyword_arguments(new: Source, function: str | None, old_name: str, new_name: str) -> list[Outcome]:
+def keyword_arguments(new: Snapshot, function: str | None, old_name: str, new_name: str) -> list[Outcome]:
     """`f(old=...)` -> `f(new=...)` at the calls of the function whose parameter was renamed."""
     if function is None:
         return []
@@ -270,7 +267,7 @@ def keyword_arguments(new: Source, function: str | None, old_name: str, new_name
     return edits
 
 
-def call_sites(new: Source, change: Change, line_tokens: int) -> list[Site]:
+def call_sites(new: Snapshot, change: Change, line_tokens: int) -> list[Site]:
     """The argument lists of every call of the changed function, as sites for the model."""
     sites = []
     for name in word_nodes(new, change.new_name):
@@ -306,7 +303,7 @@ def plan_next_edits(
 
     Renames between an identifier and a prefix of it ("s" -> "size") are tried last: they are
     usually the half-typed name, not the name before the change."""
-    new = Source(current, language_id, tree)
+    new = Snapshot.parse(current, language_id, tree)
     if new.tree is None:
         return None
     found = [detect_change(earlier, new) for earlier in history]
@@ -335,7 +332,7 @@ def plan_next_edits(
     return None
 
 
-def definition_sites(new: Source, change: Change, line_tokens: int) -> list[Site]:
+def definition_sites(new: Snapshot, change: Change, line_tokens: int) -> list[Site]:
     """The parameter lists of the functions named like the changed call, when their parameter
     count does not match the call's new argument count."""
     sites = []

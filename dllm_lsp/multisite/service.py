@@ -10,11 +10,11 @@ from typing import Protocol
 
 from dllm_lsp.engine.engine import CancelToken, Engine
 from dllm_lsp.engine.types import DecodeSettings, InfillRequest, InfillResult
+from dllm_lsp.syntax.snapshot import Snapshot
 
 from .holes import DEFAULT_MARKER, find_holes
 from .next_edits import Change, EditHistory, plan_next_edits
 from .sites import Outcome, Site, check_sites, joint_request, settle
-from .syntax import Source
 
 # Context tokens left for the text around the sites, at the least, before sites are dropped.
 MIN_CONTEXT_TOKENS = 32
@@ -65,7 +65,7 @@ class MultisiteService:
     async def fill_holes(self, text: str, language_id: str, start: int, end: int, decode: DecodeSettings,
                          marker: str = DEFAULT_MARKER, span_tokens: int = 64, line_tokens: int = 32,
                          tree=None) -> FillReport:
-        scope = find_holes(Source(text, language_id, tree), start, end, marker, span_tokens, line_tokens)
+        scope = find_holes(Snapshot.parse(text, language_id, tree), start, end, marker, span_tokens, line_tokens)
         outcomes = await self.fill_sites(text, language_id, scope.holes, decode, tree)
         return FillReport(scope.start, scope.end, outcomes)
 

@@ -14,7 +14,8 @@ from typing import Literal
 from dllm_lsp.engine.types import InfillRequest, Slot
 from dllm_lsp.postprocess import strip_markers
 
-from .syntax import Source, ancestors, reparsed
+from dllm_lsp.syntax.nodes import ancestors
+from dllm_lsp.syntax.snapshot import Snapshot
 
 SiteSource = Literal["model", "kept", "rename"]
 
@@ -114,7 +115,7 @@ def settle(
     if len(slot_texts) != len(ordered):
         raise ValueError(f"{len(slot_texts)} slot texts for {len(ordered)} sites")
     accepted: list[Outcome] = []
-    current = Source(text, language_id, tree)
+    current = Snapshot.parse(text, language_id, tree)
     outcomes = []
     for site, raw in zip(ordered, slot_texts):
         original = text[site.start:site.end]
@@ -123,7 +124,7 @@ def settle(
         if reason is None and current.tree is not None:
             candidate_edits = accepted + [Outcome(site.start, site.end, fill, site.label, "model")]
             at = shifted(site.start, accepted)   # where the site is in the current text
-            candidate = reparsed(current, apply_outcomes(text, candidate_edits), at, at + len(original), at + len(fill))
+            candidate = current.reparsed(apply_outcomes(text, candidate_edits), at, at + len(original), at + len(fill))
             reason = syntax_problem(current, candidate, site, candidate_edits)
             if reason is None:
                 current = candidate
@@ -144,7 +145,7 @@ def check_fill(fill: str, original: str) -> str | None:
     return None
 
 
-def syntax_problem(before: Source, after: Source, site: Site, edits: Sequence[Outcome]) -> str | None:
+def syntax_problem(before: Snapshot, after: Snapshot, site: Site, edits: Sequence[Outcome]) -> str | None:
     if after.error_count() > before.error_count():
         return "the filled text does not parse"
     if site.owner_type is None or site.owner_start is None:

@@ -20,8 +20,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .documents import DocumentSnapshot
-from .languages import LanguageFacts
+from dllm_lsp.syntax.languages import LanguageFacts
+from dllm_lsp.syntax.snapshot import Snapshot
+
 from .lines import detect_indent_unit, indent_width, leading_ws, line_bounds, next_nonblank_line, previous_nonblank_line
 from .syntax import BLOCK_NODE_TYPES, PYTHON_HEADER_TYPES, in_comment_or_string, string_around, token_at
 
@@ -48,7 +49,7 @@ class Shape:
     closer_indent: str | None = None   # `{|}`: a multi-line body ends with a newline and this indent
 
 
-def cursor_shape(snapshot: DocumentSnapshot, offset: int, facts: LanguageFacts) -> Shape:
+def cursor_shape(snapshot: Snapshot, offset: int, facts: LanguageFacts) -> Shape:
     text = snapshot.text
     line_start, line_end = line_bounds(text, offset)
     before, after = text[line_start:offset], text[offset:line_end]
@@ -94,12 +95,12 @@ def cursor_shape(snapshot: DocumentSnapshot, offset: int, facts: LanguageFacts) 
     return shape("line", indent=before)
 
 
-def _in_empty_string(snapshot: DocumentSnapshot, offset: int, before: str, after: str) -> bool:
+def _in_empty_string(snapshot: Snapshot, offset: int, before: str, after: str) -> bool:
     if not before or before[-1] not in _QUOTES or not after.startswith(before[-1]):
         return False
     if snapshot.tree is None:   # line rule: the quote before the cursor opens a string
         return before.count(before[-1]) % 2 == 1
-    return string_around(snapshot.tree, snapshot.byte_offset(offset)) is not None
+    return string_around(snapshot.tree, snapshot.byte(offset)) is not None
 
 
 def _partial_word(before: str, facts: LanguageFacts) -> str:
@@ -115,21 +116,21 @@ def _partial_word(before: str, facts: LanguageFacts) -> str:
     return word
 
 
-def _inside_comment_or_string(snapshot: DocumentSnapshot, offset: int) -> bool:
+def _inside_comment_or_string(snapshot: Snapshot, offset: int) -> bool:
     if snapshot.tree is None:
         return False
-    return in_comment_or_string(token_at(snapshot.tree, snapshot.byte_offset(offset)))
+    return in_comment_or_string(token_at(snapshot.tree, snapshot.byte(offset)))
 
 
-def _brace_opens_block(snapshot: DocumentSnapshot, brace: int) -> bool:
+def _brace_opens_block(snapshot: Snapshot, brace: int) -> bool:
     if snapshot.tree is None:
         return False   # line rules: `{|}` is filled on one line
-    token = token_at(snapshot.tree, snapshot.byte_offset(brace))
+    token = token_at(snapshot.tree, snapshot.byte(brace))
     parent = token.parent if token.type == "{" else token
     return parent is not None and parent.type in BLOCK_NODE_TYPES
 
 
-def _opens_block(snapshot: DocumentSnapshot, line_start: int, head: str, facts: LanguageFacts) -> bool:
+def _opens_block(snapshot: Snapshot, line_start: int, head: str, facts: LanguageFacts) -> bool:
     """Does the line `head` (no trailing blanks) end by opening a block or a bracketed list?"""
     if not head.strip():
         return False
@@ -148,7 +149,7 @@ def _opens_block(snapshot: DocumentSnapshot, line_start: int, head: str, facts: 
         keyword_header = first is not None and first.group(1) in _PYTHON_HEADER_KEYWORDS
         if snapshot.tree is None:
             return keyword_header
-        token = token_at(snapshot.tree, snapshot.byte_offset(last))
+        token = token_at(snapshot.tree, snapshot.byte(last))
         parent = token.parent.type if token.parent is not None else ""
         # In broken code the `:` sits in an ERROR node: trust it only on a line that starts like a header
         return parent in PYTHON_HEADER_TYPES and (parent != "ERROR" or keyword_header)

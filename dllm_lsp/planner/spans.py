@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from dllm_lsp.engine.types import InfillRequest
 
 from .context import prefix_cut, query_words, relevant_snippets, suffix_cut
-from .documents import ParsedDocument
-from .languages import facts_for
+from dllm_lsp.syntax.document import ParsedDocument
+from dllm_lsp.syntax.languages import facts_for
 from .lines import line_bounds
 from .shapes import cursor_shape
 from .types import SpanPlan

@@ -1,11 +1,12 @@
 """Tree-sitter questions the planner and post-processing ask: what is at this byte, is it a block,
-and how broken is a piece of the file (ERROR and MISSING nodes)."""
+which piece of the file to reparse when judging a completion."""
 from __future__ import annotations
 
 import tree_sitter
 
-from .documents import DocumentSnapshot, utf8_len
-from .languages import parser_for
+from dllm_lsp.syntax.nodes import token_at
+from dllm_lsp.syntax.snapshot import Snapshot
+
 from .lines import previous_nonblank_line
 
 # `{` whose parent is one of these opens a block of statements or members (multi-line body);
@@ -37,11 +38,6 @@ REGION_MIN_BYTES = 160
 REGION_LIMIT_BYTES = 3000
 
 
-def token_at(tree: tree_sitter.Tree, byte: int) -> tree_sitter.Node:
-    """The smallest node covering the byte at `byte` (the token it belongs to)."""
-    return tree.root_node.descendant_for_byte_range(byte, byte + 1)
-
-
 def in_comment_or_string(node: tree_sitter.Node | None, depth: int = 6) -> bool:
     while node is not None and depth > 0:
         kind = node.type
@@ -64,42 +60,19 @@ def string_around(tree: tree_sitter.Tree, byte: int) -> tree_sitter.Node | None:
     return None
 
 
-def count_errors(node: tree_sitter.Node) -> int:
-    """ERROR and MISSING nodes under `node`; subtrees without errors are skipped."""
-    if not node.has_error and not node.is_missing:
-        return 0
-    total = 0
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if current.is_error or current.is_missing:
-            total += 1
-        for child in current.children:
-            if child.has_error or child.is_missing:
-                stack.append(child)
-    return total
-
-
-def parse_errors(language_id: str, text: str) -> int:
-    parser = parser_for(language_id)
-    if parser is None:
-        return 0
-    return count_errors(parser.parse(text.encode("utf-8", errors="surrogatepass")).root_node)
-
-
 def _is_statement_level(node: tree_sitter.Node) -> bool:
     parent = node.parent
     return parent is not None and (parent.parent is None or parent.type in CONTAINER_NODE_TYPES)
 
 
-def check_region(snapshot: DocumentSnapshot, start: int, end: int) -> tuple[int, int]:
+def check_region(snapshot: Snapshot, start: int, end: int) -> tuple[int, int]:
     """Whole lines [lo, hi) of the snapshot text around the edit [start, end) that parse on their
     own: the smallest enclosing statement (or member) of REGION_MIN_BYTES or more, within
     REGION_LIMIT_BYTES; else the edited lines plus the non-blank line before them (a header)."""
     text = snapshot.text
     best = None
     if snapshot.tree is not None:
-        node = snapshot.tree.root_node.descendant_for_byte_range(snapshot.byte_offset(start), snapshot.byte_offset(end))
+        node = snapshot.tree.root_node.descendant_for_byte_range(snapshot.byte(start), snapshot.byte(end))
         while node is not None and node.parent is not None:
             if _is_statement_level(node):
                 if node.end_byte - node.start_byte > REGION_LIMIT_BYTES:
@@ -109,7 +82,7 @@ def check_region(snapshot: DocumentSnapshot, start: int, end: int) -> tuple[int,
                     break
             node = node.parent
     if best is not None:
-        lo, hi = _char_offset(snapshot, best.start_byte), _char_offset(snapshot, best.end_byte)
+        lo, hi = snapshot.char(best.start_byte), snapshot.char(best.end_byte)
     else:
         lo, hi = start, end
         previous = previous_nonblank_line(text, text.rfind("\n", 0, start) + 1)
@@ -123,11 +96,5 @@ def check_region(snapshot: DocumentSnapshot, start: int, end: int) -> tuple[int,
     return lo, hi
 
 
-def _char_offset(snapshot: DocumentSnapshot, byte: int) -> int:
-    if snapshot.is_ascii:
-        return byte
-    return len(snapshot.data[:byte].decode("utf-8", errors="surrogatepass"))
-
-
-__all__ = ["BLOCK_NODE_TYPES", "PYTHON_HEADER_TYPES", "check_region", "count_errors", "in_comment_or_string",
-           "parse_errors", "string_around", "token_at", "utf8_len"]
+__all__ = ["BLOCK_NODE_TYPES", "PYTHON_HEADER_TYPES", "check_region", "in_comment_or_string", "string_around",
+           "token_at"]

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from dllm_lsp.engine.types import InfillRequest
 
 if TYPE_CHECKING:
-    from .documents import DocumentSnapshot
+    from dllm_lsp.syntax.snapshot import Snapshot
 
 SpanKind = str   # "line_tail" | "block_body" | "arguments" | "string" | "identifier" | "line"  (see shapes.py)
 
@@ -34,4 +34,4 @@ class SpanPlan:
     context_start: int = 0            # the document text the request shows is [context_start, context_end)
     context_end: int = 0
     snippet_sources: tuple[str, ...] = ()   # other documents whose snippets were prepended to the prefix
-    snapshot: DocumentSnapshot | None = field(default=None, repr=False, compare=False)  # text + tree planned on
+    snapshot: Snapshot | None = field(default=None, repr=False, compare=False)  # text + tree planned on

@@ -9,7 +9,7 @@ from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace import Workspace
 from pygls.workspace.text_document import TextDocument
 
-from dllm_lsp.planner.documents import ParsedDocument
+from dllm_lsp.syntax.document import ParsedDocument
 
 from .positions import offset_in_text
 

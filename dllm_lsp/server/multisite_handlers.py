@@ -19,7 +19,7 @@ from dllm_lsp.multisite.companion import APPLY_COMMAND, companion_edit
 from dllm_lsp.multisite.holes import DEFAULT_MARKER, find_holes
 from dllm_lsp.multisite.service import MultisiteService
 from dllm_lsp.multisite.sites import Outcome
-from dllm_lsp.multisite.syntax import Source
+from dllm_lsp.syntax.snapshot import Snapshot
 
 from .model_host import ModelUnavailable
 from .positions import offset_of, range_of
@@ -50,7 +50,7 @@ def register(server) -> None:
         if not ls.settings.language_enabled(language_id):
             return []
         marker = hole_marker(ls)
-        holes = find_holes(Source(parsed.text, language_id, parsed.tree), start, end, marker).holes
+        holes = find_holes(parsed.snapshot, start, end, marker).holes
         if not holes:
             return []
         title = f"Fill {len(holes)} hole{'s' if len(holes) != 1 else ''} with dllm"

@@ -9,7 +9,7 @@ from dllm_lsp.multisite.companion import (
     is_valid_import,
     with_companion_slot,
 )
-from dllm_lsp.multisite.syntax import Source
+from dllm_lsp.syntax.snapshot import Snapshot
 
 FILES = {
     "python": ("import os\n\n\ndef f():\n    return \n", "import sys", "from os import path"),
@@ -40,7 +40,7 @@ def test_companion_slot_sits_after_the_imports(language):
     edit = slot.edit(result, text, language)
     assert edit is not None and edit.offset == first_line_end and edit.text == new_import + "\n"
     patched = text[:edit.offset] + edit.text + text[edit.offset:]
-    assert Source(patched, language).root.named_children[1].type in ("import_statement", "use_declaration",
+    assert Snapshot.parse(patched, language).root.named_children[1].type in ("import_statement", "use_declaration",
                                                                      "import_from_statement")
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from dllm_lsp.multisite.holes import find_holes
 from dllm_lsp.multisite.sites import Site, apply_outcomes, joint_request, settle
-from dllm_lsp.multisite.syntax import Source
+from dllm_lsp.syntax.snapshot import Snapshot
 
 from .samples import HOLE_TEXTS, HOLES
 
@@ -16,7 +16,7 @@ GOOD_BODY = {"python": "return width * height", "typescript": "return width * he
 @pytest.mark.parametrize("language", sorted(HOLES))
 def test_whole_file_holes_are_found_in_order(language):
     text = HOLES[language]
-    scope = find_holes(Source(text, language), 0, 0)
+    scope = find_holes(Snapshot.parse(text, language), 0, 0)
     assert [text[h.start:h.end] for h in scope.holes] == HOLE_TEXTS[language]
     assert (scope.start, scope.end) == (0, len(text))
 
@@ -24,7 +24,7 @@ def test_whole_file_holes_are_found_in_order(language):
 def test_cursor_in_a_function_limits_the_scope_to_it():
     text = HOLES["python"]
     cursor = text.index("def sides") + 4
-    scope = find_holes(Source(text, "python"), cursor, cursor)
+    scope = find_holes(Snapshot.parse(text, "python"), cursor, cursor)
     assert [text[h.start:h.end] for h in scope.holes] == ["# TODO: count the sides", "raise NotImplementedError(\"sides\")"]
     assert text[scope.start:scope.end].startswith("def sides")
 
@@ -32,7 +32,7 @@ def test_cursor_in_a_function_limits_the_scope_to_it():
 def test_selection_limits_the_holes_to_it():
     text = HOLES["rust"]
     start = text.index("fn main")
-    scope = find_holes(Source(text, "rust"), start, len(text))
+    scope = find_holes(Snapshot.parse(text, "rust"), start, len(text))
     assert [text[h.start:h.end] for h in scope.holes] == ["// TODO print the area", "unimplemented!()"]
     inline = scope.holes[1]
     assert inline.single_line and not scope.holes[0].single_line
@@ -40,29 +40,29 @@ def test_selection_limits_the_holes_to_it():
 
 def test_custom_marker():
     text = "def f():\n    return FILLME\n"
-    scope = find_holes(Source(text, "python"), 0, 0, marker="FILLME")
+    scope = find_holes(Snapshot.parse(text, "python"), 0, 0, marker="FILLME")
     assert [text[h.start:h.end] for h in scope.holes] == ["FILLME"]
-    assert find_holes(Source(text, "python"), 0, 0).holes == []
+    assert find_holes(Snapshot.parse(text, "python"), 0, 0).holes == []
     with pytest.raises(ValueError, match="marker"):
-        find_holes(Source(text, "python"), 0, 0, marker="  ")
+        find_holes(Snapshot.parse(text, "python"), 0, 0, marker="  ")
 
 
 @pytest.mark.parametrize("language", sorted(HOLES))
 def test_good_fill_is_taken_and_broken_fill_is_kept(language):
     text = HOLES[language]
-    holes = find_holes(Source(text, language), 0, 0).holes
+    holes = find_holes(Snapshot.parse(text, language), 0, 0).holes
     fills = [GOOD_BODY[language] if i == 0 else "(((" for i in range(len(holes))]
     outcomes = settle(text, language, holes, fills)
     assert [o.source for o in outcomes] == ["model"] + ["kept"] * (len(holes) - 1)
     assert all(o.reason for o in outcomes[1:])
     filled = apply_outcomes(text, outcomes)
     assert GOOD_BODY[language] in filled
-    assert Source(filled, language).error_count() == 0
+    assert Snapshot.parse(filled, language).error_count() == 0
 
 
 def test_fill_that_leaves_its_block_is_kept():
     text = "def f():\n    pass\n\nx = 1\n"
-    hole = find_holes(Source(text, "python"), 0, 0).holes
+    hole = find_holes(Snapshot.parse(text, "python"), 0, 0).holes
     # parses, but the dedented second line would move code out of f's body
     outcomes = settle(text, "python", hole, ["y = 2\nz = 3"])
     assert outcomes[0].source == "model" and outcomes[0].new_text == "y = 2\n    z = 3"   # re-indented
@@ -74,7 +74,7 @@ def test_fill_that_leaves_its_block_is_kept():
 
 def test_empty_fill_keeps_the_placeholder():
     text = HOLES["typescript"]
-    holes = find_holes(Source(text, "typescript"), 0, 0).holes
+    holes = find_holes(Snapshot.parse(text, "typescript"), 0, 0).holes
     outcomes = settle(text, "typescript", holes, ["", "   "])
     assert all(o.source == "kept" for o in outcomes)
     assert apply_outcomes(text, outcomes) == text
@@ -82,7 +82,7 @@ def test_empty_fill_keeps_the_placeholder():
 
 def test_joint_request_masks_every_hole():
     text = HOLES["rust"]
-    holes = find_holes(Source(text, "rust"), 0, 0).holes
+    holes = find_holes(Snapshot.parse(text, "rust"), 0, 0).holes
     request = joint_request(text, holes)
     assert len(request.slots) == len(holes)
     assert "".join(request.pieces) == "".join(
@@ -94,20 +94,20 @@ def test_joint_request_masks_every_hole():
 
 def test_settle_wants_one_text_per_site():
     text = HOLES["python"]
-    holes = find_holes(Source(text, "python"), 0, 0).holes
+    holes = find_holes(Snapshot.parse(text, "python"), 0, 0).holes
     with pytest.raises(ValueError, match="slot texts"):
         settle(text, "python", holes, ["x"])
 
 
 def test_language_without_grammar_has_no_holes():
-    assert find_holes(Source("TODO: write\n", "plaintext"), 0, 0).holes == []
+    assert find_holes(Snapshot.parse("TODO: write\n", "plaintext"), 0, 0).holes == []
 
 
 def test_comment_hole_before_a_statement_hole_both_fill():
     # tree-sitter leaves a block's leading comment outside the block; once it is filled with
     # code the block starts earlier, which must not count as the second fill leaving it
     text = "def f():\n    # TODO: a\n    pass\n"
-    holes = find_holes(Source(text, "python"), 0, 0).holes
+    holes = find_holes(Snapshot.parse(text, "python"), 0, 0).holes
     assert [text[h.start:h.end] for h in holes] == ["# TODO: a", "pass"]
     outcomes = settle(text, "python", holes, ["x = 1", "return x"])
     assert [o.source for o in outcomes] == ["model", "model"]
@@ -116,7 +116,7 @@ def test_comment_hole_before_a_statement_hole_both_fill():
 
 def test_fill_that_closes_the_block_early_is_kept():
     text = "fn f() {\n    todo!()\n}\n"
-    holes = find_holes(Source(text, "rust"), 0, 0).holes
+    holes = find_holes(Snapshot.parse(text, "rust"), 0, 0).holes
     outcomes = settle(text, "rust", holes, ["1 }\nfn g() { 2"])
     assert outcomes[0].source == "kept" and "leaves" in outcomes[0].reason
 
@@ -131,6 +131,6 @@ def test_fill_that_closes_the_block_early_is_kept():
 ])
 def test_placeholder_throws_and_panics(language, text, expected):
     # a real error (`bad input`, `panic(err)`) and a string that merely says TODO are no holes
-    holes = find_holes(Source(text, language), 0, 0).holes
+    holes = find_holes(Snapshot.parse(text, language), 0, 0).holes
     assert [text[h.start:h.end] for h in holes] == expected
     assert not holes[0].single_line

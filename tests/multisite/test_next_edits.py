@@ -5,7 +5,7 @@ import pytest
 
 from dllm_lsp.multisite.next_edits import EditHistory, changed_words, plan_next_edits
 from dllm_lsp.multisite.sites import apply_outcomes
-from dllm_lsp.multisite.syntax import Source
+from dllm_lsp.syntax.snapshot import Snapshot
 
 from .edits import offset
 from .samples import (
@@ -48,7 +48,7 @@ def test_parameter_rename_typed_key_by_key_reaches_every_reference(language):
     assert [e.start for e in plan.renames] == expected
     assert all(current[e.start:e.end] == "width" and e.new_text == "size" for e in plan.renames)
     renamed = apply_outcomes(current, plan.renames)
-    assert Source(renamed, language).error_count() == 0
+    assert Snapshot.parse(renamed, language).error_count() == 0
     area = renamed[:renamed.index("other")]
     assert "obj.width" in area or "s.width" in area   # a field of the same name is left alone
     assert renamed[renamed.index("other"):] == current[current.index("other"):]   # other scopes untouched

@@ -17,7 +17,7 @@ from pygls.exceptions import JsonRpcException
 from server.lsp_harness import open_doc, start_server, stop_server, wait_loaded
 
 from dllm_lsp.multisite.companion import companion_edit
-from dllm_lsp.multisite.syntax import Source
+from dllm_lsp.syntax.snapshot import Snapshot
 
 from .edits import apply_text_edits, offset
 from .samples import (
@@ -148,7 +148,7 @@ async def test_capabilities_advertise_the_multisite_surface(server):
 async def test_fill_holes_code_action_and_command(server, language):
     uri = f"file:///tmp/holes_{language}.{EXTENSIONS[language]}"
     text = HOLES[language]
-    assert Source(text, language).error_count() == 0
+    assert Snapshot.parse(text, language).error_count() == 0
     open_doc(server.client, uri, text, language)
     actions = await server.client.text_document_code_action_async(types.CodeActionParams(
         text_document=types.TextDocumentIdentifier(uri=uri),
@@ -176,7 +176,7 @@ async def test_fill_holes_code_action_and_command(server, language):
     assert [e["range"] for e in edits] == filled
     assert len(server.applied) == before + 1 and result["applied"]   # one WorkspaceEdit, applied
     assert plain(converter.unstructure(server.applied[-1].edit)) == result["edit"]
-    assert Source(apply_text_edits(text, edits), language).error_count() == 0
+    assert Snapshot.parse(apply_text_edits(text, edits), language).error_count() == 0
 
 
 async def test_fill_holes_in_a_selection_without_applying(server):
@@ -261,7 +261,7 @@ async def test_next_edits_after_a_parameter_rename(server, language):
     assert [e["range"] for e in result["edits"]] == expected
     assert all(e["newText"] == "size" and e["source"] == "rename" for e in result["edits"])
     renamed = apply_text_edits(current, result["edits"])
-    assert Source(renamed, language).error_count() == 0
+    assert Snapshot.parse(renamed, language).error_count() == 0
     area = renamed[:renamed.index("other")]
     assert area.count("width") == 1   # only the field access of the same name is left
 
@@ -281,7 +281,7 @@ async def test_next_edits_after_an_added_parameter(server, language):
     assert [s["range"] for s in sites] == expected
     assert all(e["source"] == "model" for e in result["edits"])
     assert all(k["source"] == "kept" and k["reason"] for k in result["kept"])
-    assert Source(apply_text_edits(after, result["edits"]), language).error_count() == 0
+    assert Snapshot.parse(apply_text_edits(after, result["edits"]), language).error_count() == 0
 
 
 @pytest.mark.parametrize("language", sorted(CALL_CHANGES))
@@ -297,7 +297,7 @@ async def test_next_edits_after_an_argument_added_at_one_call(server, language):
     sites = sorted(result["edits"] + result["kept"], key=lambda s: (s["range"]["start"]["line"],
                                                                     s["range"]["start"]["character"]))
     assert [s["range"] for s in sites] == expected
-    assert Source(apply_text_edits(after, result["edits"]), language).error_count() == 0
+    assert Snapshot.parse(apply_text_edits(after, result["edits"]), language).error_count() == 0
 
 
 async def test_next_edits_without_a_change_is_empty(server):
@@ -332,7 +332,7 @@ async def test_apply_companion_edit_command(server, language, statement, existin
     line_after_imports = text.index("\n") + 1
     assert edit["range"] == lsp_range(text, line_after_imports, line_after_imports)
     patched = apply_text_edits(text, [edit])
-    assert Source(patched, language).error_count() == 0 and statement in patched
+    assert Snapshot.parse(patched, language).error_count() == 0 and statement in patched
     for invalid in [existing, "import (", "not an import"]:
         refused = await server.command("dllm.applyCompanionEdit", [uri, invalid])
         assert refused["applied"] is False

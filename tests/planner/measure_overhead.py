@@ -9,7 +9,7 @@ import statistics
 import time
 
 from dllm_lsp.bench.overhead import cursor_offsets, synthetic_python
-from dllm_lsp.planner.documents import ParsedDocument
+from dllm_lsp.syntax.document import ParsedDocument
 from dllm_lsp.planner.spans import PlannerSettings, plan_span
 from dllm_lsp.postprocess import finish
 

@@ -1,6 +1,6 @@
 """The context window: prefix and suffix cut to the budget at line boundaries, a prefix start
 that stays put while typing, and snippets from other documents chosen by shared identifiers."""
-from dllm_lsp.planner.documents import ParsedDocument
+from dllm_lsp.syntax.document import ParsedDocument
 from dllm_lsp.planner.spans import PlannerSettings, plan_span
 
 

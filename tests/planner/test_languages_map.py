@@ -2,7 +2,7 @@
 import pytest
 import tree_sitter
 
-from dllm_lsp.planner.languages import grammar_for, language_id_for_path, parser_for
+from dllm_lsp.syntax.languages import grammar_for, language_id_for_path, parser_for
 
 
 @pytest.mark.parametrize("language_id, name", [

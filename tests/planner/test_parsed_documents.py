@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from dllm_lsp.planner import documents
-from dllm_lsp.planner.documents import ParsedDocument
+from dllm_lsp.syntax import snapshot as documents
+from dllm_lsp.syntax.document import ParsedDocument
 
 SOURCES = {
     "python": 'def naïve(x):\n    """Ünïcode ✓ docstring."""\n    if x:\n        return "日本語"\n    return None\n',

@@ -7,7 +7,7 @@ the text after the cursor.
 """
 import pytest
 
-from dllm_lsp.planner.documents import ParsedDocument
+from dllm_lsp.syntax.document import ParsedDocument
 from dllm_lsp.planner.spans import PlannerSettings, plan_span
 
 CURSOR = "‸"

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from dllm_lsp.planner.documents import ParsedDocument
+from dllm_lsp.syntax.document import ParsedDocument
 from dllm_lsp.planner.spans import PlannerSettings, plan_span
 from dllm_lsp.postprocess import finish
 

@@ -1,0 +1,162 @@
+"""One version of a document: its text, UTF-8 bytes and tree, with string-offset geometry.
+
+Offsets given to and returned from a Snapshot are Python string indices (code points);
+tree-sitter works in UTF-8 bytes and (row, byte column) points, so every question converts.
+A snapshot is immutable: a plan made on it keeps seeing the text and tree it was made from,
+whatever the document does afterwards.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import tree_sitter
+
+from .languages import language_name, normalize_language_id, parser_for
+from .nodes import count_errors
+
+# Beyond this size the document is kept as text only and planned by line rules: a first parse
+# of tens of megabytes would stall the server for seconds.
+MAX_TREE_BYTES = 2_000_000
+
+
+def encode(text: str) -> bytes:
+    # surrogatepass: a lone surrogate (a client's broken UTF-16) must not crash the server
+    return text.encode("utf-8", errors="surrogatepass")
+
+
+def utf8_len(text: str) -> int:
+    return len(encode(text))
+
+
+def end_point(start: tuple[int, int], inserted: str) -> tuple[int, int]:
+    """The point reached after inserting `inserted` at `start`."""
+    newlines = inserted.count("\n")
+    if newlines == 0:
+        return start[0], start[1] + utf8_len(inserted)
+    tail = inserted[inserted.rfind("\n") + 1:]
+    return start[0] + newlines, utf8_len(tail)
+
+
+def byte_offset(text: str, offset: int, is_ascii: bool) -> int:
+    return offset if is_ascii else utf8_len(text[:offset])
+
+
+def point(text: str, offset: int, is_ascii: bool) -> tuple[int, int]:
+    """(row, UTF-8 byte column) of a string offset, as tree-sitter counts positions."""
+    row = text.count("\n", 0, offset)
+    line_start = text.rfind("\n", 0, offset) + 1
+    return row, (offset - line_start if is_ascii else utf8_len(text[line_start:offset]))
+
+
+def record_edit(tree: tree_sitter.Tree, text: str, is_ascii: bool, start: int, end: int, new_text: str) -> None:
+    """Tell `tree` (in place) that text[start:end] became new_text, so the next parse reuses the
+    rest of it. `text` is the text before the edit."""
+    start_byte = byte_offset(text, start, is_ascii)
+    start_point = point(text, start, is_ascii)
+    tree.edit(
+        start_byte=start_byte,
+        old_end_byte=start_byte + utf8_len(text[start:end]),
+        new_end_byte=start_byte + utf8_len(new_text),
+        start_point=start_point,
+        old_end_point=end_point(start_point, text[start:end]),
+        new_end_point=end_point(start_point, new_text),
+    )
+
+
+def parse(language_id: str, data: bytes, old_tree: tree_sitter.Tree | None = None) -> tree_sitter.Tree | None:
+    """The tree of `data`, None for languages without a grammar and for huge files."""
+    parser = parser_for(language_id)
+    if parser is None or len(data) > MAX_TREE_BYTES:
+        return None
+    return parser.parse(data, old_tree) if old_tree is not None else parser.parse(data)
+
+
+def parse_errors(language_id: str, text: str) -> int:
+    """ERROR and MISSING nodes in `text` parsed alone (0 for languages without a grammar)."""
+    parser = parser_for(language_id)
+    if parser is None:
+        return 0
+    return count_errors(parser.parse(encode(text)).root_node)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The text, its UTF-8 bytes and its tree (None: no grammar, or too big) at one version."""
+
+    text: str
+    data: bytes
+    tree: tree_sitter.Tree | None
+    language_id: str
+    is_ascii: bool
+
+    @classmethod
+    def parse(cls, text: str, language_id: str, tree: tree_sitter.Tree | None = None) -> Snapshot:
+        """Parse `text`; `tree`, when given, must be the tree of exactly `text` (saves a parse)."""
+        if not isinstance(text, str):
+            raise TypeError(f"document text must be a string, got {type(text).__name__}")
+        language_id = normalize_language_id(language_id)
+        data = encode(text)
+        if tree is None or parser_for(language_id) is None:
+            tree = parse(language_id, data)
+        return cls(text, data, tree, language_id, text.isascii())
+
+    @property
+    def language(self) -> str | None:
+        """Canonical grammar name ("tsx" for typescriptreact); None when planned by line rules."""
+        return language_name(self.language_id) if self.tree is not None else None
+
+    @property
+    def root(self) -> tree_sitter.Node:
+        if self.tree is None:
+            raise ValueError(f"no tree-sitter tree for language {self.language_id!r}")
+        return self.tree.root_node
+
+    def byte(self, offset: int) -> int:
+        return byte_offset(self.text, offset, self.is_ascii)
+
+    def char(self, byte: int) -> int:
+        if self.is_ascii:
+            return byte
+        return len(self.data[:byte].decode("utf-8", errors="surrogatepass"))
+
+    def point(self, offset: int) -> tuple[int, int]:
+        return point(self.text, offset, self.is_ascii)
+
+    def start(self, node: tree_sitter.Node) -> int:
+        return self.char(node.start_byte)
+
+    def end(self, node: tree_sitter.Node) -> int:
+        return self.char(node.end_byte)
+
+    def node_text(self, node: tree_sitter.Node) -> str:
+        return self.text[self.start(node):self.end(node)]
+
+    def smallest_node(self, start: int, end: int) -> tree_sitter.Node:
+        return self.root.descendant_for_byte_range(self.byte(start), self.byte(end))
+
+    @functools.cached_property
+    def _errors(self) -> int:
+        return count_errors(self.tree.root_node) if self.tree is not None else 0
+
+    def error_count(self) -> int:
+        """ERROR and MISSING nodes in the whole tree (0 without one)."""
+        return self._errors
+
+    def edited_tree(self, start: int, end: int, new_text: str) -> tree_sitter.Tree:
+        """A copy of the tree with the edit [start, end) -> new_text recorded, ready to be passed
+        as old_tree to an incremental parse. This snapshot's own tree is left untouched."""
+        assert self.tree is not None
+        tree = self.tree.copy()
+        record_edit(tree, self.text, self.is_ascii, start, end, new_text)
+        return tree
+
+    def reparsed(self, text: str, start: int, base_end: int, text_end: int) -> Snapshot:
+        """`text` parsed incrementally from this tree: the two differ only in
+        self.text[start:base_end] versus text[start:text_end]. Comparing a document with its
+        earlier versions so costs a small reparse per version, not a full parse."""
+        if self.tree is None:
+            return Snapshot.parse(text, self.language_id)
+        old_tree = self.edited_tree(start, base_end, text[start:text_end])
+        data = encode(text)
+        return Snapshot(text, data, parse(self.language_id, data, old_tree), self.language_id, text.isascii())
