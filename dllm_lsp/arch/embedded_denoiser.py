@@ -6,12 +6,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 from tokenizers import Tokenizer
 
 from dllm_lsp.engine.denoiser import Canvas, Denoiser, SpecialTokens
 
 from .embedded import KV, EmbeddedConfig, EmbeddedModel
+from .weight_storage import load_weights
 
 
 @dataclass
@@ -67,8 +67,8 @@ class EmbeddedDenoiser(Denoiser):
         cfg = EmbeddedConfig.load(folder)
         with torch.device("meta"):
             model = EmbeddedModel(cfg)
-        state = load_file(str(folder / "model.safetensors"), device=str(device))
-        model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=True, assign=True)
+        state = load_weights(folder / "model.safetensors", device, dtype)   # bf16, fp32 or int8 on disk
+        model.load_state_dict(state, strict=True, assign=True)
         tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         return cls(model.to(device), tokenizer, folder.name)
 

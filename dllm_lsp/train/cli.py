@@ -62,7 +62,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--late-pad-weight", type=float, default=0.1,
                    help="loss weight of pads after a slot's first pad (the first pad keeps weight 1)")
     p.add_argument("--ar-fraction", type=float, default=1.0, help="share of context positions it scores")
-    p.add_argument("--save-dtype", choices=("bfloat16", "float32"), default="bfloat16")
+    p.add_argument("--save-dtype", choices=("bfloat16", "float32", "int8"), default="bfloat16",
+                   help="weight storage in the model folder (int8: row-wise scales, a quarter of fp32)")
+    p.add_argument("--save-minutes", type=float, default=None, help="also write the model folder every N minutes")
+    p.add_argument("--init-from", type=Path, default=None,
+                   help="continue training this model folder (its architecture; pass its tokenizer.json)")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--seed", type=int, default=0)
 
@@ -89,6 +93,7 @@ def train_options(a, corpus: Path, tokenizer: Path, out: Path) -> TrainOptions:
         batch_size=p["batch_size"], lr=p["lr"], warmup=p["warmup"], max_steps=a.steps, minutes=a.minutes,
         device=a.device, compile=a.compile, attention=a.attention, bf16=a.bf16, workers=a.workers,
         threads=a.threads, eval_every=a.eval_every, save_every=a.save_every, seed=a.seed, save_dtype=a.save_dtype, resume=a.resume,
+        save_minutes=a.save_minutes, init_from=a.init_from,
     )
 
 

@@ -5,23 +5,20 @@ import json
 import shutil
 from pathlib import Path
 
-import torch
-from safetensors.torch import save_file
-
 from dllm_lsp.arch.embedded import EmbeddedModel
+from dllm_lsp.arch.weight_storage import save_weights
 
 
-def save_model_folder(model: EmbeddedModel, tokenizer_path: Path, folder: Path, dtype: torch.dtype = torch.bfloat16,
+def save_model_folder(model: EmbeddedModel, tokenizer_path: Path, folder: Path, storage: str = "bfloat16",
                       extra_config: dict | None = None) -> Path:
-    """Atomically enough for a reader: weights go to a temporary name, then replace the old file."""
+    """Atomically enough for a reader: weights go to a temporary name, then replace the old file.
+
+    `storage`: bfloat16, float32 or int8 (row-wise scales; see arch/weight_storage.py)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     # The compiled wrapper (torch.compile) prefixes names with _orig_mod.: save the plain module's.
     plain = getattr(model, "_orig_mod", model)
-    state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in plain.state_dict().items()}
-    tmp = folder / "model.safetensors.tmp"
-    save_file(state, str(tmp), metadata={"format": "pt"})
-    tmp.replace(folder / "model.safetensors")
+    save_weights(plain.state_dict(), folder / "model.safetensors", storage)
     if Path(tokenizer_path).resolve() != (folder / "tokenizer.json").resolve():
         shutil.copyfile(tokenizer_path, folder / "tokenizer.json")
     config = {**plain.cfg.to_json(), **(extra_config or {})}

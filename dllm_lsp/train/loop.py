@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader
 
 from dllm_lsp.arch.embedded import EmbeddedConfig, EmbeddedModel
 from dllm_lsp.arch.tokenizer import special_ids
+from dllm_lsp.arch.weight_storage import load_weights
 
 from .data import SpanBatches, fixed_batches, load_files
 from .examples import LayoutOptions
@@ -49,8 +50,10 @@ class TrainOptions:
     eval_batches: int = 8
     save_every: int = 500
     seed: int = 0
-    save_dtype: str = "bfloat16"
+    save_dtype: str = "bfloat16"  # bfloat16, float32 or int8 (row-wise scales: the shipped model's storage)
     resume: bool = False
+    save_minutes: float | None = None   # also write the model folder every this many minutes
+    init_from: Path | None = None       # continue training this model folder (its architecture and tokenizer)
 
 
 def lr_at(progress: float, step: int, opts: TrainOptions) -> float:
@@ -91,6 +94,25 @@ def validate(model, batches, opts: TrainOptions, device, autocast) -> dict[str, 
     return {f"val_{k}": v / len(batches) for k, v in totals.items()}
 
 
+def continued_config(folder: Path, tokenizer: Tokenizer, seq_len: int) -> tuple[EmbeddedConfig, dict]:
+    """The architecture and the counters of a model folder whose training continues."""
+    if not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():
+        raise ValueError(f"{folder} is not a model folder to continue (config.json and model.safetensors needed)")
+    cfg = EmbeddedConfig.load(folder)
+    if cfg.vocab_size != tokenizer.get_vocab_size():
+        raise ValueError(f"{folder} has a vocabulary of {cfg.vocab_size}, the tokenizer {tokenizer.get_vocab_size()}: "
+                         "continue it with its own tokenizer.json")
+    cfg.max_positions = max(cfg.max_positions, seq_len)   # RoPE: longer windows need no new weights
+    summary_path = folder / "training.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    runs = summary.get("runs") or ([{"steps": summary.get("steps", 0), "tokens": summary.get("tokens", 0),
+                                     "seconds": summary.get("seconds", 0.0), "hardware": summary.get("hardware", "?")}]
+                                   if summary else [])
+    previous = {"steps": int(summary.get("steps", 0)), "tokens": int(summary.get("tokens", 0)),
+                "seconds": float(summary.get("seconds", 0.0)), "runs": runs}
+    return cfg, previous
+
+
 def train(opts: TrainOptions, log=print) -> dict:
     if opts.max_steps is None and opts.minutes is None:
         raise ValueError("give a step budget (--steps) or a time budget (--minutes)")
@@ -101,10 +123,19 @@ def train(opts: TrainOptions, log=print) -> dict:
     torch.manual_seed(opts.seed)
     tokenizer = Tokenizer.from_file(str(opts.tokenizer))
     specials = special_ids(tokenizer)
-    cfg = EmbeddedConfig(**{**opts.model, "vocab_size": tokenizer.get_vocab_size(),
-                            "max_positions": opts.layout.seq_len, "mask_token_id": specials["mask"],
-                            "pad_token_id": specials["pad"], "eos_token_id": specials["eos"]})
+    previous = {"steps": 0, "tokens": 0, "seconds": 0.0, "runs": []}
+    if opts.init_from is not None:
+        # Continue a model folder (a shipped model, say): its architecture, weights and counters;
+        # the optimizer starts fresh, so the schedule warms up again.
+        cfg, previous = continued_config(Path(opts.init_from), tokenizer, opts.layout.seq_len)
+    else:
+        cfg = EmbeddedConfig(**{**opts.model, "vocab_size": tokenizer.get_vocab_size(),
+                                "max_positions": opts.layout.seq_len, "mask_token_id": specials["mask"],
+                                "pad_token_id": specials["pad"], "eos_token_id": specials["eos"]})
     model = EmbeddedModel(cfg).to(device)
+    if opts.init_from is not None:
+        model.load_state_dict(load_weights(Path(opts.init_from) / "model.safetensors", device), strict=True)
+        log(f"continuing {opts.init_from}: {previous['steps']} steps, {previous['tokens']} tokens so far")
     model.training_attention = training_attention(opts, device)
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -140,8 +171,14 @@ def train(opts: TrainOptions, log=print) -> dict:
     n_params = model.num_parameters()
     log(f"model: {n_params / 1e6:.2f}M parameters on {hardware(device)}; {len(train_files)} train files")
     log_path = out / "train_log.jsonl"
+    earlier_log = (Path(opts.init_from) / "train_log.jsonl") if opts.init_from is not None else None
+    earlier = earlier_log.read_text(encoding="utf-8") if earlier_log is not None and earlier_log.is_file() else ""
     log_fh = open(log_path, "a" if opts.resume else "w", encoding="utf-8")
-    save_dtype = getattr(torch, opts.save_dtype)
+    if earlier and not opts.resume:
+        log_fh.write(earlier if earlier.endswith("\n") else earlier + "\n")   # one loss curve across runs
+    # Steps, tokens and seconds in the log and the summary count every run of this model.
+    base_steps, base_tokens, base_seconds = previous["steps"], previous["tokens"], previous["seconds"]
+    last_save = time.time()
     best_val = math.inf
     t_start = time.time()
     last_val: dict[str, float] = {}
@@ -149,7 +186,10 @@ def train(opts: TrainOptions, log=print) -> dict:
     def checkpoint(final: bool = False) -> None:
         elapsed = elapsed_before + time.time() - t_start
         summary = {
-            "parameters": n_params, "steps": step, "tokens": tokens, "seconds": round(elapsed, 1),
+            "parameters": n_params, "steps": base_steps + step, "tokens": base_tokens + tokens,
+            "seconds": round(base_seconds + elapsed, 1),
+            "runs": [*previous["runs"], {"steps": step, "tokens": tokens, "seconds": round(elapsed, 1),
+                                         "hardware": hardware(device), "continued_from": str(opts.init_from or "")}],
             "hardware": hardware(device), "torch": torch.__version__, "bf16_autocast": use_bf16,
             "attention": model.training_attention,
             "compile": opts.compile, "final": final, **last_val,
@@ -157,7 +197,7 @@ def train(opts: TrainOptions, log=print) -> dict:
         }
         # Recorded for the engine and eval: the canvas and slot sizes the model was trained on.
         layout = {"seq_len": opts.layout.seq_len, "max_slot": opts.layout.max_slot}
-        save_model_folder(model, opts.tokenizer, out, save_dtype, extra_config={"training": layout})
+        save_model_folder(model, opts.tokenizer, out, opts.save_dtype, extra_config={"training": layout})
         (out / "training.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
         torch.save({"model": model.state_dict(), "optim": optim.state_dict(), "step": step,
                     "tokens": tokens, "elapsed": elapsed}, state_path)
@@ -182,7 +222,8 @@ def train(opts: TrainOptions, log=print) -> dict:
         step += 1
         tokens += ids.numel()
         if step % 10 == 0 or step == 1:
-            rec = {"step": step, "tokens": tokens, "elapsed_s": round(elapsed, 1), "lr": lr,
+            rec = {"step": base_steps + step, "tokens": base_tokens + tokens,
+                   "elapsed_s": round(base_seconds + elapsed, 1), "lr": lr,
                    "grad_norm": round(float(grad_norm), 3),
                    **{k: round(float(v.detach()), 4) for k, v in losses.items()}}
             log_fh.write(json.dumps(rec) + "\n")
@@ -191,16 +232,18 @@ def train(opts: TrainOptions, log=print) -> dict:
                 log(json.dumps(rec))
         if step % opts.eval_every == 0:
             last_val = validate(model, val_batches, opts, device, autocast)
-            rec = {"step": step, "tokens": tokens, "elapsed_s": round(elapsed, 1),
-                   **{k: round(v, 4) for k, v in last_val.items()}}
+            rec = {"step": base_steps + step, "tokens": base_tokens + tokens,
+                   "elapsed_s": round(base_seconds + elapsed, 1), **{k: round(v, 4) for k, v in last_val.items()}}
             log_fh.write(json.dumps(rec) + "\n")
             log_fh.flush()
             log(json.dumps(rec))
             best_val = min(best_val, last_val["val_diffusion"])
-        if step % opts.save_every == 0:
+        if step % opts.save_every == 0 or (opts.save_minutes and time.time() - last_save >= 60 * opts.save_minutes):
             checkpoint()
+            last_save = time.time()
     last_val = validate(model, val_batches, opts, device, autocast)
-    log_fh.write(json.dumps({"step": step, "tokens": tokens, **{k: round(v, 4) for k, v in last_val.items()}}) + "\n")
+    log_fh.write(json.dumps({"step": base_steps + step, "tokens": base_tokens + tokens,
+                             **{k: round(v, 4) for k, v in last_val.items()}}) + "\n")
     log_fh.close()
     checkpoint(final=True)
     log(f"done: {step} steps, {tokens} tokens, {last_val}")

@@ -1,0 +1,85 @@
+"""How model weights sit on disk: bf16 / fp32 safetensors, or int8 with one scale per row.
+
+The shipped model has to stay small (the whole repository travels to a GPU machine in under
+64 MiB), so a ~30M-parameter model is stored as int8: every 2-D weight of at least
+`MIN_INT8_ELEMENTS` elements becomes symmetric int8 codes `name` plus fp32 scales
+`name.int8_scale` (one per output row: absmax / 127); vectors (norm weights) stay float.
+Per-row scales keep the rounding error of each row at most half a step of that row's own
+range, which for trained transformer matrices costs far less than one parameter size step.
+
+Only safetensors are read; the file's metadata says which storage it holds.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+SCALE_SUFFIX = ".int8_scale"
+STORAGE_KEY = "dllm_lsp_storage"
+INT8 = "int8-rowwise"
+MIN_INT8_ELEMENTS = 4096
+STORAGE_DTYPES = ("bfloat16", "float32", "int8")
+
+
+def quantize_rowwise(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[rows, cols] float -> (int8 codes, fp32 scale per row)."""
+    w = weight.detach().float()
+    scale = w.abs().amax(dim=1).clamp_min(1e-12) / 127.0
+    codes = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)
+    return codes, scale
+
+
+def dequantize_rowwise(codes: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return (codes.float() * scale.float()[:, None]).to(dtype)
+
+
+def storage_state(state: dict[str, torch.Tensor], storage: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """A float state dict -> (tensors to write, safetensors metadata) for `storage`."""
+    if storage not in STORAGE_DTYPES:
+        raise ValueError(f"weight storage must be one of {STORAGE_DTYPES}, not {storage!r}")
+    out: dict[str, torch.Tensor] = {}
+    if storage != "int8":
+        dtype = getattr(torch, storage)
+        out = {k: v.detach().to("cpu", dtype).contiguous() for k, v in state.items()}
+        return out, {"format": "pt"}
+    for name, tensor in state.items():
+        tensor = tensor.detach().to("cpu")
+        if tensor.dim() == 2 and tensor.numel() >= MIN_INT8_ELEMENTS and tensor.is_floating_point():
+            codes, scale = quantize_rowwise(tensor)
+            out[name], out[name + SCALE_SUFFIX] = codes.contiguous(), scale.contiguous()
+        else:
+            out[name] = tensor.to(torch.bfloat16).contiguous()
+    return out, {"format": "pt", STORAGE_KEY: INT8}
+
+
+def save_weights(state: dict[str, torch.Tensor], path: Path, storage: str = "bfloat16") -> None:
+    """Write through a temporary name, then replace: a reader never sees half a file."""
+    tensors, metadata = storage_state(state, storage)
+    tmp = Path(str(path) + ".tmp")
+    save_file(tensors, str(tmp), metadata=metadata)
+    tmp.replace(path)
+
+
+def load_weights(path: Path, device: str | torch.device = "cpu",
+                 dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    """A float state dict of `dtype` on `device`, whatever the storage on disk."""
+    with safe_open(str(path), framework="pt", device=str(device)) as fh:
+        names = list(fh.keys())
+        raw = {name: fh.get_tensor(name) for name in names}
+    state: dict[str, torch.Tensor] = {}
+    for name, tensor in raw.items():
+        if name.endswith(SCALE_SUFFIX):
+            continue
+        scale = raw.get(name + SCALE_SUFFIX)
+        if scale is not None:
+            if tensor.dtype != torch.int8 or scale.shape != tensor.shape[:1]:
+                raise ValueError(f"{path.name}: {name} has int8 scales but is {tensor.dtype} {tuple(tensor.shape)}")
+            state[name] = dequantize_rowwise(tensor, scale, dtype)
+        elif tensor.dtype == torch.int8:
+            raise ValueError(f"{path.name}: {name} is int8 without {name}{SCALE_SUFFIX}")
+        else:
+            state[name] = tensor.to(dtype)
+    return state

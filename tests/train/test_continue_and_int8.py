@@ -1,0 +1,93 @@
+"""Continuing a model folder (what every GPU job does with the shipped model) and int8 weight
+storage (what keeps a ~30M-parameter shipped model small enough to travel)."""
+import json
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from dllm_lsp.arch.embedded import EmbeddedConfig, EmbeddedModel
+from dllm_lsp.arch.tiny import sample_corpus
+from dllm_lsp.arch.tokenizer import special_ids, train_tokenizer
+from dllm_lsp.arch.weight_storage import SCALE_SUFFIX, load_weights, save_weights
+from dllm_lsp.engine.engine import Engine
+from dllm_lsp.engine.types import DecodeSettings, InfillRequest
+from dllm_lsp.loader import load_model
+from dllm_lsp.train.cli import main
+
+
+def test_int8_storage_round_trips_within_half_a_step_per_row(tmp_path):
+    torch.manual_seed(0)
+    model = EmbeddedModel(EmbeddedConfig(vocab_size=300, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=96))
+    state = model.state_dict()
+    save_weights(state, tmp_path / "int8.safetensors", "int8")
+    save_weights(state, tmp_path / "bf16.safetensors", "bfloat16")
+    back = load_weights(tmp_path / "int8.safetensors")
+    assert back.keys() == state.keys()
+    for name, want in state.items():
+        got = back[name]
+        if want.dim() == 2 and want.numel() >= 4096:
+            step = want.abs().amax(1, keepdim=True) / 127
+            assert ((got - want).abs() <= step / 2 + 1e-6).all(), name
+        else:
+            assert torch.allclose(got, want, atol=1e-2, rtol=1e-2), name
+    with safe_open(str(tmp_path / "int8.safetensors"), "pt") as fh:
+        assert fh.metadata()["dllm_lsp_storage"] == "int8-rowwise"
+        assert fh.get_tensor("embed.weight").dtype == torch.int8
+        assert "embed.weight" + SCALE_SUFFIX in fh.keys()
+    assert (tmp_path / "int8.safetensors").stat().st_size < 0.6 * (tmp_path / "bf16.safetensors").stat().st_size
+
+
+def test_int8_without_scales_is_refused(tmp_path):
+    save_file({"w": torch.zeros(4, 4, dtype=torch.int8)}, str(tmp_path / "bad.safetensors"))
+    with pytest.raises(ValueError, match="without w.int8_scale"):
+        load_weights(tmp_path / "bad.safetensors")
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cont")
+    src = root / "src"
+    src.mkdir()
+    for i, text in enumerate(sample_corpus()):
+        (src / f"m{i}.py").write_text(text)
+    work, out = root / "work", root / "first"
+    assert main(["all", "--work", str(work), "--out", str(out), "--folder", str(src), "--assume-license", "MIT",
+                 "--val-percent", "20", "--preset", "tiny-test", "--steps", "5", "--eval-every", "5",
+                 "--threads", "1", "--save-dtype", "int8"]) == 0
+    return work, out
+
+
+def test_an_int8_model_folder_loads_and_completes(first_run):
+    _, out = first_run
+    denoiser = load_model(out, "cpu")
+    result = Engine(denoiser).infill(InfillRequest.single("def add(a, b):\n", "\n", 8), DecodeSettings(steps=2))
+    assert result.steps >= 1 and isinstance(result.text, str)
+
+
+def test_continuing_a_folder_keeps_its_weights_and_adds_to_its_counters(first_run, tmp_path):
+    work, first = first_run
+    second = tmp_path / "second"
+    # Zero steps: the continued model must be the folder's model, weight for weight.
+    assert main(["model", "--corpus", str(work / "corpus"), "--tokenizer", str(first / "tokenizer.json"),
+                 "--out", str(second), "--preset", "tiny-test", "--steps", "3", "--lr", "0",
+                 "--init-from", str(first), "--threads", "1", "--save-dtype", "float32"]) == 0
+    before, after = load_weights(first / "model.safetensors"), load_weights(second / "model.safetensors")
+    assert all(torch.allclose(before[k], after[k], atol=1e-6) for k in before)   # lr 0: nothing moved
+    summary = json.loads((second / "training.json").read_text())
+    assert summary["steps"] == 5 + 3 and summary["tokens"] == 8 * 4 * 128
+    assert [run["steps"] for run in summary["runs"]] == [5, 3]
+    steps = [rec["step"] for rec in map(json.loads, (second / "train_log.jsonl").read_text().splitlines())
+             if "loss" in rec]
+    assert steps[0] == 1 and 6 in steps and steps == sorted(steps)   # one curve: run 1 from 1, run 2 from 6
+
+
+def test_continuing_with_another_tokenizer_is_refused(first_run, tmp_path, capsys):
+    work, first = first_run
+    other = train_tokenizer(sample_corpus(), 400)
+    special_ids(other)
+    other.save(str(tmp_path / "tokenizer.json"))
+    rc = main(["model", "--corpus", str(work / "corpus"), "--tokenizer", str(tmp_path / "tokenizer.json"),
+               "--out", str(tmp_path / "x"), "--preset", "tiny-test", "--steps", "1", "--init-from", str(first)])
+    assert rc == 2 and "its own tokenizer.json" in capsys.readouterr().err
