@@ -31,6 +31,8 @@ def add_corpus_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--val-percent", type=float, default=2.0)
     p.add_argument("--languages", default="python,javascript")
     p.add_argument("--assume-license", default=None, help="SPDX license of plain folders given with --folder")
+    p.add_argument("--max-seconds", type=float, default=None,
+                   help="stop taking files after this many seconds (files are shuffled, so a random sample)")
     p.add_argument("--jobs", type=int, default=None,
                    help="processes reading and filtering files (default: every core; 1: no worker processes)")
     p.add_argument("--decontaminate", action="append", type=Path, default=None,
@@ -75,7 +77,8 @@ def corpus_options(a) -> CorpusOptions:
     return CorpusOptions(folders=a.folder, max_bytes=int(a.max_mb * 1e6) if a.max_mb else None,
                          val_percent=a.val_percent, languages=tuple(a.languages.split(",")),
                          decontaminate=a.decontaminate if a.decontaminate is not None else default_decontamination(),
-                         assume_license=a.assume_license, workers=a.jobs)
+                         assume_license=a.assume_license, workers=a.jobs,
+                         max_seconds=a.max_seconds)
 
 
 def train_options(a, corpus: Path, tokenizer: Path, out: Path) -> TrainOptions:
@@ -107,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--corpus", type=Path, required=True)
     t.add_argument("--out", type=Path, required=True, help="tokenizer.json to write")
     t.add_argument("--vocab-size", type=int, default=8192)
+    t.add_argument("--sample-mb", type=float, default=None, help="train on the first N MB of the (shuffled) corpus")
+    t.add_argument("--no-count", action="store_true", help="skip counting the corpus' tokens (stats.json)")
     m = sub.add_parser("model", help="train a model folder on a corpus with a tokenizer")
     m.add_argument("--corpus", type=Path, required=True)
     m.add_argument("--tokenizer", type=Path, required=True)
@@ -129,8 +134,9 @@ def main(argv: list[str] | None = None) -> int:
         if a.step == "corpus":
             print(json.dumps(build_corpus(corpus_options(a), a.out), indent=2))
         elif a.step == "tokenizer":
-            tok = build_tokenizer(a.corpus, a.out, a.vocab_size)
-            print(json.dumps({"vocab": tok.get_vocab_size(), "tokens": count_tokens(a.corpus, tok)}))
+            tok = build_tokenizer(a.corpus, a.out, a.vocab_size, int(a.sample_mb * 1e6) if a.sample_mb else None)
+            print(json.dumps({"vocab": tok.get_vocab_size(),
+                              "tokens": None if a.no_count else count_tokens(a.corpus, tok)}))
         elif a.step == "model":
             train(train_options(a, a.corpus, a.tokenizer, a.out))
         elif a.step == "card":

@@ -39,6 +39,7 @@ class CorpusOptions:
     decontaminate: list[Path] = field(default_factory=list)   # benchmark jsonl(.gz) files to keep out
     assume_license: str | None = None
     workers: int | None = None          # processes analysing files (None: every core; 1: in this process)
+    max_seconds: float | None = None    # stop taking files after this long (the files are shuffled: a sample)
 
 
 def read_text(path: Path) -> str | None:
@@ -135,6 +136,9 @@ def build_corpus(opts: CorpusOptions, out_dir: Path, log=print) -> dict:
         for src, found in zip(sources, results):
             seen += 1
             if opts.max_bytes is not None and total >= opts.max_bytes:
+                break
+            if opts.max_seconds is not None and time.time() - t0 >= opts.max_seconds:
+                dropped["time-box"] = len(sources) - seen + 1
                 break
             if found.text is not None:
                 read_bytes += len(found.text)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 from tokenizers import Tokenizer
@@ -11,15 +12,25 @@ from dllm_lsp.arch.tokenizer import special_ids, train_tokenizer
 from .corpus import iter_records
 
 
-def build_tokenizer(corpus_dir: Path, out_path: Path, vocab_size: int) -> Tokenizer:
+def build_tokenizer(corpus_dir: Path, out_path: Path, vocab_size: int, sample_bytes: int | None = None) -> Tokenizer:
+    """BPE over the train split, or over its first `sample_bytes` (the corpus is shuffled: a random sample)."""
     if not 259 <= vocab_size <= 65536:
         raise ValueError(f"vocab size {vocab_size} must lie in [259, 65536] (256 bytes + 3 specials at least)")
-    texts = (r["text"] for r in iter_records(corpus_dir, "train"))
+    texts = sampled((r["text"] for r in iter_records(corpus_dir, "train")), sample_bytes)
     tokenizer = train_tokenizer(texts, vocab_size)
     special_ids(tokenizer)   # raises if a special token went missing
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     tokenizer.save(str(out_path))
     return tokenizer
+
+
+def sampled(texts: Iterator[str], max_bytes: int | None) -> Iterator[str]:
+    total = 0
+    for text in texts:
+        if max_bytes is not None and total >= max_bytes:
+            return
+        total += len(text)
+        yield text
 
 
 def count_tokens(corpus_dir: Path, tokenizer: Tokenizer, batch: int = 256) -> dict[str, int]:
