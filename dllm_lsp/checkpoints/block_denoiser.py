@@ -1,0 +1,175 @@
+"""A block-diffusion checkpoint as the model port that `dllm_lsp.engine.blockwise` drives.
+
+The port is pure model code: it formats the context (fill-in-the-middle where the tokenizer has
+FIM tokens), keeps an exact KV cache of finished blocks, and answers "the logits of this block
+given the cache". The decode loop (which positions to commit, when a span ends, when to append
+a block to the cache) is the engine's.
+
+Block-causal attention: a token sees every token of its own block and of earlier blocks, blocks
+counted from position 0 of the sequence (SDAR's, LLaDA2.0's and Fast-dLLM v2's inference
+layout). So a finished block's keys/values never change and the cache is exact; the context is
+prefilled block by block in one pass, its last partial block is decoded together with the first
+masks, as the references do.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from tokenizers import Tokenizer
+
+from dllm_lsp.engine.denoiser import Canvas, Denoiser, SpecialTokens
+from dllm_lsp.engine.types import CacheSettings
+
+from .block_families import BlockFamily
+from .block_model import KV, BlockLM, block_causal_mask
+
+
+@dataclass(frozen=True)
+class FimFormat:
+    """Fill-in-the-middle special tokens and their order: "psm" (Qwen: prefix, suffix, middle) or
+    "spm" (Seed-Coder: suffix, prefix, middle)."""
+
+    prefix_id: int
+    suffix_id: int
+    middle_id: int
+    order: str = "psm"
+
+    def context(self, prefix: list[int], suffix: list[int]) -> list[int]:
+        if self.order == "spm":
+            return [self.suffix_id, *suffix, self.prefix_id, *prefix, self.middle_id]
+        return [self.prefix_id, *prefix, self.suffix_id, *suffix, self.middle_id]
+
+
+FIM_TOKENS = (   # (prefix, suffix, middle, order), in the order they are looked for in the tokenizer
+    ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "psm"),      # Qwen2.5 / Qwen3 tokenizers
+    ("<[fim-prefix]>", "<[fim-suffix]>", "<[fim-middle]>", "spm"),      # Seed-Coder (Stable-DiffCoder)
+    ("<fim_prefix>", "<fim_suffix>", "<fim_middle>", "psm"),
+)
+
+
+def find_fim(tokenizer: Tokenizer) -> FimFormat | None:
+    for prefix, suffix, middle, order in FIM_TOKENS:
+        ids = [tokenizer.token_to_id(t) for t in (prefix, suffix, middle)]
+        if all(i is not None for i in ids):
+            return FimFormat(*ids, order=order)
+    return None
+
+
+@dataclass
+class BlockCache:
+    """Keys/values of every finished position (per layer [B, Hkv, N, D]) and, for families whose logits
+    are shifted by one, the logits at the last finished position (they predict the next token)."""
+
+    kv: list[KV] | None
+    length: int = 0
+    last_logits: torch.Tensor | None = None     # [B, V] fp32
+
+
+class BlockDenoiser(Denoiser):
+    def __init__(self, model: BlockLM, tokenizer: Tokenizer, special: SpecialTokens, family: BlockFamily, name: str,
+                 max_context: int, block_size: int, sub_block_size: int | None, fim: FimFormat | None) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.special = special
+        self.family = family.key
+        self.spec = family
+        self.name = name
+        self.device = model.device
+        self.max_context = max_context
+        self.block_size = block_size
+        self.sub_block_size = sub_block_size
+        self.fim = fim
+        self.shift = family.shift
+        # Embedding rows past the tokenizer's size are padding: never propose them (nor the mask).
+        self.vocab_limit = min(model.cfg.vocab_size, tokenizer.get_vocab_size(with_added_tokens=True))
+        self._newlines: torch.Tensor | None = None
+
+    # -- the port ------------------------------------------------------------------------------
+
+    def context_ids(self, prefix: list[int], suffix: list[int]) -> list[int]:
+        """The tokens before the span: FIM-formatted when the tokenizer has FIM tokens (the suffix then
+        conditions the span), else the prefix alone (the suffix is used only by post-processing).
+        A leading BOS stays first."""
+        bos = []
+        if prefix and self.special.bos_id is not None and prefix[0] == self.special.bos_id:
+            bos, prefix = prefix[:1], prefix[1:]
+        if self.fim is None:
+            return bos + prefix
+        return bos + self.fim.context(prefix, suffix)
+
+    def new_cache(self, batch: int) -> BlockCache:
+        return BlockCache(kv=None)
+
+    @torch.no_grad()
+    def prefill(self, cache: BlockCache, ids: torch.Tensor, start: int) -> None:
+        """Append finished positions start..start+T-1 (ids [B, T], whole blocks) to the cache, exactly."""
+        if start != cache.length:
+            raise ValueError(f"prefill at {start} but the cache holds {cache.length} positions")
+        hidden, new = self._forward(cache, ids.to(self.device), start)
+        if cache.kv is None:
+            cache.kv = new
+        else:
+            cache.kv = [(torch.cat([k0, k1], 2), torch.cat([v0, v1], 2)) for (k0, v0), (k1, v1) in zip(cache.kv, new)]
+        cache.length = start + ids.shape[1]
+        if self.shift:
+            cache.last_logits = self._logits(hidden[:, -1:])[:, 0]
+
+    @torch.no_grad()
+    def block_logits(self, cache: BlockCache, ids: torch.Tensor, start: int) -> torch.Tensor:
+        """ids [B, T] at positions start.. (the current block, masks included) against the cache ->
+        fp32 logits [B, T, V]; row i predicts the token at start+i (the shift is applied here)."""
+        if start != cache.length:
+            raise ValueError(f"block at {start} but the cache holds {cache.length} positions")
+        hidden, _ = self._forward(cache, ids.to(self.device), start)
+        logits = self._logits(hidden)
+        if not self.shift:
+            return logits
+        # Row i comes from position i-1; the block's first row from the last cached position
+        # (position 0 predicts itself, as the references' `cat([logits[:, :1], logits[:, :-1]])`).
+        first = cache.last_logits[:, None] if cache.last_logits is not None else logits[:, :1]
+        return torch.cat([first, logits[:, :-1]], dim=1)
+
+    def newline_ids(self) -> torch.Tensor:
+        """[V] bool: tokens whose text contains a line break (byte-level BPE writes it as 'Ċ')."""
+        if self._newlines is None:
+            flags = torch.zeros(self.vocab_limit, dtype=torch.bool)
+            for text, i in self.tokenizer.get_vocab(with_added_tokens=True).items():
+                if i < self.vocab_limit and ("Ċ" in text or "\n" in text or text == "<0x0A>"):
+                    flags[i] = True
+            self._newlines = flags.to(self.device)
+        return self._newlines
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _forward(self, cache: BlockCache, ids: torch.Tensor, start: int):
+        positions = torch.arange(start, start + ids.shape[1], device=self.device)
+        mask = block_causal_mask(positions, torch.arange(start + ids.shape[1], device=self.device), self.block_size)
+        if bool(mask.all()):
+            mask = None
+        return self.model(ids, positions, cache.kv, mask)
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = self.model.head(hidden)[..., : self.vocab_limit].float()
+        logits[..., self.special.mask_id] = float("-inf")
+        return logits
+
+    @property
+    def decoding(self) -> str:
+        return "blockwise"     # engine.blockwise.decode_blockwise
+
+    def session(self, canvas: Canvas, batch: int, cache: CacheSettings = CacheSettings()):
+        raise TypeError(f"{self.name} is a block-diffusion checkpoint: dllm_lsp.engine.blockwise decodes it "
+                        "block by block; it has no whole-canvas denoising session")
+
+    def describe(self) -> dict:
+        return {
+            **super().describe(),
+            "family_title": self.spec.title,
+            "attention": "block-causal",
+            "block_size": self.block_size,
+            "sub_block_size": self.sub_block_size,
+            "fim": self.fim is not None,
+            "dtype": str(self.model.dtype).removeprefix("torch."),
+            "parameters": self.model.num_parameters(),
+        }

@@ -1,0 +1,258 @@
+"""The block-diffusion and newer open diffusion coders: how to recognise each from config.json,
+read its shape, and name its tensors.
+
+| family           | config.json (`architectures` / `model_type`)       | layers            | attention      | logits    |
+|------------------|----------------------------------------------------|-------------------|----------------|-----------|
+| sdar             | SDARForCausalLM / sdar                             | Qwen3             | block-causal 4 | same pos. |
+| sdar-moe         | SDARMoeForCausalLM / sdar_moe                      | Qwen3-MoE         | block-causal 4 | same pos. |
+| stable-diffcoder | *DiffCoder* / *diffcoder*                          | Llama (Seed-Coder)| block-causal 4 | same pos. |
+| fast-dllm-v2     | Fast_dLLM_QwenForCausalLM / fast_dllm_qwen         | Qwen2.5           | block 32, sub-blocks 8 | shifted by one |
+| llada2           | LLaDA2MoeModelLM / llada2_moe                      | Ling MoE          | block-causal 32| same pos. |
+| llada-moe        | LLaDAMoeModelLM / llada_moe                        | Qwen3-MoE-shaped  | bidirectional  | same pos. |
+| coda             | CoDALanguageModel / coda                           | Qwen3             | bidirectional  | shifted by one |
+
+TraDo (Gen-Verse) ships SDAR's files and is loaded as SDAR. The block size is read from
+config.json (`block_size`, `bd_size`, `block_length`), else generation_config.json, else the
+family's published default.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dllm_lsp.model_folder import ModelLoadError
+
+from .block_model import BlockConfig, MoEConfig
+
+BLOCK, BIDIRECTIONAL = "block", "bidirectional"
+
+
+@dataclass(frozen=True)
+class BlockFamily:
+    key: str
+    title: str                      # what the user sees in messages and `describe()`
+    layout: str                     # qwen3 | qwen2 | llama | qwen3_moe | llada_moe | llada2_moe
+    attention: str                  # BLOCK or BIDIRECTIONAL
+    shift: int                      # 1: logits at position p predict token p+1
+    block_size: int = 0             # default block length (block-causal families)
+    sub_block_size: int | None = None   # Fast-dLLM v2 decodes a block in sub-blocks, left to right
+    architectures: tuple[str, ...] = ()
+    model_types: tuple[str, ...] = ()
+
+
+SDAR = BlockFamily("sdar", "SDAR / TraDo (SDAR-1.7B/4B/8B-Chat, TraDo-4B/8B-Instruct)", "qwen3", BLOCK, 0, 4,
+                   architectures=("SDARForCausalLM",), model_types=("sdar",))
+SDAR_MOE = BlockFamily("sdar-moe", "SDAR-MoE (SDAR-30B-A3B-Chat, TraDo-30B-A3B)", "qwen3_moe", BLOCK, 0, 4,
+                       architectures=("SDARMoeForCausalLM",), model_types=("sdar_moe",))
+STABLE_DIFFCODER = BlockFamily("stable-diffcoder", "Stable-DiffCoder (Stable-DiffCoder-8B-Base/-Instruct)", "llama",
+                               BLOCK, 0, 4, architectures=("StableDiffCoderForCausalLM", "StableDiffcoderForCausalLM"),
+                               model_types=("stable_diffcoder", "stable-diffcoder", "stablediffcoder"))
+FAST_DLLM_V2 = BlockFamily("fast-dllm-v2", "Fast-dLLM v2 (Fast_dLLM_v2_1.5B, Fast_dLLM_v2_7B)", "qwen2", BLOCK, 1, 32,
+                           sub_block_size=8, architectures=("Fast_dLLM_QwenForCausalLM",),
+                           model_types=("fast_dllm_qwen", "fast_dllm"))
+LLADA2 = BlockFamily("llada2", "LLaDA2.0 (LLaDA2.0-mini, LLaDA2.0-flash; MoE)", "llada2_moe", BLOCK, 0, 32,
+                     architectures=("LLaDA2MoeModelLM",), model_types=("llada2_moe",))
+LLADA_MOE = BlockFamily("llada-moe", "LLaDA-MoE (LLaDA-MoE-7B-A1B-Base/-Instruct)", "llada_moe", BIDIRECTIONAL, 0,
+                        architectures=("LLaDAMoeModelLM", "LLaDAMoEModelLM"), model_types=("llada_moe", "lladamoe"))
+CODA = BlockFamily("coda", "CoDA (CoDA-v0-Base/-Instruct 1.7B; CC-BY-NC-4.0)", "qwen3", BIDIRECTIONAL, 1,
+                   architectures=("CoDALanguageModel",), model_types=("coda", "coda_model"))
+
+BLOCK_FAMILIES = (SDAR, SDAR_MOE, STABLE_DIFFCODER, FAST_DLLM_V2, LLADA2, LLADA_MOE, CODA)
+
+
+def detect_block_family(config: dict) -> BlockFamily | None:
+    """The family of a config.json if it is one of these, else None (an older family, or unsupported)."""
+    model_type = str(config.get("model_type", "")).lower()
+    archs = config.get("architectures") or []
+    archs = [str(a) for a in archs] if isinstance(archs, list) else [str(archs)]
+    for family in BLOCK_FAMILIES:
+        if model_type in family.model_types or any(a in family.architectures for a in archs):
+            return family
+    if "diffcoder" in model_type or any("diffcoder" in a.lower() for a in archs):
+        return STABLE_DIFFCODER
+    return None
+
+
+def _need(config: dict, key: str, family: BlockFamily, kind=int):
+    if key not in config or config[key] is None:
+        raise ModelLoadError(f"config.json lacks {key!r}, which the {family.key} family needs")
+    try:
+        return kind(config[key])
+    except (TypeError, ValueError) as exc:
+        raise ModelLoadError(f"config.json {key!r} must be a {kind.__name__}, not {config[key]!r}") from exc
+
+
+def _first(config: dict, keys: tuple[str, ...], default=None):
+    for key in keys:
+        if config.get(key) is not None:
+            return config[key]
+    return default
+
+
+def block_config(family: BlockFamily, c: dict) -> BlockConfig:
+    """The transformer shape from config.json, refusing variants this runtime does not implement."""
+    if c.get("rope_scaling") not in (None, {}):
+        raise ModelLoadError(f"rope_scaling {c['rope_scaling']!r} is not supported (plain RoPE only)")
+    if str(c.get("hidden_act", "silu")) != "silu":
+        raise ModelLoadError(f"hidden_act {c['hidden_act']!r} is not supported (only 'silu')")
+    if c.get("mlp_bias"):
+        raise ModelLoadError("MLP biases (mlp_bias: true) are not supported")
+    dim = _need(c, "hidden_size", family)
+    heads = _need(c, "num_attention_heads", family)
+    head_dim = int(c.get("head_dim") or dim // heads)
+    layers = _need(c, "num_hidden_layers", family)
+    layout = family.layout
+    attention_bias = bool(c.get("attention_bias", False))
+    common = dict(
+        vocab_size=_need(c, "vocab_size", family), dim=dim, n_layers=layers, n_heads=heads,
+        n_kv_heads=int(c.get("num_key_value_heads") or heads), head_dim=head_dim,
+        ffn_dim=int(c.get("intermediate_size") or 0), rope_theta=float(c.get("rope_theta", 10000.0)),
+        norm_eps=float(c.get("rms_norm_eps", 1e-6)), tied_embeddings=bool(c.get("tie_word_embeddings", False)),
+    )
+    moe = None
+    dense: tuple[int, ...] = ()
+    if layout == "qwen2":
+        attn = dict(qkv_bias=True)
+    elif layout == "llama":
+        attn = dict(qkv_bias=attention_bias, out_bias=attention_bias)
+    elif layout in ("qwen3", "qwen3_moe"):
+        attn = dict(qkv_bias=attention_bias, out_bias=attention_bias, qk_norm=True)
+    elif layout == "llada_moe":
+        attn = dict(qkv_bias=attention_bias, qk_norm=bool(c.get("qk_layernorm", True)))
+    else:   # llada2_moe
+        factor = float(c.get("partial_rotary_factor", 1.0))
+        attn = dict(qkv_bias=bool(c.get("use_qkv_bias", False)), out_bias=bool(c.get("use_bias", False)),
+                    qk_norm=bool(c.get("use_qk_norm", False)), rotary_dim=int(head_dim * factor))
+    if layout == "qwen3_moe":
+        moe = MoEConfig(n_experts=_need(c, "num_experts", family), top_k=_need(c, "num_experts_per_tok", family),
+                        ffn_dim=_need(c, "moe_intermediate_size", family),
+                        norm_topk=bool(c.get("norm_topk_prob", False)))
+        step = int(c.get("decoder_sparse_step") or 1)
+        only = {int(i) for i in (c.get("mlp_only_layers") or [])}
+        dense = tuple(i for i in range(layers) if i in only or (i + 1) % step != 0)
+    elif layout == "llada_moe":
+        for key in ("num_shared_experts", "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size"):
+            if c.get(key):
+                raise ModelLoadError(f"LLaDA-MoE with shared experts ({key}={c[key]!r}) is not supported")
+        score = str(_first(c, ("score_func", "moe_router_score_function", "scoring_func"), "softmax")).lower()
+        if score != "softmax":
+            raise ModelLoadError(f"LLaDA-MoE with a {score!r} router is not supported (softmax only)")
+        moe = MoEConfig(n_experts=_need(c, "num_experts", family), top_k=_need(c, "num_experts_per_tok", family),
+                        ffn_dim=int(_first(c, ("expert_intermediate_size", "moe_intermediate_size"), 0)
+                                    or _need(c, "expert_intermediate_size", family)),
+                        norm_topk=bool(c.get("norm_topk_prob", False)))
+    elif layout == "llada2_moe":
+        score = str(_first(c, ("score_function", "moe_router_score_function", "scoring_func"), "sigmoid")).lower()
+        if score != "sigmoid":
+            raise ModelLoadError(f"LLaDA2.0 with a {score!r} router is not supported (sigmoid only)")
+        expert_ffn = _need(c, "moe_intermediate_size", family)
+        shared = int(c.get("num_shared_experts") or 0)
+        moe = MoEConfig(n_experts=_need(c, "num_experts", family), top_k=_need(c, "num_experts_per_tok", family),
+                        ffn_dim=expert_ffn, router="sigmoid", n_group=int(c.get("n_group") or 1),
+                        topk_group=int(c.get("topk_group") or 1),
+                        routed_scaling=float(c.get("routed_scaling_factor") or 1.0), expert_bias=True,
+                        shared_ffn_dim=expert_ffn * shared)
+        dense = tuple(range(min(int(c.get("first_k_dense_replace") or 0), layers)))
+    if (moe is None or dense) and not common["ffn_dim"]:
+        raise ModelLoadError(f"config.json lacks 'intermediate_size', which the {family.key} family needs")
+    try:
+        return BlockConfig(**common, **attn, moe=moe, dense_layers=dense)
+    except ValueError as exc:
+        raise ModelLoadError(f"config.json describes an impossible shape: {exc}") from exc
+
+
+def block_size(family: BlockFamily, config: dict, generation: dict) -> int:
+    keys = ("block_size", "bd_size", "block_length")
+    size = _first(config, keys) or _first(generation, keys) or family.block_size
+    try:
+        size = int(size)
+    except (TypeError, ValueError) as exc:
+        raise ModelLoadError(f"block size {size!r} in config.json is not a number") from exc
+    if size < 1:
+        raise ModelLoadError(f"block size {size} must be at least 1")
+    return size
+
+
+def sub_block_size(family: BlockFamily, config: dict, generation: dict, block: int) -> int | None:
+    """Fast-dLLM v2's sub-block (`small_block_size`, a generate() argument: 8 unless a config names one);
+    None where a block is decoded whole."""
+    if family.sub_block_size is None:
+        return None
+    keys = ("small_block_size", "sub_block_size")
+    size = int(_first(config, keys) or _first(generation, keys) or family.sub_block_size)
+    return size if 0 < size < block else None
+
+
+def max_context(config: dict) -> int:
+    return int(config.get("max_position_embeddings") or 4096)
+
+
+# -- tensor names --------------------------------------------------------------------------------
+# A plan maps each of our parameters to the checkpoint tensors it is made of:
+# (groups, stacked): every group's tensors are concatenated along dim 0; a stacked parameter (the
+# experts of a MoE layer) stacks its groups along a new first dim.
+Piece = tuple[str, tuple[int, ...]]
+Plan = dict[str, tuple[list[list[Piece]], bool]]
+
+
+def weight_plan(family: BlockFamily, cfg: BlockConfig) -> Plan:
+    d, hd = cfg.dim, cfg.head_dim
+    q_rows, kv_rows = cfg.n_heads * hd, cfg.n_kv_heads * hd
+    llada2 = family.layout == "llada2_moe"
+    plan: Plan = {}
+
+    def one(ours: str, name: str, shape: tuple[int, ...]) -> None:
+        plan[ours] = ([[(name, shape)]], False)
+
+    one("embed.weight", "model.word_embeddings.weight" if llada2 else "model.embed_tokens.weight", (cfg.vocab_size, d))
+    one("norm", "model.norm.weight", (d,))
+    if not cfg.tied_embeddings:
+        one("lm_head.weight", "lm_head.weight", (cfg.vocab_size, d))
+    for i in range(cfg.n_layers):
+        ours, src = f"layers.{i}.", f"model.layers.{i}."
+        one(ours + "attn_norm", src + "input_layernorm.weight", (d,))
+        one(ours + "mlp_norm", src + "post_attention_layernorm.weight", (d,))
+        if llada2:
+            att = src + "attention."
+            one(ours + "attn.qkv_proj.weight", att + "query_key_value.weight", (q_rows + 2 * kv_rows, d))
+            if cfg.qkv_bias:
+                one(ours + "attn.qkv_proj.bias", att + "query_key_value.bias", (q_rows + 2 * kv_rows,))
+            one(ours + "attn.o_proj.weight", att + "dense.weight", (d, q_rows))
+            if cfg.out_bias:
+                one(ours + "attn.o_proj.bias", att + "dense.bias", (d,))
+            if cfg.qk_norm:
+                one(ours + "attn.q_norm", att + "query_layernorm.weight", (hd,))
+                one(ours + "attn.k_norm", att + "key_layernorm.weight", (hd,))
+        else:
+            att = src + "self_attn."
+            plan[ours + "attn.qkv_proj.weight"] = ([[(att + "q_proj.weight", (q_rows, d)),
+                                                     (att + "k_proj.weight", (kv_rows, d)),
+                                                     (att + "v_proj.weight", (kv_rows, d))]], False)
+            if cfg.qkv_bias:
+                plan[ours + "attn.qkv_proj.bias"] = ([[(att + "q_proj.bias", (q_rows,)), (att + "k_proj.bias", (kv_rows,)),
+                                                       (att + "v_proj.bias", (kv_rows,))]], False)
+            one(ours + "attn.o_proj.weight", att + "o_proj.weight", (d, q_rows))
+            if cfg.out_bias:
+                one(ours + "attn.o_proj.bias", att + "o_proj.bias", (d,))
+            if cfg.qk_norm:
+                one(ours + "attn.q_norm", att + "q_norm.weight", (hd,))
+                one(ours + "attn.k_norm", att + "k_norm.weight", (hd,))
+        mlp = src + "mlp."
+        if not cfg.is_moe_layer(i):
+            _dense(plan, ours + "mlp.", mlp, d, cfg.ffn_dim)
+            continue
+        moe = cfg.moe
+        one(ours + "mlp.router", mlp + "gate.weight", (moe.n_experts, d))
+        if moe.expert_bias:
+            one(ours + "mlp.expert_bias", mlp + "gate.expert_bias", (moe.n_experts,))
+        f = moe.ffn_dim
+        plan[ours + "mlp.gate_up"] = ([[(f"{mlp}experts.{e}.gate_proj.weight", (f, d)),
+                                        (f"{mlp}experts.{e}.up_proj.weight", (f, d))] for e in range(moe.n_experts)], True)
+        plan[ours + "mlp.down"] = ([[(f"{mlp}experts.{e}.down_proj.weight", (d, f))] for e in range(moe.n_experts)], True)
+        if moe.shared_ffn_dim:
+            _dense(plan, ours + "mlp.shared.", mlp + "shared_experts.", d, moe.shared_ffn_dim)
+    return plan
+
+
+def _dense(plan: Plan, ours: str, src: str, d: int, f: int) -> None:
+    plan[ours + "gate_up_proj.weight"] = ([[(src + "gate_proj.weight", (f, d)), (src + "up_proj.weight", (f, d))]], False)
+    plan[ours + "down_proj.weight"] = ([[(src + "down_proj.weight", (d, f))]], False)

@@ -1,0 +1,125 @@
+"""Load a block-diffusion or newer diffusion-coder folder (block_families.py) natively from safetensors.
+
+Same guarantees as the older families: the family comes from config.json, every shard header is
+checked against the shapes config.json implies before a tensor is copied, only safetensors are
+read, nothing in the folder is executed. Block-causal families become a `BlockDenoiser` (decoded
+by `engine.blockwise`); the bidirectional ones (LLaDA-MoE, CoDA) a `CheckpointDenoiser`, decoded
+by the masked-diffusion loop with the dual cache like LLaDA and Dream.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from dllm_lsp.engine.denoiser import Denoiser, SpecialTokens
+from dllm_lsp.model_folder import ModelLoadError
+
+from .block_denoiser import BlockDenoiser, find_fim
+from .block_families import (
+    BIDIRECTIONAL, BlockFamily, Plan, block_config, block_size, max_context, sub_block_size, weight_plan,
+)
+from .block_model import BlockLM
+from .denoiser import CheckpointDenoiser, default_dtype
+from .families import Family, read_generation_config
+from .tokenizer_files import TokenizerFiles, load_tokenizer
+from .weights import WeightFiles
+
+MASK_TEXTS = ("<|MASK|>", "<|mask|>", "<|mdm_mask|>", "<mask>", "<[mask]>")   # looked up when no config names the mask
+
+
+def load_block_checkpoint(folder: Path, config: dict, family: BlockFamily, device: torch.device, *,
+                          dtype: torch.dtype | None = None) -> Denoiser:
+    folder = Path(folder)
+    generation = read_generation_config(folder)
+    cfg = block_config(family, config)
+    tokens = load_tokenizer(folder)
+    plan = weight_plan(family, cfg)
+    files = WeightFiles.open(folder)
+    files.require({name: shape for groups, _ in plan.values() for group in groups for name, shape in group})
+    special = special_tokens(config, generation, tokens, cfg.vocab_size)
+    model = load_weights(cfg, plan, files, device, dtype or default_dtype(device))
+    if family.attention == BIDIRECTIONAL:
+        spec = Family(family.key, family.title, family.layout, family.shift, False)
+        return CheckpointDenoiser(model, tokens.tokenizer, special, spec, folder.name, max_context(config))
+    block = block_size(family, config, generation)
+    return BlockDenoiser(model, tokens.tokenizer, special, family, folder.name, max_context(config), block,
+                         sub_block_size(family, config, generation, block), find_fim(tokens.tokenizer))
+
+
+def load_weights(cfg, plan: Plan, files: WeightFiles, device: torch.device, dtype: torch.dtype) -> BlockLM:
+    """Build the model on the meta device and fill it layer by layer (a MoE layer's experts are stacked
+    as they arrive, so host memory never holds more than one layer twice)."""
+    with torch.device("meta"):
+        model = BlockLM(cfg)
+    expected = dict(model.named_parameters())
+    if set(expected) != set(plan):
+        raise ModelLoadError(f"internal: weight plan and model disagree on {sorted(set(expected) ^ set(plan))[:3]}")
+    by_layer: dict[str, list[str]] = {}
+    for ours in plan:
+        key = ".".join(ours.split(".")[:2]) if ours.startswith("layers.") else "top"
+        by_layer.setdefault(key, []).append(ours)
+    state: dict[str, torch.Tensor] = {}
+    for names in by_layer.values():
+        sources = {name: name for ours in names for group in plan[ours][0] for name, _ in group}
+        loaded = files.load(sources, device, dtype)
+        for ours in names:
+            groups, stacked = plan[ours]
+            parts = [torch.cat([loaded[n] for n, _ in group]) if len(group) > 1 else loaded[group[0][0]]
+                     for group in groups]
+            tensor = torch.stack(parts) if stacked else parts[0]
+            if tuple(tensor.shape) != tuple(expected[ours].shape):
+                raise ModelLoadError(f"internal: {ours} assembled as {tuple(tensor.shape)}, "
+                                     f"expected {tuple(expected[ours].shape)}")
+            state[ours] = tensor
+        del loaded
+    model.load_state_dict(state, strict=True, assign=True)
+    model.rotary.inv_freq = model.rotary.inv_freq.to(device)
+    return model.eval()
+
+
+def _first_id(value) -> int | None:
+    if isinstance(value, list):
+        value = value[0] if value else None
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def special_tokens(config: dict, generation: dict, tokens: TokenizerFiles, vocab_rows: int) -> SpecialTokens:
+    """Mask, EOS, pad and BOS ids: config.json, then generation_config.json, then the tokenizer's declared
+    tokens; the mask also by its usual texts (SDAR's `<|MASK|>`) when nothing declares it."""
+    def from_configs(key: str) -> int | None:
+        for source in (config, generation):
+            found = _first_id(source.get(key))
+            if found is not None:
+                return found
+        return None
+
+    mask = from_configs("mask_token_id")
+    declared = tokens.id_of("mask_token")
+    if mask is None:
+        mask = declared
+    if mask is None:
+        mask = next((tokens.token_id(t) for t in MASK_TEXTS if tokens.token_id(t) is not None), None)
+    if mask is None:
+        raise ModelLoadError("no mask token: config.json has no mask_token_id, the tokenizer declares no mask_token "
+                             f"and has none of {', '.join(MASK_TEXTS)}")
+    if declared is not None and declared != mask:
+        raise ModelLoadError(f"config.json says mask_token_id {mask}, but the tokenizer maps its mask token "
+                             f"{tokens.special['mask_token']!r} to {declared}: the folder's files disagree")
+    eos = from_configs("eos_token_id")
+    if eos is None:
+        eos = tokens.id_of("eos_token")
+    pad = tokens.id_of("pad_token")
+    if pad is None:
+        pad = from_configs("pad_token_id")
+    bos = None
+    if tokens.add_bos:
+        bos = from_configs("bos_token_id")
+        if bos is None:
+            bos = tokens.id_of("bos_token")
+    for role, value in {"mask": mask, "eos": eos, "pad": pad, "bos": bos}.items():
+        if value is not None and not 0 <= value < vocab_rows:
+            raise ModelLoadError(f"{role} token id {value} is outside the {vocab_rows}-row embedding")
+    if pad == mask:
+        pad = None
+    return SpecialTokens(mask_id=mask, pad_id=pad, eos_id=eos, bos_id=bos)
