@@ -10,6 +10,7 @@ import sys
 DELEGATED = {
     "train": "dllm_lsp.train.cli",
     "eval": "dllm_lsp.eval.cli",
+    "gpujob": "dllm_lsp.gpujob.cli",
 }
 BENCH_MODES = {
     "overhead": "dllm_lsp.bench.overhead",
@@ -29,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(serve, default=None)
     serve.add_argument("--log-file", help="write the server log here (stderr otherwise)")
     serve.add_argument("--log-level", default="INFO")
+    serve.add_argument("--token-file", help="TCP: clients must send this file's token (else $DLLM_LSP_TOKEN); "
+                                            "required to listen beyond loopback (docs/deploy.md)")
 
     complete = sub.add_parser("complete", help="print one completion at FILE:LINE:COL (1-based)")
     complete.add_argument("location", metavar="FILE:LINE:COL")

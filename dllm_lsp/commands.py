@@ -31,10 +31,16 @@ def serve(args) -> int:
     if args.tcp:
         import asyncio  # noqa: PLC0415
 
+        from .server import auth  # noqa: PLC0415
         from .server.tcp import serve_tcp  # noqa: PLC0415
 
         host, port = parse_host_port(args.tcp)
-        asyncio.run(serve_tcp(host, port, settings))
+        try:
+            token = auth.load_token(getattr(args, "token_file", None))
+            auth.check_bind(host, token)
+        except auth.AuthError as exc:
+            raise UserError(str(exc)) from None
+        asyncio.run(serve_tcp(host, port, settings, token))
     else:
         create_server(settings).start_io()
     return 0

@@ -48,6 +48,11 @@ class DllmLanguageServer(LanguageServer):
         self.completions = CompletionService(self.host, self.trees)
         self.load_task: asyncio.Task | None = None
 
+    def start_io(self, stdin=None, stdout=None) -> None:
+        from .transport import start_io  # noqa: PLC0415  (the robust frame reader, docs/protocol.md)
+
+        start_io(self, stdin, stdout)
+
     def report_server_error(self, error: Exception, source: Any) -> None:
         # Cancellations and bad params are answered to the client; they are not server faults.
         if isinstance(error, (JsonRpcRequestCancelled, JsonRpcInvalidParams, RequestFailed)):

@@ -43,12 +43,19 @@ class ModelHost:
         return self._key != LoadKey(model, device)
 
     async def load(self, model: str, device: str, context_tokens: int) -> Engine:
-        """Load `model` on `device` (replacing the current one). Raises ModelLoadError."""
-        self._key = LoadKey(model, device)
+        """Load `model` on `device` (replacing the current one). Raises ModelLoadError.
+        Callers asking for the model being loaded, or already loaded, share that load (TCP
+        connections arriving together load the model once)."""
+        key = LoadKey(model, device)
+        if key != self._key or self._loading is None or (self._loading.done() and self._engine is None):
+            self._key = key
+            self._loading = asyncio.ensure_future(self._load(model, device, context_tokens))
+        return await asyncio.shield(self._loading)
+
+    async def _load(self, model: str, device: str, context_tokens: int) -> Engine:
         loop = asyncio.get_running_loop()
-        self._loading = loop.run_in_executor(self._executor, self._load_blocking, model, device, context_tokens)
         try:
-            engine = await self._loading
+            engine = await loop.run_in_executor(self._executor, self._load_blocking, model, device, context_tokens)
         except ModelLoadError as exc:
             self._engine, self.error = None, str(exc)
             raise

@@ -1,16 +1,31 @@
 """pygls' protocol, answering requests whose params fail to deserialise.
 
 Stock pygls logs such a request and never answers it, so the client waits forever; here the
-client gets InvalidParams naming the bad field."""
+client gets InvalidParams naming the bad field. Also:
+- an ordinary refusal (cancelled, superseded, no model loaded, invalid params) is logged in one
+  line, not with pygls' full traceback;
+- a document above MAX_DOCUMENT_CHARS is not tracked (no parse, no syntax tree): its requests
+  get RequestFailed saying so, and the client is told once (docs/protocol.md, "Limits").
+"""
 from __future__ import annotations
 
+import logging
+from concurrent.futures import Future
 from typing import Any
 
 from cattrs import transform_error
+from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.protocol import LanguageServerProtocol
 
+log = logging.getLogger(__name__)
+
 _ANSWERED = object()   # a request already answered with an error while being read
+
+MAX_DOCUMENT_CHARS = 4 * 1024 * 1024   # larger documents get no completions (a clear message instead)
+REQUEST_FAILED = -32803
+# Errors a client meets in normal use: answered, logged in one line.
+ORDINARY_ERRORS = {-32800, -32801, -32802, REQUEST_FAILED, -32602}
 
 
 class DllmProtocol(LanguageServerProtocol):
@@ -26,9 +41,74 @@ class DllmProtocol(LanguageServerProtocol):
             raise
 
     def handle_message(self, message) -> None:
-        if message is _ANSWERED:
+        if message is _ANSWERED or self.refuse_oversized(message):
             return
         super().handle_message(message)
+        if getattr(message, "method", None) == types.TEXT_DOCUMENT_DID_CHANGE:
+            self.check_size(message.params.text_document.uri)
+
+    @property
+    def oversized(self) -> dict[str, int]:
+        """uri -> length of the open documents above MAX_DOCUMENT_CHARS."""
+        if not hasattr(self, "_oversized"):
+            self._oversized: dict[str, int] = {}
+        return self._oversized
+
+    def refuse_oversized(self, message) -> bool:
+        method = getattr(message, "method", None)
+        if method == types.TEXT_DOCUMENT_DID_OPEN:
+            document = message.params.text_document
+            self.oversized.pop(document.uri, None)
+            if len(document.text) > MAX_DOCUMENT_CHARS:
+                self.mark_oversized(document.uri, len(document.text))
+                return True
+            return False
+        uri = document_uri(getattr(message, "params", None))
+        if uri is None or uri not in self.oversized:
+            return False
+        if method == types.TEXT_DOCUMENT_DID_CLOSE:
+            self.oversized.pop(uri, None)
+            return False
+        if getattr(message, "id", None) is not None:
+            self._send_response(message.id, error=JsonRpcException(
+                too_big(uri, self.oversized[uri]), code=REQUEST_FAILED).to_response_error())
+        return True   # its edits too: the document stays untracked until it is reopened
+
+    def check_size(self, uri: str) -> None:
+        document = self.workspace.text_documents.get(uri)
+        if document is not None and len(document.source) > MAX_DOCUMENT_CHARS:
+            self.mark_oversized(uri, len(document.source))
+            self.workspace.remove_text_document(uri)
+
+    def mark_oversized(self, uri: str, size: int) -> None:
+        self.oversized[uri] = size
+        log.warning("%s", too_big(uri, size))
+        self._server.window_show_message(types.ShowMessageParams(
+            type=types.MessageType.Warning, message=f"dllm-lsp: {too_big(uri, size)}"))
+
+    def _send_handler_result(self, future: Future, *, msg_id) -> None:
+        if not future.cancelled():
+            error = future.exception()
+            if isinstance(error, JsonRpcException) and error.code in ORDINARY_ERRORS:
+                self._request_futures.pop(msg_id, None)
+                log.info("request %s answered %d: %s", msg_id, error.code, error.message)
+                self._send_response(msg_id, error=error.to_response_error())
+                return
+        super()._send_handler_result(future, msg_id=msg_id)
+
+
+def document_uri(params: Any) -> str | None:
+    document = getattr(params, "text_document", None)
+    if document is None and isinstance(params, dict) and isinstance(params.get("textDocument"), dict):
+        document = params["textDocument"]
+        return document.get("uri") if isinstance(document.get("uri"), str) else None
+    return getattr(document, "uri", None)
+
+
+def too_big(uri: str, size: int) -> str:
+    name = uri.rsplit("/", 1)[-1] or uri
+    return (f"{name} has {size / 1024 / 1024:.1f} Mi characters, above the {MAX_DOCUMENT_CHARS // (1024 * 1024)} Mi "
+            "limit: no completions for it (docs/protocol.md, Limits)")
 
 
 def describe(error: BaseException) -> str:

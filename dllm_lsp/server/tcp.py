@@ -3,6 +3,11 @@
 pygls' own TCP mode serves a single connection and exits the process when it closes (and its
 `exit` handler calls sys.exit). Here every connection gets its own language server (documents,
 settings, pending requests) while all of them share one ModelHost, so a team shares one GPU.
+
+Each connection is read by the robust frame reader (transport.py). When a token is configured
+(auth.py), a connection must present it in `initialize` before anything else is read; when a
+connection closes, its queued and running requests are cancelled (a denoise stops at its next
+step boundary) so nobody's GPU time goes to a client that has left.
 """
 from __future__ import annotations
 
@@ -12,47 +17,84 @@ import threading
 from typing import Any
 
 from lsprotocol import types
-from pygls.io_ import run_async
 from pygls.protocol.language_server import lsp_method
 
+from . import auth
 from .app import create_server
 from .model_host import ModelHost
 from .protocol import DllmProtocol
 from .settings import ServerSettings
+from .transport import CHUNK, Connection, FrameReader
 
 log = logging.getLogger(__name__)
 
 
 class ConnectionProtocol(DllmProtocol):
-    """One client's protocol: `exit` ends this connection, not the process."""
+    """One client's protocol: `exit` ends this connection, not the process; with a token
+    configured, nothing but a correct `initialize` is served until it has come."""
+
+    token: str | None = None
+    authenticated = False
 
     @lsp_method(types.EXIT)
     def lsp_exit(self, *args: Any):
+        self.close_connection()
+        yield from ()
+
+    def close_connection(self) -> None:
         if self.writer is not None:
             self.writer.close()
         if self._server._stop_event is not None:
             self._server._stop_event.set()
-        yield from ()
+
+    def handle_message(self, message) -> None:
+        if self.token is not None and not self.authenticated and not auth.admit(self, message):
+            return
+        super().handle_message(message)
 
 
-async def serve_tcp(host: str, port: int, settings: ServerSettings) -> None:
+class _Discard:
+    """The writer of a connection that has gone: answers to its cancelled requests go nowhere."""
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def cancel_pending(server) -> int:
+    """Cancel every request of this connection still queued or running; how many there were."""
+    pending = list(server.protocol._request_futures.values())
+    server.protocol._request_futures.clear()
+    for future in pending:
+        future.cancel()
+    return len(pending)
+
+
+async def serve_tcp(host: str, port: int, settings: ServerSettings, token: str | None = None) -> None:
     shared = ModelHost()
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         log.info("client connected from %s", peer)
         server = create_server(settings, host=shared, protocol_cls=ConnectionProtocol)
+        server.protocol.token = token
         server._stop_event = threading.Event()
         server.protocol.set_writer(writer)
         try:
-            await run_async(stop_event=server._stop_event, reader=reader, protocol=server.protocol,
-                            logger=log, error_handler=server.report_server_error)
+            await Connection(server, FrameReader(lambda: reader.read(CHUNK)), server._stop_event).run()
+        except Exception:
+            log.exception("connection from %s failed", peer)
         finally:
+            server.protocol.writer = _Discard()
+            cancelled = cancel_pending(server)
             if not writer.is_closing():
                 writer.close()
-            log.info("client %s disconnected", peer)
+            log.info("client %s disconnected%s", peer, f"; cancelled {cancelled} pending request(s)" if cancelled else "")
 
-    listener = await asyncio.start_server(on_connection, host, port)
-    log.info("listening on %s", ", ".join(str(s.getsockname()) for s in listener.sockets))
+    listener = await asyncio.start_server(on_connection, host, port, limit=CHUNK)
+    log.info("listening on %s%s", ", ".join(str(s.getsockname()) for s in listener.sockets),
+             " (a token is required)" if token else "")
     async with listener:
         await listener.serve_forever()

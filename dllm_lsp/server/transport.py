@@ -1,0 +1,417 @@
+"""Reading LSP frames robustly, for stdio and for each TCP connection.
+
+pygls' own read loop (pygls.io_.run_async) matches only `Content-Length: N\\r\\n` exactly, never
+gives up on a bad frame and answers nothing when a body is not a JSON object: one malformed frame
+and every later request goes unanswered while the server stays alive. Here:
+
+- header names are case-insensitive and `\\n` line ends are accepted;
+- a frame without a usable Content-Length (missing, not a number, negative) or above
+  MAX_FRAME_BYTES is refused with one log line and a -32700 error (id null), and the reader
+  resynchronises on the next `Content-Length` header, discarding what lies between;
+- a body that is not UTF-8 or not JSON gets -32700 (id null), never an "Error in server" popup;
+  a body shorter than its Content-Length (the next frame's header read as part of it) is split
+  at that header and both frames are served;
+- a batch (JSON array) and a request with an unusable id (object, array, bool, null) get
+  JSON-RPC 2.0 answers (-32600, id null where the id is unusable); a request may omit `params`;
+- lone UTF-16 surrogates (`"\\ud800"`) in strings become U+FFFD (one UTF-16 unit either way, so
+  positions are unchanged) instead of failing every later completion on that document;
+- `exit` ends the process with status 1 unless `shutdown` came first (pygls swallows its own
+  SystemExit and always exits 0).
+
+The limits are documented in docs/protocol.md ("Transport limits") and docs/deploy.md.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import sys
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+MAX_FRAME_BYTES = 64 * 1024 * 1024      # one message; a bigger Content-Length is refused
+MAX_HEADER_LINE = 8 * 1024              # longer "lines" between frames are skipped in pieces
+CHUNK = 64 * 1024
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+INTERNAL_ERROR = -32603
+
+_HEADER = re.compile(rb"^([A-Za-z][A-Za-z0-9_-]*)[ \t]*:[ \t]*(.*?)[ \t]*\r?\n$", re.DOTALL)
+_CONTENT_LENGTH = b"content-length"
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+@dataclass
+class FramingError:
+    """A frame that could not be read; `reason` is logged and sent as a -32700 message."""
+    reason: str
+
+
+class FrameReader:
+    """Frames from a byte source: `read()` returns the next chunk, b"" at end of stream."""
+
+    def __init__(self, read: Callable[[], Awaitable[bytes]], max_frame: int = MAX_FRAME_BYTES) -> None:
+        self._read = read
+        self._buf = bytearray()
+        self._eof = False
+        self.max_frame = max_frame
+
+    def unread(self, data: bytes) -> None:
+        """Put bytes back in front of the stream (the next frame found inside a short body)."""
+        self._buf[:0] = data
+
+    async def _fill(self) -> bool:
+        if self._eof:
+            return False
+        try:
+            chunk = await self._read()
+        except (ConnectionError, OSError) as exc:
+            log.info("connection read failed: %s", exc)
+            chunk = b""
+        if not chunk:
+            self._eof = True
+            return False
+        self._buf += chunk
+        return True
+
+    async def _line(self) -> bytes | None:
+        """The next line (with its newline), a piece of an overlong line, or None at end of stream."""
+        start = 0
+        while True:
+            at = self._buf.find(b"\n", start)
+            if at >= 0:
+                line = bytes(self._buf[:at + 1])
+                del self._buf[:at + 1]
+                return line
+            if len(self._buf) > MAX_HEADER_LINE:   # keep a tail: a header may start inside it
+                keep = 64
+                piece = bytes(self._buf[:-keep])
+                del self._buf[:-keep]
+                return piece
+            start = len(self._buf)
+            if not await self._fill():
+                if self._buf:
+                    rest = bytes(self._buf)
+                    self._buf.clear()
+                    return rest
+                return None
+
+    async def _exactly(self, n: int) -> bytes | None:
+        while len(self._buf) < n:
+            if not await self._fill():
+                return None
+        body = bytes(self._buf[:n])
+        del self._buf[:n]
+        return body
+
+    async def next(self) -> bytes | FramingError | None:
+        """The next body, a FramingError for a frame that was refused, or None at end of stream."""
+        headers: dict[bytes, bytes] | None = None
+        resyncing = False   # a header found inside junk: a bad one is junk too, not another error
+        skipped = 0
+        while True:
+            line = await self._line()
+            if line is None:
+                if headers is not None or skipped:
+                    log.warning("stream ended inside a frame header (%d bytes skipped)", skipped)
+                return None
+            if headers is None:
+                if not line.strip():
+                    continue   # blank lines between frames
+                if not _HEADER.match(line):
+                    at = line.lower().find(_CONTENT_LENGTH)
+                    if at > 0:   # junk, then a header: read the header as its own line
+                        self.unread(line[at:])
+                        skipped += at
+                    else:
+                        skipped += len(line)
+                    continue
+                headers, resyncing = {}, skipped > 0
+                if skipped:
+                    log.warning("skipped %d bytes that were not a frame, resynchronised on the next header", skipped)
+                    skipped = 0
+            if not line.strip():   # end of the header block
+                outcome = await self._body(headers)
+                if isinstance(outcome, FramingError) and resyncing:
+                    log.debug("ignored a bad header found while resynchronising: %s", outcome.reason)
+                    headers, skipped = None, 0
+                    continue
+                return outcome
+            match = _HEADER.match(line)
+            if match is None:
+                at = line.lower().find(_CONTENT_LENGTH)
+                if at > 0:
+                    self.unread(line[at:])
+                if resyncing:
+                    headers = None
+                    continue
+                return FramingError(f"malformed header line {line[:80]!r}; skipping to the next header")
+            headers[match.group(1).lower()] = match.group(2)
+
+    async def _body(self, headers: dict[bytes, bytes]) -> bytes | FramingError | None:
+        raw = headers.get(_CONTENT_LENGTH)
+        if raw is None:
+            return FramingError("frame without a Content-Length header; skipping to the next header")
+        if not raw.isdigit():
+            return FramingError(f"Content-Length {raw[:40].decode('latin-1')!r} is not a non-negative integer; "
+                                "skipping to the next header")
+        size = int(raw) if len(raw) <= 20 else self.max_frame + 1
+        if size > self.max_frame:
+            return FramingError(f"frame of {size} bytes refused: above the limit of {self.max_frame} bytes "
+                                "(MAX_FRAME_BYTES); skipping to the next header")
+        body = await self._exactly(size)
+        if body is None:
+            log.warning("stream ended inside a frame body (%d bytes announced)", size)
+        return body
+
+
+# --- Messages -----------------------------------------------------------------------------------
+
+def error_message(msg_id: Any, code: int, message: str) -> dict:
+    return {"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}}
+
+
+def usable_id(data: dict) -> str | int | None:
+    msg_id = data.get("id")
+    if isinstance(msg_id, str) or (isinstance(msg_id, int) and not isinstance(msg_id, bool)):
+        return msg_id
+    return None
+
+
+def envelope_error(data: dict) -> dict | None:
+    """The JSON-RPC 2.0 error a malformed message object gets, or None when it is well formed."""
+    msg_id = usable_id(data)
+    if data.get("jsonrpc") != "2.0":
+        return error_message(msg_id, INVALID_REQUEST, 'Invalid Request: "jsonrpc" must be "2.0"')
+    if "method" in data:
+        if not isinstance(data["method"], str):
+            return error_message(msg_id, INVALID_REQUEST, 'Invalid Request: "method" must be a string')
+        if "id" in data and msg_id is None:
+            kind = type(data["id"]).__name__ if data["id"] is not None else "null"
+            return error_message(None, INVALID_REQUEST,
+                                 f'Invalid Request: "id" must be a string or an integer, not {kind}')
+        if "params" in data and data["params"] is not None and not isinstance(data["params"], (dict, list)):
+            return error_message(msg_id, INVALID_REQUEST, 'Invalid Request: "params" must be an object or an array')
+        return None
+    if "id" in data and ("result" in data or "error" in data):
+        return None   # a response to one of our requests
+    return error_message(msg_id, INVALID_REQUEST, 'Invalid Request: neither a request, a notification nor a response')
+
+
+def replace_lone_surrogates(value: Any) -> tuple[Any, int]:
+    """`value` with every lone UTF-16 surrogate in its strings replaced by U+FFFD, and how many."""
+    if isinstance(value, str):
+        found = len(_SURROGATE.findall(value))
+        return (_SURROGATE.sub("\ufffd", value) if found else value), found
+    total = 0
+    if isinstance(value, dict):
+        for key, item in value.items():
+            value[key], n = replace_lone_surrogates(item)
+            total += n
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            value[index], n = replace_lone_surrogates(item)
+            total += n
+    return value, total
+
+
+def decode_body(body: bytes) -> Any:
+    """UTF-8 JSON; raises ValueError (UnicodeDecodeError, JSONDecodeError) with the reason."""
+    text = body.decode("utf-8")
+    data = json.loads(text)
+    if _SURROGATE_ESCAPE.search(text):
+        data, found = replace_lone_surrogates(data)
+        if found:
+            log.warning("replaced %d lone UTF-16 surrogate(s) with U+FFFD", found)
+    return data
+
+
+# --- The read loop ------------------------------------------------------------------------------
+
+class Connection:
+    """Reads frames for one language server and hands well-formed messages to its protocol."""
+
+    def __init__(self, server, frames: FrameReader, stop_event: threading.Event | None = None) -> None:
+        self.server = server
+        self.protocol = server.protocol
+        self.frames = frames
+        self.stop_event = stop_event or threading.Event()
+        self.exit_code: int | None = None
+
+    def send(self, message: Any) -> None:
+        try:
+            self.protocol._send_data(message)
+        except Exception as exc:   # a closed pipe: the read loop ends at end of stream
+            log.info("could not send a transport error: %s", exc)
+
+    async def run(self) -> int | None:
+        """Serve until end of stream, `exit` or the stop event; returns the exit status `exit` asked for."""
+        while not self.stop_event.is_set() and self.exit_code is None:
+            item = await self.frames.next()
+            if item is None:
+                break
+            if isinstance(item, FramingError):
+                log.error("bad frame: %s", item.reason)
+                self.send(error_message(None, PARSE_ERROR, f"Parse error: {item.reason}"))
+                continue
+            self.dispatch(item)
+        return self.exit_code
+
+    def dispatch(self, body: bytes) -> None:
+        try:
+            data = decode_body(body)
+        except ValueError as exc:
+            at = body.lower().find(_CONTENT_LENGTH, 1)
+            if at < 0:
+                return self.parse_error(exc)
+            # A body shorter than its Content-Length: the next frame's header was read into it.
+            self.frames.unread(body[at:])
+            log.warning("frame body shorter than its Content-Length; the next frame starts inside it")
+            try:
+                data = decode_body(body[:at])
+            except ValueError as exc2:
+                return self.parse_error(exc2)
+        if isinstance(data, list):
+            return self.batch(data)
+        if not isinstance(data, dict):
+            self.send(error_message(None, INVALID_REQUEST, "Invalid Request: a message must be a JSON object"))
+            return None
+        self.message(data)
+        return None
+
+    def parse_error(self, exc: ValueError) -> None:
+        reason = "body is not valid UTF-8" if isinstance(exc, UnicodeDecodeError) else "body is not valid JSON"
+        log.error("bad frame: %s (%s)", reason, exc)
+        self.send(error_message(None, PARSE_ERROR, f"Parse error: {reason}: {exc}"))
+
+    def batch(self, items: list) -> None:
+        """LSP has no batches; every request in one is answered -32600, in one array, as JSON-RPC 2.0 asks."""
+        if not items:
+            self.send(error_message(None, INVALID_REQUEST, "Invalid Request: empty batch"))
+            return
+        answers = []
+        for item in items:
+            if not isinstance(item, dict):
+                answers.append(error_message(None, INVALID_REQUEST, "Invalid Request: not a JSON object"))
+            elif "method" in item and "id" not in item:
+                continue   # a notification: no answer, and it is not run
+            else:
+                answers.append(error_message(usable_id(item), INVALID_REQUEST,
+                                             "Invalid Request: batches are not supported by this language server"))
+        log.warning("refused a batch of %d messages", len(items))
+        if answers:
+            self.send(answers)
+
+    def message(self, data: dict) -> None:
+        problem = envelope_error(data)
+        if problem is not None:
+            log.warning("invalid message: %s", problem["error"]["message"])
+            if "method" in data and "id" not in data and problem["id"] is None and data.get("jsonrpc") == "2.0":
+                return   # a notification with a bad field: nothing to answer
+            self.send(problem)
+            return
+        is_request = "method" in data and "id" in data
+        if "method" in data:
+            data.setdefault("params", None)   # JSON-RPC lets a request or notification omit params
+        try:
+            message = self.protocol.structure_message(data)
+        except Exception as exc:
+            log.warning("could not read %s: %s", data.get("method", "a response"), exc)
+            if is_request:
+                code = getattr(exc, "code", INTERNAL_ERROR)
+                self.send(error_message(data["id"], code, str(exc) or type(exc).__name__))
+            return
+        if is_request and getattr(self.protocol, "_shutdown", False) and data["method"] != "exit":
+            self.send(error_message(data["id"], INVALID_REQUEST, "Invalid Request: the server is shutting down"))
+            return   # (pygls would drop it unanswered)
+        try:
+            self.protocol.handle_message(message)
+        except SystemExit as exc:   # pygls' exit handler
+            self.exit_code = exc.code if isinstance(exc.code, int) else 0
+            self.stop_event.set()
+        except Exception as exc:
+            log.exception("error handling %s", data.get("method", "a response"))
+            if is_request:
+                self.send(error_message(data["id"], INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"))
+
+
+# --- stdio --------------------------------------------------------------------------------------
+
+class ThreadedByteSource:
+    """Chunks of a blocking binary stream, read on a daemon thread (one read per request), so a
+    process that is told to exit is never held up by a read that waits for the client."""
+
+    def __init__(self, stream) -> None:
+        self._read = getattr(stream, "read1", None) or stream.read
+        self._want = threading.Semaphore(0)
+        self._pending: tuple[asyncio.AbstractEventLoop, asyncio.Future] | None = None
+        self._thread: threading.Thread | None = None
+
+    async def read(self) -> bytes:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._pending = (loop, future)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="dllm-stdin", daemon=True)
+            self._thread.start()
+        self._want.release()
+        return await future
+
+    def _run(self) -> None:
+        while True:
+            self._want.acquire()
+            try:
+                data = self._read(CHUNK)
+            except Exception as exc:
+                log.info("reading stdin failed: %s", exc)
+                data = b""
+            loop, future = self._pending
+            try:
+                loop.call_soon_threadsafe(_resolve, future, data or b"")
+            except RuntimeError:   # the loop is gone: the server is exiting
+                return
+            if not data:
+                return
+
+
+def _resolve(future: asyncio.Future, data: bytes) -> None:
+    if not future.done():
+        future.set_result(data)
+
+
+class StdoutWriter:
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, data: bytes) -> None:
+        self._stream.write(data)
+        self._stream.flush()
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+def start_io(server, stdin=None, stdout=None) -> None:
+    """Serve one client on stdin/stdout (replaces pygls' start_io); exits with `exit`'s status."""
+    server._stop_event = stop_event = threading.Event()
+    server.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+    source = ThreadedByteSource(stdin or sys.stdin.buffer)
+    code: int | None = None
+    try:
+        code = asyncio.run(Connection(server, FrameReader(source.read), stop_event).run())
+    except BrokenPipeError:
+        log.error("connection to the client is lost; shutting down")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+    if code:
+        log.info("exit without shutdown: exiting with status %d", code)
+        sys.exit(code)

@@ -1,0 +1,250 @@
+"""Malformed frames and messages, sent byte for byte by a raw client to the real server over stdio
+and over TCP: each is answered (or refused with one log line) and the next request still works."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from dllm_lsp.server.protocol import MAX_DOCUMENT_CHARS
+from dllm_lsp.server.transport import MAX_FRAME_BYTES
+
+from .raw_rpc import RawClient, frame
+
+pytestmark = pytest.mark.timeout(240)
+
+STATUS = {"jsonrpc": "2.0", "method": "dllm/status", "params": {}}
+
+
+def is_error(message, code: int) -> bool:
+    return isinstance(message, dict) and "error" in message and message["error"]["code"] == code
+
+
+def null_id_error(code: int):
+    return lambda m: is_error(m, code) and m["id"] is None
+
+
+def still_serves(client: RawClient) -> None:
+    """The server answers a plain request after whatever the test sent."""
+    assert client.call("dllm/status", {}, timeout=30)["result"]["loaded"]
+
+
+# --- one function per case; each gets an initialized client with the model loaded ------------------
+
+def case_body_shorter_than_content_length(c: RawClient) -> None:
+    body = json.dumps({**STATUS, "id": "short"}).encode()
+    c.raw(b"Content-Length: %d\r\n\r\n" % (len(body) + 25) + body)
+    after = c.start("dllm/status", {})
+    assert "result" in c.response(after)          # the next frame is found inside the short body
+    assert "result" in c.response("short")        # and the short frame itself is served
+
+
+def case_body_longer_than_content_length(c: RawClient) -> None:
+    body = json.dumps({**STATUS, "id": "long"}).encode()
+    c.raw(b"Content-Length: %d\r\n\r\n" % (len(body) - 10) + body)
+    assert c.wait_for(null_id_error(-32700))
+    still_serves(c)
+
+
+def case_no_content_length(c: RawClient) -> None:
+    body = json.dumps({**STATUS, "id": "nolength"}).encode()
+    c.raw(b"Content-Type: application/vscode-jsonrpc; charset=utf-8\r\n\r\n" + body)
+    assert "Content-Length" in c.wait_for(null_id_error(-32700))["error"]["message"]
+    still_serves(c)
+
+
+def case_bad_content_length(c: RawClient, value: bytes = b"abc") -> None:
+    body = json.dumps({**STATUS, "id": "bad"}).encode()
+    c.raw(b"Content-Length: " + value + b"\r\n\r\n" + body)
+    assert "not a non-negative integer" in c.wait_for(null_id_error(-32700))["error"]["message"]
+    still_serves(c)
+
+
+def case_negative_content_length(c: RawClient) -> None:
+    case_bad_content_length(c, b"-5")
+
+
+def case_content_length_with_junk(c: RawClient) -> None:
+    case_bad_content_length(c, b"12x")
+
+
+def case_lower_case_header(c: RawClient) -> None:
+    body = json.dumps({**STATUS, "id": "lower"}).encode()
+    c.raw(b"content-length: %d\r\n\r\n" % len(body) + body)
+    assert "result" in c.response("lower")
+
+
+def case_one_terabyte_frame(c: RawClient) -> None:
+    c.raw(b"Content-Length: 1000000000000\r\n\r\n")      # and the stream stays open
+    message = c.wait_for(null_id_error(-32700))["error"]["message"]
+    assert "refused" in message and str(MAX_FRAME_BYTES) in message
+    still_serves(c)
+
+
+def case_batch(c: RawClient) -> None:
+    c.send([{**STATUS, "id": "b1"}, {"jsonrpc": "2.0", "method": "initialized", "params": {}}, 7])
+    answer = c.wait_for(lambda m: isinstance(m, list))
+    assert [(a["id"], a["error"]["code"]) for a in answer] == [("b1", -32600), (None, -32600)]
+    c.send([])
+    assert c.wait_for(null_id_error(-32600))
+    still_serves(c)
+
+
+def case_object_id(c: RawClient) -> None:
+    c.send({**STATUS, "id": {"nested": 1}})
+    assert "id" in c.wait_for(null_id_error(-32600))["error"]["message"]
+    still_serves(c)
+
+
+def case_request_without_params(c: RawClient) -> None:
+    answer = c.call("dllm/status", omit_params=True)
+    assert answer["result"]["loaded"]
+
+
+def case_invalid_json(c: RawClient) -> None:
+    c.raw(frame(b'{"jsonrpc": "2.0", "id": 1, "method": '))
+    assert "not valid JSON" in c.wait_for(null_id_error(-32700))["error"]["message"]
+    c.raw(frame(b'{"jsonrpc": "2.0", "id": 2, "method": "dllm/status", "params": {"x": "\xff\xfe"}}'))
+    assert "UTF-8" in c.wait_for(null_id_error(-32700))["error"]["message"]
+    still_serves(c)
+    popups = [m for m in c.other if isinstance(m, dict) and m.get("method") == "window/showMessage"
+              and "Error in server" in m["params"]["message"]]
+    assert not popups
+
+
+def case_lone_surrogate_in_document(c: RawClient) -> None:
+    uri = f"file:///tmp/surrogate{time.monotonic_ns()}.py"
+    c.raw(frame('{"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {"uri": "%s", '
+                '"languageId": "python", "version": 1, "text": "s = \\"\\ud800\\"\\ndef f(x):\\n    return \\n"}}}'
+                % uri))
+    for _ in range(2):
+        answer = c.response(c.inline(uri, 2, 11))
+        assert "result" in answer, answer
+
+
+def case_document_above_the_limit(c: RawClient) -> None:
+    uri = f"file:///tmp/huge{time.monotonic_ns()}.py"
+    c.open(uri, "x = 1\n" * (MAX_DOCUMENT_CHARS // 6 + 1))
+    warning = c.wait_for(lambda m: isinstance(m, dict) and m.get("method") == "window/showMessage")
+    assert "limit" in warning["params"]["message"]
+    answer = c.response(c.inline(uri, 0, 5))
+    assert is_error(answer, -32803) and "limit" in answer["error"]["message"]
+    c.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+    still_serves(c)
+
+
+CASES = {name[len("case_"):]: fn for name, fn in dict(globals()).items() if name.startswith("case_")}
+
+
+# --- servers ----------------------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_listening(proc: subprocess.Popen, port: int, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, "server exited"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, "server did not listen in time"
+            time.sleep(0.1)
+
+
+def start_tcp_server(tmp_path, model_dir, *extra: str, env=None) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dllm_lsp", "serve", "--tcp", f"127.0.0.1:{port}", "--model", str(model_dir),
+         "--device", "cpu", "--log-file", str(tmp_path / "tcp.log"), *extra], env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    wait_listening(proc, port)
+    return proc, port
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+OPTIONS = {"steps": 4, "maxLineTokens": 8, "maxSpanTokens": 16}
+
+
+@pytest.fixture(scope="module")
+def stdio_client(tmp_path_factory, tiny_model_dir):
+    client, proc = RawClient.stdio(tmp_path_factory.mktemp("stdio"), "--model", str(tiny_model_dir),
+                                   "--device", "cpu")
+    try:
+        assert "result" in client.initialize(OPTIONS)
+        assert client.wait_loaded()["loaded"]
+        yield client
+        client.shutdown_and_exit()
+        assert proc.wait(timeout=30) == 0
+    finally:
+        stop(proc)
+
+
+@pytest.fixture(scope="module")
+def tcp_server(tmp_path_factory, tiny_model_dir):
+    proc, port = start_tcp_server(tmp_path_factory.mktemp("tcp"), tiny_model_dir)
+    try:
+        yield port
+    finally:
+        stop(proc)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_transport_case_over_stdio(stdio_client, case):
+    CASES[case](stdio_client)
+    still_serves(stdio_client)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_transport_case_over_tcp(tcp_server, case):
+    client = RawClient.tcp(tcp_server)
+    try:
+        assert "result" in client.initialize(OPTIONS)
+        assert client.wait_loaded()["loaded"]
+        CASES[case](client)
+        still_serves(client)
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("shutdown_first, status", [(True, 0), (False, 1)])
+def test_exit_status_follows_the_protocol(tmp_path, shutdown_first, status):
+    client, proc = RawClient.stdio(tmp_path)
+    try:
+        assert "result" in client.initialize(initialized=False)   # no model load: not needed here
+        if shutdown_first:
+            client.call("shutdown")
+        client.notify("exit")
+        assert proc.wait(timeout=30) == status
+    finally:
+        stop(proc)
+
+
+def test_requests_after_shutdown_are_refused_not_dropped(tmp_path):
+    client, proc = RawClient.stdio(tmp_path)
+    try:
+        assert "result" in client.initialize(initialized=False)
+        client.call("shutdown")
+        assert is_error(client.call("dllm/status", {}), -32600)
+        client.notify("exit")
+        assert proc.wait(timeout=30) == 0
+    finally:
+        stop(proc)
