@@ -10,7 +10,6 @@ import sys
 DELEGATED = {
     "train": "dllm_lsp.train.cli",
     "eval": "dllm_lsp.eval.cli",
-    "gpujob": "dllm_lsp.gpujob.cli",
 }
 BENCH_MODES = {
     "overhead": "dllm_lsp.bench.overhead",
