@@ -59,6 +59,7 @@ class BlockDiffusionPort(Protocol):
         """[V] bool: tokens whose text contains a line break."""
 
 
+@torch.no_grad()
 def decode_blockwise(port: BlockDiffusionPort, canvas: Canvas, settings: DecodeSettings,
                      should_stop: Callable[[], bool] = lambda: False, on_step: StepCallback | None = None,
                      cache: CacheSettings = CacheSettings()) -> DenoiseOutcome:
