@@ -21,8 +21,9 @@ from tokenizers import Tokenizer
 from dllm_lsp.engine.denoiser import Canvas, Denoiser, SpecialTokens
 from dllm_lsp.engine.types import CacheSettings
 
-from .block_families import BlockFamily
-from .block_model import KV, BlockLM, block_causal_mask
+from .block_families import SDAR, BlockFamily
+from .block_model import KV, BlockConfig, BlockLM, block_causal_mask, random_block_model
+from .tiny import tiny_tokenizer
 
 
 @dataclass(frozen=True)
@@ -173,3 +174,23 @@ class BlockDenoiser(Denoiser):
             "dtype": str(self.model.dtype).removeprefix("torch."),
             "parameters": self.model.num_parameters(),
         }
+
+
+# The SDAR-8B / TraDo-8B shape (Qwen3-8B layers), for speed figures with random weights.
+SDAR_8B_SHAPE = BlockConfig(vocab_size=151936, dim=4096, n_layers=36, n_heads=32, n_kv_heads=8, head_dim=128,
+                            ffn_dim=12288, rope_theta=1_000_000.0, norm_eps=1e-6, qk_norm=True)
+
+
+def random_block_denoiser(cfg: BlockConfig = SDAR_8B_SHAPE, device: torch.device | str = "cpu",
+                          dtype: torch.dtype = torch.bfloat16, block_size: int = 4, seed: int = 0) -> BlockDenoiser:
+    """A block-diffusion port of shape `cfg` with random weights straight on `device`, ready for
+    `engine.blockwise.decode_blockwise` (speed only: random weights time like trained ones). The
+    tokenizer is the tiny byte-level test one, so proposals stay in its ids while the LM head still
+    multiplies the full vocabulary; the same `model` run with one-token rows and a growing cache is
+    the autoregressive baseline on the same weights."""
+    model = random_block_model(cfg, device, dtype, seed)
+    tokenizer = tiny_tokenizer(["<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|MASK|>"])
+    special = SpecialTokens(mask_id=tokenizer.token_to_id("<|MASK|>"), pad_id=tokenizer.token_to_id("<|endoftext|>"),
+                            eos_id=tokenizer.token_to_id("<|endoftext|>"))
+    return BlockDenoiser(model, tokenizer, special, SDAR, "random-block-model", 32768, block_size, None,
+                         find_fim(tokenizer))

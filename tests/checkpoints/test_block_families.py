@@ -22,7 +22,7 @@ import torch
 from lsprotocol import types
 from safetensors.torch import load_file
 
-from dllm_lsp.checkpoints.block_denoiser import BlockDenoiser
+from dllm_lsp.checkpoints.block_denoiser import BlockDenoiser, random_block_denoiser
 from dllm_lsp.checkpoints.block_families import block_config, detect_block_family
 from dllm_lsp.checkpoints.block_model import BlockConfig, MoEConfig, block_causal_mask, random_block_model
 from dllm_lsp.checkpoints.block_tiny import BLOCK_LAYOUTS, EXECUTED_MARKER, FAMILY_OF, write_tiny_block_checkpoint
@@ -504,6 +504,10 @@ def test_block_random_model_for_benchmarks():
     ids = torch.randint(0, 96, (1, 8))
     hidden, kv = model(ids, torch.arange(8), None, block_causal_mask(torch.arange(8), torch.arange(8), 4))
     assert model.head(hidden).shape == (1, 8, 96) and len(kv) == 2
+    port = random_block_denoiser(cfg, "cpu", torch.float32, block_size=4)
+    canvas = Canvas(torch.tensor(list(range(10)) + [port.special.mask_id] * 8), [(10, 18)])
+    out = decode_blockwise(port, canvas, DecodeSettings(steps=2, threshold=1.0))
+    assert out.span_ids.shape == (1, 8) and 1 <= out.steps <= 8
     assert block_config(FAMILY_OF["sdar"], {"hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 1,
                                             "vocab_size": 96, "intermediate_size": 48}).qk_norm
 
