@@ -34,7 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     h = sub.add_parser("humaneval-infilling", help="HumanEval-Infilling pass@1 (greedy), executed")
     h.add_argument("--data", default="single-line",
                    help="benchmark .jsonl(.gz), or single-line / multi-line / random-span / random-span-light "
-                        "(looked up in ../shared/eval/human-eval-infilling)")
+                        "(looked up in --data-dir)")
+    h.add_argument("--data-dir", default=None,
+                   help="folder holding the benchmark's .jsonl.gz files, from github.com/openai/human-eval-infilling "
+                        "(default: $DLLM_LSP_EVAL_DATA, else ../shared/eval/human-eval-infilling beside the checkout)")
     h.add_argument("--model", default=None, help="model folder or shipped name (default: the shipped model)")
     h.add_argument("--device", default="auto")
     h.add_argument("--limit", type=int, default=None, help="evaluate N tasks spread evenly over the file")
@@ -65,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         bad = [m for m in modes if m not in MODES]
         if bad or not modes:
             raise ValueError(f"--modes takes {' and/or '.join(MODES)}, not {a.modes!r}")
-        path = resolve_data(a.data)
+        path = resolve_data(a.data, a.data_dir)
         tasks = spread_subset(load_tasks(path), a.limit)
         settings = DecodeSettings(steps=a.steps, threshold=a.threshold, ends_in_order=a.ends_in_order,
                                   floor_from_left=a.floor_from_left)

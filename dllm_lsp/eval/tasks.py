@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,18 +30,30 @@ class Task:
         return f"{self.prompt}{completion}{self.suffix}\n{self.test}\n\ncheck({self.entry_point})\n"
 
 
+DATA_ENV = "DLLM_LSP_EVAL_DATA"
+DATA_SOURCE = ("https://github.com/openai/human-eval-infilling (its data/ folder, MIT; the files are "
+               + ", ".join(FILES.values()) + ")")
+
+
 def default_data_dir() -> Path:
-    """`shared/eval/human-eval-infilling` beside the repository (CI and the dev checkout lay it out so)."""
+    """Where the short names are looked up: $DLLM_LSP_EVAL_DATA, else `shared/eval/human-eval-infilling`
+    beside the repository (the layout of the dev checkout and CI)."""
+    if os.environ.get(DATA_ENV):
+        return Path(os.environ[DATA_ENV]).expanduser()
     repo = Path(__file__).resolve().parents[2]
     return repo.parent / "shared" / "eval" / "human-eval-infilling"
 
 
-def resolve_data(spec: str) -> Path:
-    """A path, or a short name (single-line, multi-line, random-span, random-span-light)."""
+def resolve_data(spec: str, data_dir: str | Path | None = None) -> Path:
+    """A path, or a short name (single-line, multi-line, random-span, random-span-light) looked up in
+    `data_dir` (default: default_data_dir())."""
     if spec in FILES:
-        path = default_data_dir() / FILES[spec]
+        folder = Path(data_dir).expanduser() if data_dir else default_data_dir()
+        path = folder / FILES[spec]
         if not path.is_file():
-            raise ValueError(f"{spec}: {path} not found; pass the benchmark file with --data PATH")
+            raise ValueError(f"{spec}: {FILES[spec]} is not in {folder}. The benchmark files come from "
+                             f"{DATA_SOURCE}: download them into a folder and pass --data-dir DIR (or set "
+                             f"{DATA_ENV}=DIR), or pass one file with --data PATH")
         return path
     path = Path(spec).expanduser()
     if not path.is_file():
