@@ -1,0 +1,112 @@
+"""TCP access control (docs/deploy.md): no token, no listening beyond loopback; with a token, a
+connection must present it in `initialize` or is answered with an error and closed."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from dllm_lsp.server.auth import AUTH_FAILED, SERVER_NOT_INITIALIZED, AuthError, check_bind, load_token
+
+from .raw_rpc import RawClient
+from .test_transport import OPTIONS, free_port, start_tcp_server, stop
+
+pytestmark = pytest.mark.timeout(180)
+
+TOKEN = "s3cret-token-for-tests"
+
+
+def test_non_loopback_host_needs_a_token(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "DLLM_LSP_TOKEN"}
+    out = subprocess.run([sys.executable, "-m", "dllm_lsp", "serve", "--tcp", f"0.0.0.0:{free_port()}"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 1
+    assert len(out.stderr.strip().splitlines()) == 1 and "token" in out.stderr, out.stderr
+    with pytest.raises(AuthError):
+        check_bind("0.0.0.0", None)
+    check_bind("0.0.0.0", TOKEN)
+    check_bind("127.0.0.1", None)
+    check_bind("localhost", None)
+    check_bind("::1", None)
+
+
+def test_token_from_file_or_environment(tmp_path):
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    assert load_token(str(tmp_path / "token"), {}) == TOKEN
+    assert load_token(None, {"DLLM_LSP_TOKEN": TOKEN}) == TOKEN
+    assert load_token(None, {}) is None
+    with pytest.raises(AuthError):
+        load_token(str(tmp_path / "missing"), {})
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(AuthError):
+        load_token(str(tmp_path / "empty"), {})
+
+
+@pytest.fixture(scope="module")
+def guarded_server(tmp_path_factory, tiny_model_dir):
+    tmp = tmp_path_factory.mktemp("auth")
+    (tmp / "token").write_text(TOKEN)
+    proc, port = start_tcp_server(tmp, tiny_model_dir, "--token-file", str(tmp / "token"))
+    try:
+        yield port, tmp
+    finally:
+        stop(proc)
+
+
+def refused(client: RawClient, answer: dict, code: int = AUTH_FAILED) -> None:
+    assert "error" in answer and answer["error"]["code"] == code, answer
+    assert client.closed.wait(10), "the server kept the connection open"
+
+
+@pytest.mark.parametrize("options", [{}, {"token": "wrong"}, {"token": 42}])
+def test_initialize_without_the_token_is_refused_and_closed(guarded_server, options):
+    port, tmp = guarded_server
+    client = RawClient.tcp(port)
+    try:
+        answer = client.initialize({**OPTIONS, **options})
+        refused(client, answer)
+    finally:
+        client.close()
+
+
+def test_nothing_is_read_before_a_good_initialize(guarded_server):
+    port, tmp = guarded_server
+    client = RawClient.tcp(port)
+    try:
+        client.open("file:///tmp/secret.py", "x = 1\n")     # a document before initialize
+        assert client.closed.wait(10), "the server kept the connection open"
+    finally:
+        client.close()
+    client = RawClient.tcp(port)
+    try:
+        refused(client, client.call("dllm/status", {}), SERVER_NOT_INITIALIZED)
+    finally:
+        client.close()
+    assert "secret.py" not in (tmp / "tcp.log").read_text()
+
+
+def test_the_right_token_is_served(guarded_server):
+    port, _ = guarded_server
+    client = RawClient.tcp(port)
+    try:
+        assert "result" in client.initialize({**OPTIONS, "token": TOKEN})
+        assert client.wait_loaded()["loaded"]
+        client.open("file:///tmp/ok.py")
+        assert "result" in client.call("dllm/status", {})
+    finally:
+        client.close()
+
+
+def test_token_from_the_environment_guards_the_server(tmp_path, tiny_model_dir):
+    proc, port = start_tcp_server(tmp_path, tiny_model_dir, env={**os.environ, "DLLM_LSP_TOKEN": TOKEN})
+    try:
+        client = RawClient.tcp(port)
+        refused(client, client.initialize(OPTIONS))
+        client.close()
+        client = RawClient.tcp(port)
+        assert "result" in client.initialize({**OPTIONS, "token": TOKEN})
+        client.close()
+    finally:
+        stop(proc)
