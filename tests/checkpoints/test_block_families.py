@@ -497,13 +497,13 @@ def test_block_detection_from_config():
 
 def test_block_random_model_for_benchmarks():
     """The benchmark hook: a random model of any block config, built straight on a device."""
-    cfg = BlockConfig(vocab_size=96, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, ffn_dim=48,
+    cfg = BlockConfig(vocab_size=384, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, ffn_dim=48,
                       rope_theta=1e4, norm_eps=1e-6, qk_norm=True,
                       moe=MoEConfig(n_experts=4, top_k=2, ffn_dim=16), dense_layers=(0,))
     model = random_block_model(cfg, "cpu", torch.float32)
-    ids = torch.randint(0, 96, (1, 8))
+    ids = torch.randint(0, 384, (1, 8))
     hidden, kv = model(ids, torch.arange(8), None, block_causal_mask(torch.arange(8), torch.arange(8), 4))
-    assert model.head(hidden).shape == (1, 8, 96) and len(kv) == 2
+    assert model.head(hidden).shape == (1, 8, 384) and len(kv) == 2
     port = random_block_denoiser(cfg, "cpu", torch.float32, block_size=4)
     canvas = Canvas(torch.tensor(list(range(10)) + [port.special.mask_id] * 8), [(10, 18)])
     out = decode_blockwise(port, canvas, DecodeSettings(steps=2, threshold=1.0))
