@@ -10,6 +10,7 @@ import sys
 DELEGATED = {
     "train": "dllm_lsp.train.cli",
     "eval": "dllm_lsp.eval.cli",
+    "gpujob": "dllm_lsp.gpujob.cli",
 }
 BENCH_MODES = {
     "overhead": "dllm_lsp.bench.overhead",
@@ -36,13 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
     complete.add_argument("location", metavar="FILE:LINE:COL")
     add_model_args(complete)
     complete.add_argument("--language", help="language id (default: from the file extension)")
-    complete.add_argument("--steps", type=int, default=8)
+    complete.add_argument("--steps", type=int, default=None, help="denoising steps (default: the server's)")
     complete.add_argument("--json", action="store_true", help="print a JSON object instead of the text")
 
     infill = sub.add_parser("infill", help='JSONL in ({"id","prefix","suffix"}), JSONL out')
     add_model_args(infill)
     infill.add_argument("--max-tokens", type=int, default=32, help="slot size when a line has no max_tokens")
-    infill.add_argument("--steps", type=int, default=8)
+    infill.add_argument("--steps", type=int, default=None, help="denoising steps (default: the server's)")
 
     bench = sub.add_parser("bench", help="completion latency on a model (see also: bench overhead|kernels|checkpoint)")
     add_model_args(bench)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import math
 import platform
+import signal
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -202,8 +204,13 @@ def train(opts: TrainOptions, log=print) -> dict:
         torch.save({"model": model.state_dict(), "optim": optim.state_dict(), "step": step,
                     "tokens": tokens, "elapsed": elapsed}, state_path)
 
+    # SIGTERM (a time box ending, a lease given back) stops at the next step and saves the folder.
+    stop = threading.Event()
+    previous_handler = None
+    if threading.current_thread() is threading.main_thread():
+        previous_handler = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     model.train()
-    while True:
+    while not stop.is_set():
         elapsed = elapsed_before + time.time() - t_start
         progress = max(step / opts.max_steps if opts.max_steps else 0.0,
                        elapsed / (opts.minutes * 60) if opts.minutes else 0.0)
@@ -246,5 +253,7 @@ def train(opts: TrainOptions, log=print) -> dict:
                              **{k: round(v, 4) for k, v in last_val.items()}}) + "\n")
     log_fh.close()
     checkpoint(final=True)
-    log(f"done: {step} steps, {tokens} tokens, {last_val}")
+    if previous_handler is not None:
+        signal.signal(signal.SIGTERM, previous_handler)
+    log(f"{'stopped (SIGTERM)' if stop.is_set() else 'done'}: {step} steps, {tokens} tokens, {last_val}")
     return json.loads((out / "training.json").read_text())

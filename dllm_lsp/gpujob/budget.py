@@ -1,0 +1,50 @@
+"""Time boxes of the GPU job, derived from its total minutes.
+
+Phases run in priority order. Each phase before training gets a fixed share (capped); training
+gets whatever is left after reserving the shares of the phases after it; evaluation and the
+benchmarks then take what training left them, the pack step always keeps its reserve. A phase
+that ends early gives its time to the phases after it.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+PHASES = ("check", "corpus", "train", "eval", "bench", "pack")
+SHARE = {"check": 0.08, "corpus": 0.10, "eval": 0.14, "bench": 0.18, "pack": 0.03}
+CAP_S = {"check": 240.0, "corpus": 300.0}
+FLOOR_S = {"check": 20.0, "corpus": 20.0, "train": 20.0, "eval": 20.0, "pack": 15.0}
+
+
+@dataclass
+class Budget:
+    minutes: float
+    clock: object = time.monotonic
+    start: float = field(default=0.0)
+
+    def __post_init__(self) -> None:
+        if self.minutes <= 0:
+            raise ValueError("--minutes must be positive")
+        self.start = self.clock()
+
+    @property
+    def total_s(self) -> float:
+        return self.minutes * 60.0
+
+    def elapsed(self) -> float:
+        return self.clock() - self.start
+
+    def remaining(self) -> float:
+        return max(0.0, self.total_s - self.elapsed())
+
+    def reserve_after(self, phase: str) -> float:
+        """Seconds the phases after `phase` keep for themselves."""
+        later = PHASES[PHASES.index(phase) + 1:]
+        return sum(max(SHARE.get(p, 0.0) * self.total_s, FLOOR_S.get(p, 0.0)) for p in later)
+
+    def box(self, phase: str) -> float:
+        """Seconds `phase` may run if it starts now (0 or less: no time for it)."""
+        available = self.remaining() - self.reserve_after(phase)
+        if phase in ("check", "corpus"):
+            return min(available, max(FLOOR_S[phase], min(SHARE[phase] * self.total_s, CAP_S[phase])))
+        return available

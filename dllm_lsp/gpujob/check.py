@@ -1,0 +1,249 @@
+"""The job's first phase: CUDA correctness.
+
+1. Every Triton kernel against its torch reference on the device (not the interpreter), at the
+   test shapes and at the embedded (`gpu-30m`) and Dream-7B shapes. A kernel that raises or
+   disagrees is reported with its error and listed in `failed_kernels`; the job disables it for
+   every later phase (DLLM_LSP_DISABLE_KERNELS) and goes on with the reference.
+2. The engine path: the same infill requests through `dllm-lsp infill` on the device and on
+   the CPU, for the shipped embedded model and a tiny random checkpoint of every family,
+   compared text for text.
+
+    python -m dllm_lsp.gpujob.check --device cuda --out check.json [--quick] [--drill-fail KERNEL]
+
+On a CPU (the job's dry run) the kernels run in Triton's interpreter at the test shapes only.
+`--drill-fail` makes one kernel's Triton entry raise, to rehearse the failure path.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from dllm_lsp.bench.environment import environment
+from dllm_lsp.checkpoints.tiny import LAYOUTS, write_tiny_checkpoint
+from dllm_lsp.kernels import dispatch, rmsnorm, rope, span_attention, unmask_select
+
+# (n_heads, n_kv_heads, head_dim) of the shapes the kernels must be right at.
+HEADS = {"test": (4, 2, 16), "test-odd": (6, 3, 24), "embedded": (8, 4, 64), "dream-7b": (28, 4, 128)}
+DIMS = {"test": 48, "test-odd": 72, "embedded": 512, "dream-7b": 3584}
+VOCABS = {"test": 1000, "test-odd": 777, "embedded": 16384, "dream-7b": 152064}
+QUICK = ("test", "test-odd")
+REQUESTS = [
+    {"id": "tail", "prefix": "def area(width, height):\n    return ", "suffix": "\n", "max_tokens": 12},
+    {"id": "body", "prefix": "class Stack:\n    def push(self, item):\n", "suffix": "\n    def pop(self):\n        pass\n",
+     "max_tokens": 16},
+    {"id": "args", "prefix": "import os\nprint(os.path.join(", "suffix": "))\n", "max_tokens": 8},
+]
+
+
+def close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> tuple[bool, float]:
+    """Within the tolerance of `dtype` arithmetic (fp32 references, low-precision kernels)."""
+    if not got.dtype.is_floating_point:
+        return bool(torch.equal(got.cpu(), want.cpu())), float((got != want).sum())
+    err = float((got.float() - want.float()).abs().max()) if got.numel() else 0.0
+    tol = {torch.float32: 2e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}[dtype]
+    scale = float(want.float().abs().max()) if want.numel() else 1.0
+    return err <= tol * max(1.0, scale), err
+
+
+def case(name: str, kernel: str, shape: dict, run: Callable[[], tuple[bool, float]]) -> dict:
+    row = {"kernel": kernel, "case": name, "shape": shape}
+    started = time.perf_counter()
+    try:
+        ok, err = run()
+        row.update(ok=ok, max_abs_err=err)
+        if not ok:
+            row["error"] = f"output differs from the torch reference (max abs error {err:.3g})"
+    except Exception as exc:   # compile errors, launch failures, wrong shapes: reported, not fatal
+        row.update(ok=False, error=f"{type(exc).__name__}: {exc}".splitlines()[0],
+                   traceback=traceback.format_exc(limit=4))
+    row["seconds"] = round(time.perf_counter() - started, 3)
+    return row
+
+
+def span_attention_rows(device, shapes, dtype) -> list[dict]:
+    rows = []
+    for name in shapes:
+        h, hkv, d = HEADS[name]
+        for l, n in ((5, 37), (32, 2048)) if name not in QUICK else ((3, 11), (7, 40)):
+            g = torch.Generator(device=device).manual_seed(l * 1000 + n)
+
+            def rand(*s):
+                return torch.randn(*s, generator=g, device=device).to(dtype)
+
+            q = rand(2, l, h, d).transpose(1, 2)
+            kc, vc = rand(1, hkv, n, d), rand(1, hkv, n, d)
+            ks, vs = rand(2, l, hkv, d).transpose(1, 2), rand(2, l, hkv, d).transpose(1, 2)
+
+            def run(q=q, kc=kc, vc=vc, ks=ks, vs=vs):
+                got = span_attention.span_attention_triton(q, kc, vc, ks, vs)
+                want = span_attention.span_attention_reference(*(t.float() for t in (q, kc, vc, ks, vs)))
+                return close(got, want, dtype)
+
+            rows.append(case(name, "span_attention", dict(heads=[h, hkv, d], L=l, N=n, batch=2), run))
+    return rows
+
+
+def unmask_select_rows(device, shapes, dtype) -> list[dict]:
+    rows = []
+    for name in shapes:
+        vocab = VOCABS[name]
+        for r in (3, 32) if name not in QUICK else (3,):
+            g = torch.Generator(device=device).manual_seed(r + vocab)
+            logits = (torch.randn(r, vocab, generator=g, device=device) * 4).to(dtype)
+
+            def run(logits=logits):
+                got = unmask_select.unmask_select_triton(logits)
+                want = unmask_select.unmask_select_reference(logits)
+                ok_tok, bad = close(got.token, want.token, dtype)
+                ok_p, err_p = close(got.prob, want.prob, torch.float32)
+                ok_e, err_e = close(got.entropy, want.entropy, torch.float16)
+                ok_m, err_m = close(got.margin, want.margin, torch.float32)
+                return ok_tok and ok_p and ok_e and ok_m, max(bad, err_p, err_e, err_m)
+
+            rows.append(case(name, "unmask_select", dict(rows=r, vocab=vocab), run))
+    return rows
+
+
+def rms_norm_rows(device, shapes, dtype) -> list[dict]:
+    rows = []
+    for name in shapes:
+        dim = DIMS[name]
+        g = torch.Generator(device=device).manual_seed(dim)
+        x, res = (torch.randn(33, dim, generator=g, device=device).to(dtype) for _ in range(2))
+        w = (torch.rand(dim, generator=g, device=device) + 0.5).to(dtype)
+
+        def run(x=x, res=res, w=w):
+            out, summed = rmsnorm.add_rms_norm_triton(x, res, w, 1e-6)
+            want_out, want_sum = rmsnorm.add_rms_norm_reference(x.float(), res.float(), w.float(), 1e-6)
+            ok_a, err_a = close(out, want_out, dtype)
+            ok_b, err_b = close(summed, want_sum, dtype)
+            return ok_a and ok_b, max(err_a, err_b)
+
+        rows.append(case(name, "rms_norm", dict(rows=33, dim=dim), run))
+    return rows
+
+
+def rope_rows(device, shapes, dtype) -> list[dict]:
+    rows = []
+    for name in shapes:
+        h, _, d = HEADS[name]
+        x = torch.randn(2, 9, h, d, device=device).to(dtype).transpose(1, 2)
+        angle = torch.arange(100, 109, device=device, dtype=torch.float32)[:, None] / (
+            10000 ** (torch.arange(0, d // 2, device=device) * 2 / d))
+        cos = torch.cat([angle.cos(), angle.cos()], -1).to(dtype)
+        sin = torch.cat([angle.sin(), angle.sin()], -1).to(dtype)
+
+        def run(x=x, cos=cos, sin=sin):
+            got = rope.apply_rotary_triton(x, cos, sin)
+            return close(got, rope.apply_rotary_reference(x.float(), cos.float(), sin.float()), dtype)
+
+        rows.append(case(name, "rope", dict(heads=h, head_dim=d, T=9), run))
+    return rows
+
+
+def check_kernels(device: torch.device, quick: bool, drill_fail: str | None) -> dict:
+    if not dispatch.triton_available():
+        return {"skipped": "Triton is not installed: every kernel takes its torch reference"}
+    if device.type != "cuda" and not dispatch.interpreting():
+        return {"skipped": "no CUDA device and TRITON_INTERPRET is not 1"}
+    if drill_fail:
+        fn = {"span_attention": (span_attention, "span_attention_triton"),
+              "unmask_select": (unmask_select, "unmask_select_triton"),
+              "rms_norm": (rmsnorm, "add_rms_norm_triton"), "rope": (rope, "apply_rotary_triton")}[drill_fail]
+
+        def drill(*args, **kwargs):
+            raise RuntimeError(f"drill: {drill_fail} made to fail (--drill-fail)")
+
+        setattr(fn[0], fn[1], drill)
+    shapes = QUICK if quick or device.type != "cuda" else tuple(HEADS)
+    # The interpreter has no bf16 dot (DESIGN.md): it checks fp32; the GPU checks what inference runs.
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    rows = (span_attention_rows(device, shapes, dtype) + unmask_select_rows(device, shapes, dtype)
+            + rms_norm_rows(device, shapes, dtype) + rope_rows(device, shapes, dtype))
+    failed = sorted({r["kernel"] for r in rows if not r["ok"]})
+    return {"dtype": str(dtype).removeprefix("torch."), "cases": rows, "failed_kernels": failed,
+            "passed": sum(r["ok"] for r in rows), "total": len(rows)}
+
+
+def infill_texts(model: str, device: str, requests: Path, env: dict) -> dict:
+    cmd = [sys.executable, "-m", "dllm_lsp", "infill", "--model", model, "--device", device, "--steps", "4"]
+    started = time.perf_counter()
+    with open(requests, encoding="utf-8") as fh:
+        done = subprocess.run(cmd, stdin=fh, capture_output=True, text=True, timeout=300, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"dllm-lsp infill on {device} exited {done.returncode}: {done.stderr.strip()[-400:]}")
+    replies = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    return {"texts": {r["id"]: r.get("completion", r.get("error")) for r in replies},
+            "seconds": round(time.perf_counter() - started, 2)}
+
+
+def check_engine(device: torch.device, families: list[str], env: dict) -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        requests = Path(tmp) / "requests.jsonl"
+        requests.write_text("".join(json.dumps(r) + "\n" for r in REQUESTS))
+        models = [("embedded (shipped default)", "default")]
+        for layout in families:
+            folder = Path(tmp) / layout
+            write_tiny_checkpoint(folder, layout)
+            models.append((f"{layout} (tiny random)", str(folder)))
+        for label, model in models:
+            row = {"model": label}
+            try:
+                here, there = infill_texts(model, "cpu", requests, env), infill_texts(model, str(device), requests, env)
+                same = sum(here["texts"][k] == there["texts"].get(k) for k in here["texts"])
+                row.update(ok=True, agree=f"{same}/{len(here['texts'])}", cpu=here, device=there)
+                if same < len(here["texts"]):
+                    # Greedy ties on random weights (bf16 on the GPU, fp32 here) flip tokens: noted, not a failure.
+                    row["note"] = "completions differ between the CPU and the device"
+            except Exception as exc:
+                row.update(ok=False, error=f"{type(exc).__name__}: {exc}".splitlines()[0])
+            rows.append(row)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m dllm_lsp.gpujob.check", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--quick", action="store_true", help="test shapes only, one checkpoint family")
+    ap.add_argument("--families", default=None, help="comma-separated tiny checkpoint layouts (default: all)")
+    ap.add_argument("--drill-fail", choices=dispatch.KERNEL_NAMES, default=None)
+    a = ap.parse_args(argv)
+    device = torch.device(a.device)
+    families = a.families.split(",") if a.families else (["dream"] if a.quick else list(LAYOUTS))
+    report = {"device": str(device), "environment": environment(str(device))}
+    report["kernels"] = check_kernels(device, a.quick, a.drill_fail)
+    print(json.dumps({"kernels": {k: v for k, v in report["kernels"].items() if k != "cases"}}), flush=True)
+    # The engine comparison must not run a kernel that just failed: the children inherit the list.
+    failed = report["kernels"].get("failed_kernels", [])
+    env = dict(os.environ)
+    if failed:
+        env["DLLM_LSP_DISABLE_KERNELS"] = ",".join(filter(None, [env.get("DLLM_LSP_DISABLE_KERNELS", ""), *failed]))
+    write(a.out, report)   # the kernel verdicts count even if the engine comparison runs out of time
+    report["engine"] = check_engine(device, [f for f in families if f], env)
+    for row in report["engine"]:
+        print(json.dumps({k: row.get(k) for k in ("model", "ok", "agree", "error", "note")}), flush=True)
+    write(a.out, report)
+    return 0
+
+
+def write(path: Path, report: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(report, indent=1) + "\n")
+    tmp.replace(path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

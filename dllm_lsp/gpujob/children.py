@@ -1,0 +1,87 @@
+"""Running one phase step as a child process: output streamed into the job log, a hard time box."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+GRACE_S = 15.0   # after SIGTERM, before SIGKILL: lets a trainer finish writing a folder
+
+
+@dataclass
+class ChildResult:
+    rc: int | None          # None when it was ended at its time box
+    seconds: float
+    tail: list[str]         # its last output lines, for the job summary
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    @property
+    def timed_out(self) -> bool:
+        return self.rc is None
+
+
+def dllm_command(*args: str) -> list[str]:
+    """The `dllm-lsp` command line as this interpreter runs it (no console script needed)."""
+    return [sys.executable, "-m", "dllm_lsp", *args]
+
+
+def run_child(label: str, cmd: list[str], timeout_s: float, log: TextIO, env: dict[str, str],
+              cwd: Path | None = None, stdin_path: Path | None = None, echo: bool = True) -> ChildResult:
+    started = time.monotonic()
+    log.write(f"[{label}] $ {' '.join(cmd)}  (box {timeout_s:.0f} s)\n")
+    log.flush()
+    stdin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL
+    # A new session: the time box can end the child and everything it started (DataLoader workers).
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=stdin, env=env,
+                            cwd=cwd, start_new_session=True, text=True, errors="replace", bufsize=1)
+    tail: list[str] = []
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            tail.append(line)
+            del tail[:-20]
+            log.write(f"[{label}] {line}\n")
+            log.flush()
+            if echo:
+                print(f"[{label}] {line}", flush=True)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    rc: int | None
+    try:
+        rc = proc.wait(timeout=max(timeout_s, 1.0))
+    except subprocess.TimeoutExpired:
+        rc = None
+        stop(proc)
+    reader.join(timeout=5)
+    if stdin_path:
+        stdin.close()
+    seconds = time.monotonic() - started
+    state = "ended at its time box" if rc is None else f"exit {rc}"
+    log.write(f"[{label}] {state} after {seconds:.1f} s\n")
+    log.flush()
+    return ChildResult(rc, seconds, tail)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue

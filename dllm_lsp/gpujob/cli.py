@@ -1,0 +1,175 @@
+"""`dllm-lsp gpujob {stage,run,wait,unpack}`: the unattended GPU job (docs/gpu-job.md).
+
+  stage   here, before a lease: copy the benchmark data and download the cp312 wheels the GPU
+          machine lacks into .gpujob/ (ignored by git, carried to the machine)
+  run     there: every phase in priority order within --minutes, into --out
+  wait    there: follow a detached run for up to --max-seconds; when it has finished, copy the
+          pack (at most 8 files) to --copy-to ($OUT)
+  unpack  here, after the lease: verify the pack and put its files into models/ and docs/
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+from dllm_lsp.eval.tasks import default_data_dir
+from dllm_lsp.kernels.dispatch import KERNEL_NAMES
+
+from .pack import unpack
+from .run import Job, JobOptions
+
+STAGE_DIR = ".gpujob"
+# Packages the GPU image lacks (see the device notes): the LSP stack and the tree-sitter grammars.
+WHEELS = ("pygls", "lsprotocol", "cattrs", "tree-sitter", "tree-sitter-python", "tree-sitter-javascript",
+          "tree-sitter-typescript", "tree-sitter-rust", "tree-sitter-go", "tree-sitter-c", "tree-sitter-cpp",
+          "tree-sitter-java", "tree-sitter-lua")
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
+             "manylinux1_x86_64", "manylinux_2_5_x86_64", "any")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="dllm-lsp gpujob", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="verb", required=True)
+    r = sub.add_parser("run", help="run the job (on the GPU machine)")
+    r.add_argument("--out", type=Path, required=True, help="job folder (created)")
+    r.add_argument("--minutes", type=float, required=True, help="the whole job's time budget")
+    r.add_argument("--device", default="cuda")
+    r.add_argument("--preset", default="gpu-30m")
+    r.add_argument("--init", default="auto",
+                   help="auto (continue the shipped model when it is this preset's size), fresh, or a model folder")
+    r.add_argument("--model-name", default="dllm-embedded-30m")
+    r.add_argument("--data", type=Path, default=None,
+                   help=f"HumanEval-Infilling folder (default: {STAGE_DIR}/data if present, else ../shared/eval/...)")
+    r.add_argument("--folder", type=Path, action="append", default=[], help="corpus folder (default: this Python's)")
+    r.add_argument("--corpus-license", default=None, help="SPDX license of plain --folder folders")
+    r.add_argument("--corpus-max-mb", type=float, default=1500.0)
+    r.add_argument("--tokenizer-sample-mb", type=float, default=150.0)
+    r.add_argument("--eval-limit", type=int, default=None, help="tasks per benchmark (default: all)")
+    r.add_argument("--save-minutes", type=float, default=3.0, help="write the model folder this often")
+    r.add_argument("--quick", action="store_true", help="dry run sizes: tiny shapes, quick benchmarks")
+    r.add_argument("--drill-fail", choices=KERNEL_NAMES, default=None, help="rehearse a kernel failing its check")
+    r.add_argument("--bench-estimate", action="append", default=[], metavar="NAME=SECONDS",
+                   help="override a benchmark's duration estimate (it runs only if the estimate fits)")
+    r.add_argument("--train-arg", action="append", default=[], help="extra `dllm-lsp train model` argument")
+    w = sub.add_parser("wait", help="follow a detached run; copy its pack when finished")
+    w.add_argument("--out", type=Path, required=True)
+    w.add_argument("--max-seconds", type=float, default=540.0)
+    w.add_argument("--copy-to", type=Path, default=None)
+    s = sub.add_parser("stage", help="prepare .gpujob/ (benchmark data, wheels) before a lease")
+    s.add_argument("--repo", type=Path, default=Path("."))
+    s.add_argument("--no-wheels", action="store_true")
+    u = sub.add_parser("unpack", help="put a pack's files into the repository")
+    u.add_argument("pack", type=Path)
+    u.add_argument("--repo", type=Path, default=Path("."))
+    u.add_argument("--make-default", action="store_true", help="make the packed model the shipped default")
+    return ap
+
+
+def default_data() -> Path | None:
+    for folder in (Path(STAGE_DIR) / "data", default_data_dir()):
+        if folder.is_dir() and any(folder.glob("*.jsonl*")):
+            return folder
+    return None
+
+
+def run(a) -> int:
+    estimates = {}
+    for spec in a.bench_estimate:
+        name, _, seconds = spec.partition("=")
+        estimates[name] = float(seconds)
+    opts = JobOptions(out=a.out, minutes=a.minutes, device=a.device, preset=a.preset, init=a.init,
+                      model_name=a.model_name, data=a.data or default_data(), corpus_folders=a.folder, corpus_license=a.corpus_license,
+                      corpus_max_mb=a.corpus_max_mb, tokenizer_sample_mb=a.tokenizer_sample_mb,
+                      eval_limit=a.eval_limit, quick=a.quick, drill_fail=a.drill_fail, train_args=a.train_arg,
+                      save_minutes=a.save_minutes, bench_estimates=estimates)
+    state = Job(opts).run()
+    return 0 if state["phases"].get("pack", {}).get("state") == "done" else 1
+
+
+def wait(a) -> int:
+    deadline = time.monotonic() + a.max_seconds
+    seen: dict[str, str] = {}
+    while True:
+        state = read_state(a.out)
+        for name, phase in (state or {}).get("phases", {}).items():
+            if seen.get(name) != phase.get("state"):
+                seen[name] = phase.get("state")
+                print(f"{name}: {phase.get('state')}", flush=True)
+        if state and state.get("finished") and state["phases"].get("pack", {}).get("state") == "done":
+            if a.copy_to:
+                a.copy_to.mkdir(parents=True, exist_ok=True)
+                for file in sorted((a.out / "pack").iterdir()):
+                    shutil.copyfile(file, a.copy_to / file.name)
+                print(f"pack copied to {a.copy_to}", flush=True)
+            return 0
+        if time.monotonic() >= deadline:
+            log = a.out / "job.log"
+            if log.is_file():
+                print("".join(log.read_text(errors="replace").splitlines(keepends=True)[-15:]), end="")
+            return 3   # still running
+        time.sleep(5)
+
+
+def read_state(out: Path) -> dict | None:
+    try:
+        return json.loads((out / "job.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def stage(a) -> int:
+    repo = a.repo.resolve()
+    target = repo / STAGE_DIR
+    data = target / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    source = default_data_dir()
+    files = sorted(source.glob("*.jsonl*")) if source.is_dir() else []
+    if not files:
+        print(f"dllm-lsp gpujob: no benchmark data in {source}", file=sys.stderr)
+        return 1
+    for file in [*files, source / "LICENSE"]:
+        if file.is_file():
+            shutil.copyfile(file, data / file.name)
+    exclude = repo / ".git" / "info" / "exclude"
+    if exclude.parent.is_dir() and f"/{STAGE_DIR}/" not in exclude.read_text().split():
+        with open(exclude, "a") as fh:
+            fh.write(f"/{STAGE_DIR}/\n")
+    if not a.no_wheels:
+        wheels = target / "wheels"
+        wheels.mkdir(exist_ok=True)
+        pins = [f"{name}=={metadata.version(name)}" for name in WHEELS]
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+               "--python-version", "3.12", "--implementation", "cp", "-d", str(wheels), *pins]
+        for platform_tag in PLATFORMS:
+            cmd += ["--platform", platform_tag]
+        done = subprocess.run(cmd)
+        if done.returncode != 0:
+            return done.returncode
+    size = sum(f.stat().st_size for f in target.rglob("*") if f.is_file())
+    print(f"staged {target} ({size / 1e6:.1f} MB); carry it as `{STAGE_DIR}` (docs/gpu-job.md)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
+    try:
+        if a.verb == "run":
+            return run(a)
+        if a.verb == "wait":
+            return wait(a)
+        if a.verb == "stage":
+            return stage(a)
+        written = unpack(a.pack, a.repo, a.make_default)
+        for path in written:
+            print(path)
+        return 0
+    except (ValueError, OSError) as exc:
+        print(f"dllm-lsp gpujob: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,148 @@
+"""Pack what the GPU job made into at most 8 files of at most 16 MiB (what a lease brings back),
+and unpack them into the repository on the other side.
+
+Pack: a gzip'd tar of every file to commit, each stored under its destination in the
+repository (models/NAME/..., docs/results/...), cut into parts of at most PART_BYTES, plus
+manifest.json (the sha256 of every part, of the whole archive and of every file). When the
+parts would be more than MAX_FILES - 1, the least needed files (logs first) are left out and
+named in the manifest.
+
+Unpack: checks every hash, then writes the files into the repository (only under models/ and
+docs/); a model folder of the same name is replaced whole.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+
+PART_BYTES = 15 * 1024 * 1024
+MAX_FILES = 8
+ALLOWED_ROOTS = ("models", "docs")
+REQUIRED = ("config.json", "model.safetensors", "tokenizer.json")   # a model folder is useless without these
+# What goes home, most needed first: the model folder, the figures, the record of the run.
+MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json", "training.json", "MODEL_CARD.md",
+               "loss-curve.png", "eval-single-line.json", "eval-random-span-light.json", "train_log.jsonl")
+
+
+def sha256_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def job_entries(job_dir: Path, model_dir: Path) -> list[tuple[Path, str]]:
+    """(file on disk, destination in the repository), most needed first."""
+    entries: list[tuple[Path, str]] = []
+    name = model_dir.name
+    for file in MODEL_FILES:
+        if (model_dir / file).is_file():
+            entries.append((model_dir / file, f"models/{name}/{file}"))
+    if (job_dir / "corpus" / "stats.json").is_file():
+        entries.append((job_dir / "corpus" / "stats.json", f"models/{name}/corpus_stats.json"))
+    for result in sorted((job_dir / "results").glob("*.json")) if (job_dir / "results").is_dir() else []:
+        entries.append((result, f"docs/results/{result.name}"))
+    stamp = stamp_of(job_dir)
+    for file, dest in (("check/cuda-check.json", "cuda-check.json"), ("job.json", "job.json"),
+                       ("job-log.txt", "job-log.txt")):
+        if (job_dir / file).is_file():
+            entries.append((job_dir / file, f"docs/results/gpu-job/{stamp}/{dest}"))
+    return entries
+
+
+def stamp_of(job_dir: Path) -> str:
+    try:
+        started = json.loads((job_dir / "job.json").read_text())["started"]
+    except (OSError, ValueError, KeyError):
+        return "unknown"
+    return started[:16].replace(":", "").replace("-", "").replace("T", "-")
+
+
+def archive(entries: list[tuple[Path, str]]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=6) as tar:
+        for path, dest in entries:
+            tar.add(str(path), arcname=dest, recursive=False)
+    return buffer.getvalue()
+
+
+def pack_job(job_dir: Path, model_dir: Path, pack_dir: Path, part_bytes: int = PART_BYTES,
+             max_files: int = MAX_FILES) -> dict:
+    job_dir, pack_dir = Path(job_dir), Path(pack_dir)
+    entries = job_entries(job_dir, Path(model_dir))
+    left_out: list[str] = []
+    while True:
+        data = archive(entries)
+        parts = max(1, -(-len(data) // part_bytes))
+        optional = [i for i, (_, dest) in enumerate(entries) if Path(dest).name not in REQUIRED]
+        if parts <= max_files - 1 or not optional:
+            break
+        # Too big to bring home whole: leave out the least needed file and try again.
+        path, dest = entries.pop(optional[-1])
+        left_out.append(dest)
+    if parts > max_files - 1:
+        raise ValueError(f"the job's results do not fit {max_files - 1} parts of {part_bytes} bytes "
+                         "even without the optional files: store the weights smaller (int8) or train a smaller model")
+    if pack_dir.exists():
+        shutil.rmtree(pack_dir)
+    pack_dir.mkdir(parents=True)
+    manifest = {"archive_sha256": sha256_of(data), "archive_bytes": len(data), "parts": [], "left_out": left_out,
+                "files": [{"dest": dest, "bytes": path.stat().st_size, "sha256": sha256_of(path.read_bytes())}
+                          for path, dest in entries]}
+    for i in range(parts):
+        chunk = data[i * part_bytes:(i + 1) * part_bytes]
+        name = f"part-{i:02d}.bin"
+        (pack_dir / name).write_bytes(chunk)
+        manifest["parts"].append({"name": name, "bytes": len(chunk), "sha256": sha256_of(chunk)})
+    (pack_dir / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def unpack(pack_dir: Path, repo: Path, make_default: bool = False) -> list[Path]:
+    """Verify the parts and write their files into `repo`; returns the paths written."""
+    pack_dir, repo = Path(pack_dir), Path(repo)
+    manifest_path = pack_dir / "manifest.json"
+    if not manifest_path.is_file():
+        raise ValueError(f"{pack_dir} has no manifest.json: not a GPU job pack")
+    manifest = json.loads(manifest_path.read_text())
+    chunks = []
+    for part in manifest["parts"]:
+        path = pack_dir / part["name"]
+        if not path.is_file():
+            raise ValueError(f"{part['name']} is missing from {pack_dir}")
+        chunk = path.read_bytes()
+        if sha256_of(chunk) != part["sha256"]:
+            raise ValueError(f"{part['name']} is corrupt (sha256 differs from the manifest)")
+        chunks.append(chunk)
+    data = b"".join(chunks)
+    if sha256_of(data) != manifest["archive_sha256"]:
+        raise ValueError("the joined archive's sha256 differs from the manifest")
+    expected = {f["dest"]: f["sha256"] for f in manifest["files"]}
+    written: list[Path] = []
+    with tempfile.TemporaryDirectory() as tmp, tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        for member in tar.getmembers():
+            parts = Path(member.name).parts
+            if not member.isfile() or not parts or parts[0] not in ALLOWED_ROOTS or ".." in parts:
+                raise ValueError(f"refusing archive member {member.name!r}: only files under models/ and docs/")
+        tar.extractall(tmp, filter="data")
+        for dest, digest in expected.items():
+            if sha256_of((Path(tmp) / dest).read_bytes()) != digest:
+                raise ValueError(f"{dest} differs from the manifest")
+        model_folders = sorted({Path(*Path(d).parts[:2]) for d in expected if d.startswith("models/")})
+        for folder in model_folders:
+            target = repo / folder
+            if target.exists():
+                shutil.rmtree(target)   # the same model, continued: the new folder replaces it whole
+        for dest in expected:
+            target = repo / dest
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(Path(tmp) / dest, target)
+            written.append(target)
+    if make_default:
+        if len(model_folders) != 1:
+            raise ValueError("--make-default needs exactly one model folder in the pack")
+        (repo / "models" / "DEFAULT").write_text(model_folders[0].name + "\n")
+        written.append(repo / "models" / "DEFAULT")
+    return written

@@ -1,0 +1,378 @@
+"""`dllm-lsp gpujob run`: the phases of the GPU job, in priority order, within --minutes.
+
+Every phase writes into the job folder as it goes, and job.json is rewritten after every step,
+so a job stopped at any point (the lease ends, the machine is taken back) leaves what it had:
+a correctness report first, then a loadable model folder every few minutes, then evaluations
+and benchmark JSONs one by one, and finally the pack (at most 8 files) to bring home.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TextIO
+
+from dllm_lsp.bench.environment import environment
+from dllm_lsp.eval.tasks import FILES as EVAL_FILES
+from dllm_lsp.loader import ModelLoadError, default_model_path
+from dllm_lsp.train.presets import MODEL_KEYS, preset
+
+from .budget import Budget
+from .children import ChildResult, dllm_command, run_child
+from .pack import pack_job
+from .plot import plot_loss_curve
+
+EVALS = ("single-line", "random-span-light")
+
+
+@dataclass(frozen=True)
+class BenchItem:
+    name: str
+    estimate_s: float        # expected duration on an H100 (measured durations are in job.json)
+    quick_estimate_s: float  # the same with --quick on a CPU (the dry run)
+
+
+# Priority order. A benchmark runs whole or not at all: it starts only if its estimate fits.
+BENCHES = (
+    BenchItem("kernels", 240.0, 25.0),
+    BenchItem("checkpoint", 180.0, 25.0),
+    BenchItem("latency", 60.0, 15.0),
+)
+
+
+@dataclass
+class JobOptions:
+    out: Path
+    minutes: float
+    device: str = "cuda"
+    preset: str = "gpu-30m"
+    init: str = "auto"                   # auto | fresh | a model folder to continue
+    model_name: str = "dllm-embedded-30m"
+    data: Path | None = None             # HumanEval-Infilling folder (eval and decontamination)
+    corpus_folders: list[Path] = field(default_factory=list)   # empty: this Python's stdlib + site-packages
+    corpus_license: str | None = None    # SPDX license of plain corpus folders (--assume-license)
+    corpus_max_mb: float | None = 1500.0
+    tokenizer_sample_mb: float = 150.0
+    eval_limit: int | None = None
+    quick: bool = False                  # the dry run: tiny shapes, quick benchmarks, small evals
+    drill_fail: str | None = None        # rehearse a failing kernel in the check phase
+    train_args: list[str] = field(default_factory=list)   # extra `dllm-lsp train model` arguments
+    save_minutes: float = 3.0
+    bench_estimates: dict[str, float] = field(default_factory=dict)   # override BENCHES estimates
+
+    def to_json(self) -> dict:
+        return {k: (str(v) if isinstance(v, Path) else [str(p) for p in v] if k == "corpus_folders" else v)
+                for k, v in asdict(self).items()}
+
+
+class Job:
+    def __init__(self, opts: JobOptions, log: TextIO | None = None) -> None:
+        self.opts = opts
+        self.out = Path(opts.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.budget = Budget(opts.minutes)
+        self.log = log or open(self.out / "job.log", "a", encoding="utf-8", buffering=1)
+        self.disabled: list[str] = []
+        self.state = {
+            "job": "dllm-lsp GPU job", "started": now(), "finished": None, "options": opts.to_json(),
+            "host": platform.node(), "environment": environment(opts.device), "phases": {},
+            "disabled_kernels": self.disabled,
+        }
+        self.model_dir = self.out / "model" / opts.model_name
+        self.continue_from: Path | None = None
+        self.tokenizer: Path | None = None
+
+    # ---- bookkeeping -------------------------------------------------------------------
+    def say(self, message: str) -> None:
+        line = f"[job {self.budget.elapsed():7.1f}s] {message}"
+        self.log.write(line + "\n")
+        self.log.flush()
+        print(line, flush=True)
+
+    def save_state(self) -> None:
+        tmp = self.out / "job.json.tmp"
+        tmp.write_text(json.dumps(self.state, indent=1, default=str) + "\n")
+        tmp.replace(self.out / "job.json")
+
+    def phase(self, name: str) -> dict:
+        return self.state["phases"].setdefault(name, {"state": "pending", "steps": []})
+
+    def record(self, name: str, step: str, result: ChildResult | None, **extra) -> None:
+        entry = {"step": step, **extra}
+        if result is not None:
+            entry.update(rc=result.rc, seconds=round(result.seconds, 1), timed_out=result.timed_out)
+            if not result.ok:
+                entry["tail"] = result.tail[-8:]
+        self.phase(name)["steps"].append(entry)
+        self.save_state()
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"
+        if self.disabled:
+            env["DLLM_LSP_DISABLE_KERNELS"] = ",".join(self.disabled)
+        if self.opts.device == "cpu":
+            env.setdefault("TRITON_INTERPRET", "1")   # the dry run checks the kernels in the interpreter
+        return env
+
+    def child(self, phase: str, step: str, args: list[str], timeout_s: float, raw: bool = False,
+              **extra) -> ChildResult:
+        cmd = args if raw else dllm_command(*args)
+        result = run_child(f"{phase}/{step}", cmd, timeout_s, self.log, self.env())
+        self.record(phase, step, result, **extra)
+        return result
+
+    # ---- the job -------------------------------------------------------------------------
+    def run(self) -> dict:
+        self.say(f"GPU job: {self.opts.minutes:g} minutes on {self.opts.device}, output in {self.out}")
+        self.save_state()
+        for name, body in (("check", self.check), ("corpus", self.corpus), ("train", self.train),
+                           ("eval", self.evaluate), ("bench", self.bench), ("pack", self.pack)):
+            box = self.budget.box(name)
+            entry = self.phase(name)
+            entry.update(box_s=round(box, 1), started_at_s=round(self.budget.elapsed(), 1))
+            if box < 5 and name != "pack":
+                entry.update(state="skipped", why=f"no time left ({box:.0f} s in its box)")
+                self.say(f"{name}: skipped, no time left")
+                self.save_state()
+                continue
+            self.say(f"{name}: box {box:.0f} s, {self.budget.remaining():.0f} s left in the job")
+            entry["state"] = "running"
+            self.save_state()
+            started = time.monotonic()
+            try:
+                entry["state"] = body(max(box, 5.0)) or "done"
+            except Exception as exc:   # a bug in the job itself must not cost the later phases
+                entry.update(state="failed", error=f"{type(exc).__name__}: {exc}")
+                self.say(f"{name}: failed: {exc}")
+            entry["seconds"] = round(time.monotonic() - started, 1)
+            self.save_state()
+        self.state["finished"] = now()
+        self.save_state()
+        self.say("done: " + ", ".join(f"{k} {v['state']}" for k, v in self.state["phases"].items()))
+        return self.state
+
+    def check(self, box: float) -> str:
+        report = self.out / "check" / "cuda-check.json"
+        args = [sys.executable, "-m", "dllm_lsp.gpujob.check", "--device", self.opts.device, "--out", str(report)]
+        if self.opts.quick:
+            args.append("--quick")
+        if self.opts.drill_fail:
+            args += ["--drill-fail", self.opts.drill_fail]
+        result = self.child("check", "kernels+engine", args, box, raw=True)
+        if not report.is_file():
+            return "failed" if result.ok or not result.timed_out else "timed_out"
+        data = json.loads(report.read_text())
+        for kernel in data.get("kernels", {}).get("failed_kernels", []):
+            if kernel not in self.disabled:
+                self.disabled.append(kernel)
+        if self.disabled:
+            self.say(f"check: kernels failing on this device, disabled from now on: {', '.join(self.disabled)}")
+        self.phase("check")["summary"] = {
+            "kernels": {k: v for k, v in data.get("kernels", {}).items() if k != "cases"},
+            "engine": [{k: row.get(k) for k in ("model", "ok", "agree", "error")} for row in data.get("engine", [])],
+        }
+        engine_ok = all(row.get("ok") for row in data.get("engine", []))
+        return "done" if engine_ok and not self.disabled else "done_with_failures"
+
+    def resolve_init(self) -> Path | None:
+        if self.opts.init == "fresh":
+            return None
+        if self.opts.init != "auto":
+            folder = Path(self.opts.init)
+            if not (folder / "config.json").is_file():
+                raise ValueError(f"--init {folder}: not a model folder")
+            return folder
+        try:
+            shipped = default_model_path()
+        except ModelLoadError:
+            return None
+        config = json.loads((shipped / "config.json").read_text())
+        want = preset(self.opts.preset)
+        same = all(config.get(k) == want[k] for k in MODEL_KEYS if k != "vocab_size")
+        return shipped if same else None   # the shipped model continues only if it is this preset's size
+
+    def decontamination(self) -> list[Path]:
+        folder = self.opts.data
+        files = sorted(folder.glob("*.jsonl*")) if folder and folder.is_dir() else []
+        if not files:
+            raise ValueError("no HumanEval-Infilling files to keep out of the corpus: pass --data FOLDER "
+                             "(the benchmark must never be trained on)")
+        return files
+
+    def corpus(self, box: float) -> str:
+        self.continue_from = self.resolve_init()
+        self.phase("corpus")["continue_from"] = str(self.continue_from) if self.continue_from else None
+        corpus = self.out / "corpus"
+        args = ["train", "corpus", "--out", str(corpus), "--max-seconds", f"{0.6 * box:.0f}"]
+        if self.opts.corpus_max_mb:
+            args += ["--max-mb", str(self.opts.corpus_max_mb)]
+        for folder in self.opts.corpus_folders:
+            args += ["--folder", str(folder)]
+        if self.opts.corpus_license:
+            args += ["--assume-license", self.opts.corpus_license]
+        for file in self.decontamination():
+            args += ["--decontaminate", str(file)]
+        built = self.child("corpus", "corpus", args, box)
+        if not (corpus / "train.jsonl").is_file() or not built.ok:
+            return "failed"
+        stats = json.loads((corpus / "stats.json").read_text())
+        self.phase("corpus")["summary"] = {k: stats.get(k) for k in ("files_seen", "files_per_second",
+                                                                       "mb_read_per_second", "workers", "seconds")}
+        self.phase("corpus")["summary"]["train_mb"] = round(stats["train"]["bytes"] / 1e6, 1)
+        if self.continue_from is not None:
+            self.tokenizer = self.continue_from / "tokenizer.json"
+            return "done"
+        tokenizer = self.out / "tokenizer.json"
+        vocab = preset(self.opts.preset)["vocab_size"]
+        trained = self.child("corpus", "tokenizer", ["train", "tokenizer", "--corpus", str(corpus), "--out",
+                                                     str(tokenizer), "--vocab-size", str(vocab), "--sample-mb",
+                                                     str(self.opts.tokenizer_sample_mb), "--no-count"],
+                             max(self.budget.box("corpus"), 30.0))
+        if not trained.ok or not tokenizer.is_file():
+            return "failed"
+        self.tokenizer = tokenizer
+        return "done"
+
+    def train(self, box: float) -> str:
+        if self.tokenizer is None:
+            return "skipped"
+        cuda = self.opts.device.startswith("cuda")
+        # The loop's own clock starts after the model and the data are ready and it validates and
+        # saves after it: leave that margin inside the box, so it ends itself and anneals properly.
+        margin = min(120.0, 0.25 * box) if cuda else min(15.0, 0.3 * box)
+        minutes = max((box - margin) / 60.0, 0.05)
+        args = ["train", "model", "--corpus", str(self.out / "corpus"), "--tokenizer", str(self.tokenizer),
+                "--out", str(self.model_dir), "--preset", self.opts.preset, "--minutes", f"{minutes:.3f}",
+                "--device", self.opts.device, "--save-dtype", "int8", "--save-minutes", str(self.opts.save_minutes)]
+        if cuda:
+            args += ["--compile", "--workers", "6"]
+        else:
+            args += ["--threads", "1", "--eval-every", "20"]
+        if self.continue_from is not None:
+            args += ["--init-from", str(self.continue_from)]
+        result = self.child("train", "train", args + self.opts.train_args, box, minutes=round(minutes, 2))
+        if not (self.model_dir / "model.safetensors").is_file():
+            return "failed"
+        summary = json.loads((self.model_dir / "training.json").read_text())
+        self.phase("train")["summary"] = {k: summary.get(k) for k in ("parameters", "steps", "tokens", "seconds",
+                                                                       "hardware", "val_diffusion", "val_ar")}
+        if result.timed_out:
+            return "timed_out"   # the folder saved last is still a loadable model
+        return "done" if result.ok else "failed"
+
+    def evaluate(self, box: float) -> str:
+        if not (self.model_dir / "model.safetensors").is_file():
+            return "skipped"
+        if self.opts.data is None:
+            self.phase("eval")["why"] = "no --data folder"
+            return "skipped"
+        states = []
+        for name in EVALS:
+            left = self.budget.box("eval")
+            data = self.opts.data / EVAL_FILES[name]
+            if left < 10 or not data.is_file():
+                self.record("eval", name, None, state="skipped",
+                            why="no time left" if left < 10 else f"{data} not found")
+                states.append("skipped")
+                continue
+            args = ["eval", "humaneval-infilling", "--data", str(data), "--model", str(self.model_dir),
+                    "--device", self.opts.device, "--json", "--out", str(self.model_dir / f"eval-{name}.json"),
+                    "--workers", str(max(2, min(8, (os.cpu_count() or 2) // 2))),
+                    "--threads", "1" if self.opts.device == "cpu" else "4"]
+            if self.opts.eval_limit:
+                args += ["--limit", str(self.opts.eval_limit)]
+            result = self.child("eval", name, args, left)
+            states.append("done" if result.ok else "timed_out" if result.timed_out else "failed")
+            if result.ok and result.tail:
+                try:
+                    self.phase("eval").setdefault("summary", {})[name] = {
+                        k: v for k, v in json.loads(result.tail[-1]).items() if k in ("pass@1", "length_gap_points")}
+                except ValueError:
+                    pass
+        return "done" if all(s == "done" for s in states) else "partial"
+
+    def bench_tag(self) -> str:
+        gpu = self.state["environment"].get("gpu") or ""
+        for tag in ("H200", "H100", "A100", "L40S", "L4"):
+            if tag in gpu:
+                return tag.lower()
+        return "cpu" if self.opts.device == "cpu" else "gpu"
+
+    def bench(self, box: float) -> str:
+        results = self.out / "results"
+        results.mkdir(exist_ok=True)
+        tag, device, states = self.bench_tag(), self.opts.device, []
+        for item in BENCHES:
+            estimate = self.opts.bench_estimates.get(item.name,
+                                                     item.quick_estimate_s if self.opts.quick else item.estimate_s)
+            left = self.budget.box("bench")
+            if estimate > left:
+                self.record("bench", item.name, None, state="skipped",
+                            why=f"estimated {estimate:.0f} s, {left:.0f} s left: never started to be cut short")
+                states.append("skipped")
+                continue
+            out = results / (f"{item.name}-{tag}.json" if item.name != "latency" else f"latency-{tag}-{self.opts.model_name}.json")
+            if item.name == "kernels":
+                args = ["bench", "kernels", "--device", device, "--out", str(out)]
+                args += ["--quick"] if self.opts.quick else ["--profile"]
+            elif item.name == "checkpoint":
+                args = ["bench", "checkpoint", "--device", device, "--out", str(out)]
+                args += ["--quick"] if self.opts.quick else []
+            else:
+                if not (self.model_dir / "model.safetensors").is_file():
+                    self.record("bench", item.name, None, state="skipped", why="no trained model")
+                    states.append("skipped")
+                    continue
+                args = ["bench", "--model", str(self.model_dir), "--device", device, "--out", str(out),
+                        "--runs", "5" if self.opts.quick else "30"]
+            result = self.child("bench", item.name, args, left, estimate_s=estimate)
+            states.append("done" if result.ok and out.is_file() else "failed")
+        return "done" if all(s == "done" for s in states) else "partial"
+
+    def pack(self, box: float) -> str:
+        notes = {}
+        if (self.model_dir / "train_log.jsonl").is_file():
+            try:
+                plot_loss_curve(self.model_dir / "train_log.jsonl", self.model_dir / "loss-curve.png",
+                                title=f"{self.opts.model_name}: training loss")
+            except ImportError as exc:
+                notes["plot"] = f"no loss-curve PNG: {exc}"
+        if (self.model_dir / "model.safetensors").is_file():
+            card = self.child("pack", "card", self.card_args(), max(min(box / 2, 60.0), 10.0))
+            if not card.ok:
+                notes["card"] = "the model card could not be written"
+        shutil.copyfile(self.out / "job.log", self.out / "job-log.txt") if (self.out / "job.log").is_file() else None
+        self.phase("pack")["notes"] = notes
+        self.state["finished"] = now()   # the packed job.json is the final record
+        self.phase("pack")["state"] = "packing"
+        self.save_state()
+        manifest = pack_job(self.out, self.model_dir, self.out / "pack")
+        self.phase("pack")["files"] = [f["name"] for f in manifest["parts"]]
+        return "done"
+
+    def card_args(self) -> list[str]:
+        args = ["train", "card", "--model", str(self.model_dir), "--corpus", str(self.out / "corpus"),
+                "--title", self.opts.model_name]
+        for name in EVALS:
+            path = self.model_dir / f"eval-{name}.json"
+            if path.is_file():
+                args += ["--eval", str(path)]
+        closing = self.out / "card-closing.md"
+        closing.write_text(
+            "## Loss curve\n\n![training loss](loss-curve.png)\n\n"
+            f"Trained by the dllm-lsp GPU job (`dllm-lsp gpujob run --minutes {self.opts.minutes:g}`), "
+            f"device {self.state['environment'].get('gpu') or self.opts.device}; "
+            f"{'continued from ' + str(self.continue_from.name) if self.continue_from else 'trained from scratch'}. "
+            "Weights are stored as int8 with one fp32 scale per row (dllm_lsp/arch/weight_storage.py).\n")
+        return args + ["--closing", str(closing)]
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

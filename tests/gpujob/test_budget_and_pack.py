@@ -1,0 +1,102 @@
+"""The GPU job's time boxes and its pack / unpack, without running a job."""
+import json
+import random
+
+import pytest
+
+from dllm_lsp.gpujob.budget import Budget
+from dllm_lsp.gpujob.pack import pack_job, unpack
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_boxes_follow_the_priorities():
+    clock = Clock()
+    budget = Budget(25, clock=clock)                       # a 25-minute lease
+    assert budget.box("check") == pytest.approx(120)       # 8% of 1500 s
+    clock.now += 100                                       # the check ended early
+    assert budget.box("corpus") == pytest.approx(150)      # 10%, not more
+    clock.now += 150
+    train = budget.box("train")
+    # Training gets all but the shares of eval (14%), bench (18%) and pack (3%).
+    assert train == pytest.approx(1500 - 250 - 0.35 * 1500)
+    clock.now += train
+    assert budget.box("eval") == pytest.approx(0.14 * 1500)
+    clock.now += 0.04 * 1500                               # eval ended early: bench gets its time
+    assert budget.box("bench") == pytest.approx(0.28 * 1500)
+    clock.now += 0.10 * 1500
+    assert budget.box("bench") == pytest.approx(0.18 * 1500)
+    clock.now += 0.18 * 1500
+    assert budget.box("pack") == pytest.approx(0.03 * 1500)
+
+
+def test_late_phases_get_nothing_once_time_is_gone():
+    clock = Clock()
+    budget = Budget(10, clock=clock)
+    clock.now += 590                                       # ten seconds left
+    assert budget.box("train") <= 0 and budget.box("eval") <= 0 and budget.box("bench") <= 0
+    assert budget.box("pack") == pytest.approx(10)         # packing keeps whatever is left
+    with pytest.raises(ValueError):
+        Budget(0)
+
+
+def fake_job(root, weights_bytes: int):
+    job, model = root / "job", root / "job" / "model" / "m"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(random.Random(0).randbytes(weights_bytes))   # incompressible
+    (model / "train_log.jsonl").write_text('{"step": 1}\n' * 2000)
+    (job / "results").mkdir()
+    (job / "results" / "kernels-h100.json").write_text(json.dumps({"x": 1}))
+    (job / "job.json").write_text(json.dumps({"started": "2026-11-23T10:00:00+00:00"}))
+    return job, model
+
+
+def test_pack_splits_into_parts_and_unpack_restores_every_file(tmp_path):
+    job, model = fake_job(tmp_path, 600_000)
+    manifest = pack_job(job, model, tmp_path / "pack", part_bytes=100_000)
+    assert 2 <= len(manifest["parts"]) <= 7 and not manifest["left_out"]
+    repo = tmp_path / "repo"
+    (repo / "models" / "m").mkdir(parents=True)
+    (repo / "models" / "m" / "stale.bin").write_text("old")   # the continued model replaces the folder
+    written = unpack(tmp_path / "pack", repo, make_default=True)
+    assert (repo / "models" / "m" / "model.safetensors").read_bytes() == (model / "model.safetensors").read_bytes()
+    assert (repo / "docs" / "results" / "kernels-h100.json").is_file()
+    assert (repo / "docs" / "results" / "gpu-job" / "20261123-1000" / "job.json").is_file()
+    assert not (repo / "models" / "m" / "stale.bin").exists()
+    assert (repo / "models" / "DEFAULT").read_text().strip() == "m"
+    assert len(written) == len(manifest["files"]) + 1
+
+
+def test_a_pack_too_big_leaves_out_the_least_needed_files(tmp_path):
+    job, model = fake_job(tmp_path, 340_000)
+    (model / "train_log.jsonl").write_text(random.Random(1).randbytes(40_000).hex())
+    manifest = pack_job(job, model, tmp_path / "pack", part_bytes=50_000, max_files=8)
+    assert len(manifest["parts"]) <= 7
+    dests = [f["dest"] for f in manifest["files"]]
+    assert "models/m/model.safetensors" in dests          # the weights come first
+    assert manifest["left_out"] and "models/m/model.safetensors" not in manifest["left_out"]
+    with pytest.raises(ValueError, match="do not fit"):
+        pack_job(job, model, tmp_path / "pack2", part_bytes=10_000, max_files=3)
+
+
+def test_unpack_refuses_a_corrupt_or_incomplete_pack(tmp_path):
+    job, model = fake_job(tmp_path, 300_000)
+    pack = tmp_path / "pack"
+    manifest = pack_job(job, model, pack, part_bytes=100_000)
+    part = pack / manifest["parts"][1]["name"]
+    data = bytearray(part.read_bytes())
+    data[10] ^= 0xFF
+    part.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="corrupt"):
+        unpack(pack, tmp_path / "repo")
+    part.unlink()
+    with pytest.raises(ValueError, match="missing"):
+        unpack(pack, tmp_path / "repo")
+    assert not (tmp_path / "repo" / "models").exists()     # nothing half-written

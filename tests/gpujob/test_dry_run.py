@@ -1,0 +1,111 @@
+"""The whole GPU job, dry-run on the CPU: every phase through its real child processes (the
+kernel check in Triton's interpreter, a corpus, a tokenizer, training the tiny preset, both
+evaluations, quick benchmarks, the pack), its time boxes, a kernel failure rehearsed and
+carried through the later phases, a benchmark skipped because its estimate does not fit, and
+the pack unpacked into a repository where the model completes code. Two and a half minutes of
+budget, so the job cannot rot while no GPU is at hand."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dllm_lsp.arch.tiny import sample_corpus
+from dllm_lsp.eval.tasks import default_data_dir
+from dllm_lsp.gpujob.cli import main
+
+MINUTES = 2.5
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gpujob")
+    src = root / "src"
+    src.mkdir()
+    for i, text in enumerate(sample_corpus()):
+        (src / f"m{i}.py").write_text(text)
+    out = root / "job"
+    rc = main(["run", "--out", str(out), "--minutes", str(MINUTES), "--device", "cpu", "--preset", "tiny-test",
+               "--quick", "--folder", str(src), "--corpus-license", "MIT", "--corpus-max-mb", "1",
+               "--tokenizer-sample-mb", "1", "--eval-limit", "3", "--data", str(default_data_dir()),
+               "--drill-fail", "rope", "--bench-estimate", "checkpoint=100000", "--model-name", "dry-model"])
+    return rc, out, json.loads((out / "job.json").read_text())
+
+
+def test_every_phase_ran_within_the_budget(job):
+    rc, out, state = job
+    assert rc == 0, (out / "job.log").read_text()[-3000:]
+    phases = state["phases"]
+    assert list(phases) == ["check", "corpus", "train", "eval", "bench", "pack"]
+    assert {name: p["state"] for name, p in phases.items()} == {
+        "check": "done_with_failures", "corpus": "done", "train": "done", "eval": "done", "bench": "partial",
+        "pack": "done"}
+    total = sum(p["seconds"] for p in phases.values())
+    assert total <= MINUTES * 60 + 20    # the boxes hold (a child ends at its box; the pack keeps a reserve)
+    for name, p in phases.items():
+        assert p["seconds"] <= p["box_s"] + 20, name
+
+
+def test_a_failing_kernel_is_reported_and_disabled_for_the_rest_of_the_job(job):
+    _, out, state = job
+    check = json.loads((out / "check" / "cuda-check.json").read_text())
+    failed = [c for c in check["kernels"]["cases"] if not c["ok"]]
+    assert failed and {c["kernel"] for c in failed} == {"rope"}
+    assert "drill" in failed[0]["error"]
+    assert check["kernels"]["failed_kernels"] == ["rope"] and state["disabled_kernels"] == ["rope"]
+    assert all(row["ok"] for row in check["engine"])          # the engine path still works without it
+    assert "disabled from now on: rope" in (out / "job.log").read_text()
+
+
+def test_training_evaluation_and_benchmarks_left_their_files(job):
+    _, out, state = job
+    model = out / "model" / "dry-model"
+    training = json.loads((model / "training.json").read_text())
+    assert training["steps"] > 0 and training["options"]["save_dtype"] == "int8"
+    for name in ("single-line", "random-span-light"):
+        result = json.loads((model / f"eval-{name}.json").read_text())
+        assert result["tasks"] == 3 and set(result["modes"]) == {"unknown", "oracle"}
+    bench = {step["step"]: step for step in state["phases"]["bench"]["steps"]}
+    assert bench["kernels"]["rc"] == 0 and bench["latency"]["rc"] == 0
+    assert bench["checkpoint"]["state"] == "skipped" and "never started" in bench["checkpoint"]["why"]
+    assert (out / "results" / "kernels-cpu.json").is_file()
+    assert not (out / "results" / "checkpoint-cpu.json").exists()
+    assert (model / "loss-curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "loss-curve.png" in (model / "MODEL_CARD.md").read_text()
+
+
+def test_the_pack_unpacks_into_a_repository_whose_model_completes(job, tmp_path):
+    _, out, _ = job
+    files = sorted((out / "pack").iterdir())
+    assert len(files) <= 8 and all(f.stat().st_size <= 16 * 1024 * 1024 for f in files)
+    repo = tmp_path / "repo"
+    assert main(["unpack", str(out / "pack"), "--repo", str(repo)]) == 0
+    model = repo / "models" / "dry-model"
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "MODEL_CARD.md", "train_log.jsonl",
+                 "loss-curve.png", "eval-single-line.json", "corpus_stats.json"):
+        assert (model / name).is_file(), name
+    assert (repo / "docs" / "results" / "kernels-cpu.json").is_file()
+    job_records = list((repo / "docs" / "results" / "gpu-job").glob("*/job.json"))
+    assert len(job_records) == 1 and json.loads(job_records[0].read_text())["phases"]["train"]["state"] == "done"
+    done = subprocess.run([sys.executable, "-m", "dllm_lsp", "infill", "--model", str(model), "--device", "cpu",
+                           "--steps", "2"], input='{"id": 1, "prefix": "def f(x):\\n    return ", "suffix": "\\n"}\n',
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["id"] == 1 and "completion" in json.loads(done.stdout)
+
+
+def test_stage_copies_the_benchmark_data_and_ignores_the_folder(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / ".git" / "info").mkdir(parents=True)
+    (repo / ".git" / "info" / "exclude").write_text("")
+    assert main(["stage", "--repo", str(repo), "--no-wheels"]) == 0
+    assert (repo / ".gpujob" / "data" / "HumanEval-SingleLineInfilling.jsonl.gz").is_file()
+    assert "/.gpujob/" in (repo / ".git" / "info" / "exclude").read_text()
+    assert main(["stage", "--repo", str(repo), "--no-wheels"]) == 0   # again: no second exclude line
+    assert (repo / ".git" / "info" / "exclude").read_text().count("/.gpujob/") == 1
+
+
+def test_unpack_of_a_folder_without_a_manifest_is_one_clear_line(tmp_path, capsys):
+    assert main(["unpack", str(tmp_path), "--repo", str(tmp_path)]) == 1
+    assert "not a GPU job pack" in capsys.readouterr().err
