@@ -511,3 +511,21 @@ def test_block_random_model_for_benchmarks():
     assert block_config(FAMILY_OF["sdar"], {"hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 1,
                                             "vocab_size": 96, "intermediate_size": 48}).qk_norm
 
+
+
+@pytest.mark.parametrize("layout", ["llada-moe", "coda"])
+def test_block_bidirectional_families_use_the_dual_cache(layout, block_loaded):
+    """LLaDA-MoE and CoDA run in the existing dual-cache session: with the span unchanged, a cached
+    step reproduces the exact full pass; the family's shift decides which row predicts a span token."""
+    from dllm_lsp.engine.types import CacheSettings
+
+    denoiser = block_loaded[layout]
+    assert denoiser.decoding == "fixed" and denoiser.spec.shift == (1 if layout == "coda" else 0)
+    ids = torch.randint(0, denoiser.vocab_limit, (14,))
+    ids[4:9] = denoiser.special.mask_id
+    canvas = Canvas(ids, [(4, 9)])
+    dual = denoiser.session(canvas, 1, CacheSettings("dual"))
+    first, second = dual.logits(ids[None]), dual.logits(ids[None])
+    exact = denoiser.session(canvas, 1, CacheSettings("none")).logits(ids[None])
+    assert dual.full_passes == 1
+    assert torch.allclose(first, exact, atol=TOL) and torch.allclose(second, exact, atol=TOL)
