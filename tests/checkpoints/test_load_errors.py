@@ -54,9 +54,9 @@ def test_unknown_family_lists_the_supported_ones(fresh_copy):
     folder = fresh_copy("dream")
     edit_json(folder / "config.json", model_type="mamba", architectures=["MambaForCausalLM"])
     message = expect_error(folder, "unsupported model family", "mamba")
-    for title in ("LLaDA", "Dream", "DreamOn", "Open-dCoder"):
+    for title in ("LLaDA", "Dream", "DreamOn", "Open-dCoder", "SDAR", "Fast-dLLM v2", "LLaDA2.0", "CoDA"):
         assert title in message
-    assert len(SUPPORTED_FAMILIES) == 4
+    assert len(SUPPORTED_FAMILIES) == 11     # 4 masked-diffusion families + 7 block-diffusion / newer coders
 
 
 def test_qwen2_without_mask_is_called_autoregressive(fresh_copy):
