@@ -108,7 +108,8 @@ def edits_of(workspace_edit: dict, uri: str) -> list[dict]:
 class TcpServer:
     """`dllm-lsp serve --tcp 127.0.0.1:PORT` on the model, up and listening; stopped on exit."""
 
-    def __init__(self, model: Path, log: Path):
+    def __init__(self, model: Path, log: Path, token: str | None = None):
+        import os
         import socket
         import time
 
@@ -118,6 +119,7 @@ class TcpServer:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "dllm_lsp", "serve", "--tcp", f"127.0.0.1:{self.port}", "--model", str(model),
              "--device", "cpu", "--log-file", str(log)],
+            env={**os.environ, "DLLM_LSP_TOKEN": token or ""},   # with a token, clients must send it
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # Wait for the port to listen without connecting: the server serves the first connection.
         deadline = time.monotonic() + 90

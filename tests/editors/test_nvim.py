@@ -31,10 +31,10 @@ def expected(editor_model):
     return ghost
 
 
-def open_session(version, tmp_path, model, file_text=BEFORE, name="demo.txt", tcp=None):
+def open_session(version, tmp_path, model, file_text=BEFORE, name="demo.txt", tcp=None, token=None):
     nvim = tools.nvim(version)
     (tmp_path / name).write_text(file_text, encoding="utf-8")
-    session = NvimSession(nvim, tmp_path, name, model, tcp=tcp)
+    session = NvimSession(nvim, tmp_path, name, model, tcp=tcp, token=token)
     session.wait(lambda s: s["attached"] and s["status"] and s["status"].get("loaded"), timeout=90,
                  what="the dllm client to attach and the model to load")
     return session
@@ -152,9 +152,10 @@ def test_fill_holes_command(version, tmp_path, editor_model, expected_fill):
 
 
 def test_connects_to_a_tcp_server(tmp_path, editor_model, expected):
-    """setup({tcp = 'HOST:PORT'}): no server is started, the one listening is used."""
-    with TcpServer(editor_model, tmp_path / "server.log") as server:
-        with open_session("0.12", tmp_path, editor_model, tcp=server.address) as nv:
+    """setup({tcp = 'HOST:PORT', token = ...}): no server is started, the one listening is used, and
+    the token it requires goes in initializationOptions (docs/deploy.md)."""
+    with TcpServer(editor_model, tmp_path / "server.log", token="nvim-test-token") as server:
+        with open_session("0.12", tmp_path, editor_model, tcp=server.address, token="nvim-test-token") as nv:
             command = nv.lua("type(vim.lsp.get_clients({name='dllm'})[1].config.cmd)")
             assert command == "function"   # vim.lsp.rpc.connect, not a process
             type_on_line_2(nv)

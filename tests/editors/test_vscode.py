@@ -105,8 +105,9 @@ def test_tcp_server_manual_trigger_and_toggle(tmp_path, editor_model):
     workspace = tmp_path / "ws"
     workspace.mkdir()
     (workspace / "demo.txt").write_text(BEFORE, encoding="utf-8")
-    with TcpServer(editor_model, tmp_path / "server.log") as server:
-        with CodeServer(workspace, editor_model, tmp_path / "home", {"dllm.server.tcp": server.address}) as vscode:
+    with TcpServer(editor_model, tmp_path / "server.log", token="vscode-test-token") as server:   # docs/deploy.md
+        settings = {"dllm.server.tcp": server.address, "dllm.server.token": "vscode-test-token"}
+        with CodeServer(workspace, editor_model, tmp_path / "home", settings) as vscode:
             seen = play(vscode, tmp_path, editor_model, {
                 "kind": "triggerAndToggle", "file": "demo.txt", "line": 2, "column": len("the quick brown fox ") + 1,
                 "typed": TYPED, "expectGhost": expected, "timeoutMs": 60000,

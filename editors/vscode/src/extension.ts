@@ -82,7 +82,7 @@ async function startClient(): Promise<void> {
   }
   const clientOptions: LanguageClientOptions = {
     documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
-    initializationOptions: settings.serverOptions(),
+    initializationOptions: { ...settings.serverOptions(), ...settings.authOption() },
     outputChannelName: "dllm-lsp",
     middleware: {
       provideInlineCompletionItems: streaming.middleware,

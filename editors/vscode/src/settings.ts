@@ -56,6 +56,13 @@ export function serverOptions(): ServerOptionsPayload {
   return out as unknown as ServerOptionsPayload;
 }
 
+/** The token of a `dllm-lsp serve --tcp` server that requires one (docs/deploy.md): sent in
+ *  initializationOptions.token only, never with the other options on a configuration change. */
+export function authOption(): { token?: string } {
+  const token = section().get<string>("server.token", "").trim();
+  return token ? { token } : {};
+}
+
 export function completionsEnabled(): boolean {
   return section().get<boolean>("enabled", true);
 }

@@ -16,6 +16,7 @@ require('dllm').setup({
   -- DLLM_TEST_TCP: connect to a server the test started with `serve --tcp` instead.
   cmd = (env.DLLM_TEST_TCP or '') == '' and { env.DLLM_TEST_PYTHON, '-m', 'dllm_lsp', 'serve', '--stdio' } or nil,
   tcp = (env.DLLM_TEST_TCP or '') ~= '' and env.DLLM_TEST_TCP or nil,
+  token = (env.DLLM_TEST_TOKEN or '') ~= '' and env.DLLM_TEST_TOKEN or nil,
   server = { model = env.DLLM_TEST_MODEL, device = 'cpu' },
   native = env.DLLM_NVIM_NATIVE ~= '0',
   debounce_ms = 50,

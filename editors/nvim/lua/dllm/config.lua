@@ -8,6 +8,9 @@ M.defaults = {
   python = nil,
   -- Connect to a running `dllm-lsp serve --tcp HOST:PORT` instead of starting one: 'HOST:PORT'.
   tcp = nil,
+  -- Token of a TCP server started with --token-file / DLLM_LSP_TOKEN (docs/deploy.md): a string, or
+  -- a function returning one (e.g. read from a file). Sent only as initializationOptions.token.
+  token = nil,
   filetypes = nil, -- nil: every filetype
   root_markers = { '.git', 'pyproject.toml', 'package.json', 'Cargo.toml', 'go.mod' },
   -- Server options (docs/protocol.md); sent as initializationOptions and under settings.dllm.
@@ -48,6 +51,7 @@ function M.merge(user)
   check('cmd', opts.cmd, { 'nil', 'table' })
   check('python', opts.python, { 'nil', 'string' })
   check('tcp', opts.tcp, { 'nil', 'string' })
+  check('token', opts.token, { 'nil', 'string', 'function' })
   check('filetypes', opts.filetypes, { 'nil', 'table' })
   check('server', opts.server, { 'table' })
   check('debounce_ms', opts.debounce_ms, { 'number' })
@@ -57,6 +61,18 @@ function M.merge(user)
   end
   M.options = opts
   return opts
+end
+
+--- initializationOptions: the server options, plus the TCP token when one is configured.
+function M.init_options(opts)
+  local token = opts.token
+  if type(token) == 'function' then
+    token = token()
+  end
+  if type(token) == 'string' and token ~= '' then
+    return vim.tbl_extend('force', opts.server, { token = vim.trim(token) })
+  end
+  return opts.server
 end
 
 --- The command (or RPC connector) that reaches the server.

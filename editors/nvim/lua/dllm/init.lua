@@ -91,7 +91,7 @@ function M.setup(user_opts)
     cmd = config.server_cmd(opts),
     filetypes = opts.filetypes,
     root_markers = opts.root_markers,
-    init_options = opts.server,
+    init_options = config.init_options(opts),
     settings = { dllm = opts.server },
     handlers = { ['$/progress'] = stream.progress_handler },
     on_init = function(client)
