@@ -124,6 +124,19 @@ def read_state(out: Path) -> dict | None:
         return None
 
 
+def git_exclude_file(repo: Path) -> Path | None:
+    """The repository's info/exclude (a worktree's too), so the staged folder is never committed."""
+    try:
+        done = subprocess.run(["git", "-C", str(repo), "rev-parse", "--git-path", "info/exclude"],
+                              capture_output=True, text=True, timeout=30)
+    except OSError:
+        done = None
+    if done is not None and done.returncode == 0 and done.stdout.strip():
+        path = Path(done.stdout.strip())
+        return path if path.is_absolute() else repo / path
+    return repo / ".git" / "info" / "exclude" if (repo / ".git").is_dir() else None
+
+
 def stage(a) -> int:
     repo = a.repo.resolve()
     target = repo / STAGE_DIR
@@ -137,10 +150,12 @@ def stage(a) -> int:
     for file in [*files, source / "LICENSE"]:
         if file.is_file():
             shutil.copyfile(file, data / file.name)
-    exclude = repo / ".git" / "info" / "exclude"
-    if exclude.parent.is_dir() and f"/{STAGE_DIR}/" not in exclude.read_text().split():
-        with open(exclude, "a") as fh:
-            fh.write(f"/{STAGE_DIR}/\n")
+    exclude = git_exclude_file(repo)
+    if exclude is not None:
+        exclude.parent.mkdir(parents=True, exist_ok=True)
+        if f"/{STAGE_DIR}/" not in (exclude.read_text().split() if exclude.is_file() else []):
+            with open(exclude, "a") as fh:
+                fh.write(f"/{STAGE_DIR}/\n")
     if not a.no_wheels:
         wheels = target / "wheels"
         wheels.mkdir(exist_ok=True)

@@ -97,11 +97,13 @@ def test_the_pack_unpacks_into_a_repository_whose_model_completes(job, tmp_path)
 
 def test_stage_copies_the_benchmark_data_and_ignores_the_folder(tmp_path):
     repo = tmp_path / "repo"
-    (repo / ".git" / "info").mkdir(parents=True)
-    (repo / ".git" / "info" / "exclude").write_text("")
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / ".git" / "info" / "exclude").unlink(missing_ok=True)   # some git setups write none
     assert main(["stage", "--repo", str(repo), "--no-wheels"]) == 0
     assert (repo / ".gpujob" / "data" / "HumanEval-SingleLineInfilling.jsonl.gz").is_file()
     assert "/.gpujob/" in (repo / ".git" / "info" / "exclude").read_text()
+    status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True)
+    assert ".gpujob" not in status.stdout
     assert main(["stage", "--repo", str(repo), "--no-wheels"]) == 0   # again: no second exclude line
     assert (repo / ".git" / "info" / "exclude").read_text().count("/.gpujob/") == 1
 
