@@ -354,7 +354,7 @@ def test_block_engine_round_trip(layout, block_loaded, block_folders):
 def test_block_cli_infill_and_complete(block_folders, tmp_path, monkeypatch, capsys):
     from dllm_lsp.cli import main
 
-    for layout in ("sdar", "fast-dllm-v2", "coda"):
+    for layout in BLOCK_LAYOUTS:
         lines = [json.dumps({"id": 1, "prefix": PREFIX, "suffix": SUFFIX, "max_tokens": 8})]
         monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(lines) + "\n"))
         code = main(["infill", "--model", str(block_folders[layout]), "--device", "cpu", "--steps", "3"])
@@ -364,10 +364,12 @@ def test_block_cli_infill_and_complete(block_folders, tmp_path, monkeypatch, cap
         assert reply["id"] == 1 and isinstance(reply["completion"], str) and reply["steps"] >= 1
     source = tmp_path / "area.py"
     source.write_text(PREFIX + SUFFIX)
-    code = main(["complete", f"{source}:2:12", "--model", str(block_folders["llada2"]), "--device", "cpu", "--json"])
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    assert isinstance(json.loads(captured.out), dict)
+    for layout in ("sdar", "llada2", "llada-moe"):
+        code = main(["complete", f"{source}:2:12", "--model", str(block_folders[layout]), "--device", "cpu",
+                     "--json"])
+        captured = capsys.readouterr()
+        assert code == 0, captured.err
+        assert isinstance(json.loads(captured.out), dict)
 
 
 @pytest.mark.timeout(240)
@@ -376,7 +378,7 @@ async def test_block_server_serves_block_families(tmp_path, block_folders):
     client, _, _ = await start_server(tmp_path, {"model": str(block_folders["sdar"]), "device": "cpu", "steps": 3})
     try:
         open_doc(client, uri, PREFIX + SUFFIX)
-        for layout in ("sdar", "llada2"):
+        for layout in BLOCK_LAYOUTS:
             if layout != "sdar":
                 client.workspace_did_change_configuration(
                     types.DidChangeConfigurationParams(settings={"dllm": {"model": str(block_folders[layout])}}))
