@@ -1,13 +1,22 @@
 """What the CLI subcommands do (argument parsing is in cli.py)."""
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sys
-import time
 from pathlib import Path
 
-from .loader import ModelLoadError
+from . import pipeline
+from .bench.latency import run_latency_bench
+from .engine.engine import Engine
+from .engine.types import InfillRequest
+from .loader import ModelLoadError, load_model
+from .options import Options, SettingsError
+from .server import auth, create_server
+from .server.tcp import serve_tcp
+from .syntax.languages import language_id_for_path
+from .syntax.snapshot import Snapshot
 
 MAX_FILE_BYTES = 8 * 1024 * 1024
 
@@ -17,9 +26,6 @@ class UserError(Exception):
 
 
 def serve(args) -> int:
-    from .server import create_server  # noqa: PLC0415
-    from .server.settings import ServerSettings  # noqa: PLC0415
-
     logging.basicConfig(
         filename=args.log_file, level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -27,13 +33,8 @@ def serve(args) -> int:
     if logging.getLogger().level > logging.DEBUG:
         logging.getLogger("pygls").setLevel(logging.WARNING)   # pygls logs every message at INFO
     overrides = {k: v for k, v in (("model", args.model), ("device", args.device)) if v}
-    settings = ServerSettings().merged(overrides)
+    settings = Options().merged(overrides)
     if args.tcp:
-        import asyncio  # noqa: PLC0415
-
-        from .server import auth  # noqa: PLC0415
-        from .server.tcp import serve_tcp  # noqa: PLC0415
-
         host, port = parse_host_port(args.tcp)
         try:
             token = auth.load_token(getattr(args, "token_file", None))
@@ -54,9 +55,6 @@ def parse_host_port(spec: str) -> tuple[str, int]:
 
 
 def load_engine(args):
-    from .engine.engine import Engine  # noqa: PLC0415
-    from .loader import load_model  # noqa: PLC0415
-
     try:
         return Engine(load_model(args.model, args.device))
     except ModelLoadError as exc:
@@ -96,41 +94,50 @@ def offset_for(text: str, line: int, col: int) -> int:
     return sum(len(l) + 1 for l in lines[: line - 1]) + col - 1
 
 
-def complete(args) -> int:
-    from .engine.types import DecodeSettings  # noqa: PLC0415
-    from .syntax.document import ParsedDocument  # noqa: PLC0415
-    from .syntax.languages import language_id_for_path  # noqa: PLC0415
-    from .planner.spans import PlannerSettings, plan_span  # noqa: PLC0415
-    from .postprocess import finish  # noqa: PLC0415
+def cli_options(args) -> Options:
+    """The options schema's defaults with the CLI's flags applied (a flag left out keeps the
+    default the server would use, so `complete` and an editor agree)."""
+    given = {"model": args.model, "device": args.device, "steps": getattr(args, "steps", None)}
+    try:
+        return Options().merged({k: v for k, v in given.items() if v is not None})
+    except SettingsError as exc:
+        raise UserError(str(exc)) from None
 
+
+def complete(args) -> int:
     path, line, col = parse_location(args.location)
     text = read_source(path)
     offset = offset_for(text, line, col)
     language = args.language or language_id_for_path(str(path))
+    options = cli_options(args)
     engine = load_engine(args)
-    doc = ParsedDocument(text, language)
-    plan = plan_span(doc, offset, PlannerSettings())
-    result = engine.infill(plan.request, DecodeSettings(steps=args.steps))
-    completion = finish(plan, text, result.text) or ""
+    # The same pipeline as the server's: planner, companion import slot, one context budget.
+    plan = pipeline.plan(Snapshot.parse(text, language), offset, options)
+    result = plan.run(engine)
+    found = plan.finish(result)
+    completion = found.text if found is not None else ""
     if args.json:
-        start_line = text.count("\n", 0, plan.replace_start) + 1
-        start_col = plan.replace_start - (text.rfind("\n", 0, plan.replace_start) + 1) + 1
-        print(json.dumps({
+        span = plan.span
+        start_line = text.count("\n", 0, span.replace_start) + 1
+        start_col = span.replace_start - (text.rfind("\n", 0, span.replace_start) + 1) + 1
+        reply = {
             "file": str(path), "line": line, "col": col, "language": language,
             "completion": completion, "replace_from": {"line": start_line, "col": start_col},
-            "kind": plan.kind, "model": engine.denoiser.name, "steps": result.steps,
+            "kind": span.kind, "model": engine.denoiser.name, "steps": result.steps,
             "latency_ms": round(result.latency_ms, 2),
-        }))
+        }
+        if found is not None and found.companion is not None:
+            reply["companion"] = {"import": found.companion.statement,
+                                  "line": text.count("\n", 0, found.companion.offset) + 1}
+        print(json.dumps(reply))
     else:
         print(completion)
     return 0
 
 
 def infill(args) -> int:
-    from .engine.types import DecodeSettings, InfillRequest  # noqa: PLC0415
-
+    settings = cli_options(args).decode.decode_settings()
     engine = load_engine(args)
-    settings = DecodeSettings(steps=args.steps)
     for number, raw in enumerate(sys.stdin, start=1):
         if not raw.strip():
             continue
@@ -162,8 +169,6 @@ def infill_line(engine, raw: str, number: int, default_max: int, settings, reque
 
 
 def bench(args) -> int:
-    from .bench.latency import run_latency_bench  # noqa: PLC0415
-
     engine = load_engine(args)
     figures = run_latency_bench(engine, runs=args.runs)
     text = json.dumps(figures, indent=2)

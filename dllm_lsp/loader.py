@@ -4,17 +4,18 @@ Only safetensors weights are read and nothing in the folder is executed.
 """
 from __future__ import annotations
 
-import json
 from importlib import resources
 from pathlib import Path
 
 import torch
 
+from .arch.embedded import MODEL_TYPE
+from .arch.embedded_denoiser import EmbeddedDenoiser
+from .checkpoints import load_checkpoint
 from .engine.denoiser import Denoiser
+from .model_folder import ModelLoadError, load_json_file
 
-
-class ModelLoadError(Exception):
-    """The model folder is missing, incomplete, corrupt or of an unsupported family."""
+__all__ = ["ModelLoadError", "load_model", "resolve_device", "resolve_model_path", "read_config"]
 
 
 def resolve_device(device: str | None) -> torch.device:
@@ -59,14 +60,6 @@ def resolve_model_path(spec: str | Path | None) -> Path:
     return path
 
 
-def load_json_file(path: Path):
-    """The parsed JSON in `path`; ModelLoadError naming the file when it is not valid JSON."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ModelLoadError(f"{path} is not valid JSON: {exc}") from exc
-
-
 def read_config(folder: Path) -> dict:
     config_path = folder / "config.json"
     if not config_path.is_file():
@@ -79,15 +72,12 @@ def read_config(folder: Path) -> dict:
 
 def load_model(spec: str | Path | None = None, device: str | None = "auto") -> Denoiser:
     """Load the model folder `spec` (default: the shipped model) onto `device`."""
-    from .arch.embedded import MODEL_TYPE  # noqa: PLC0415
-
     folder = resolve_model_path(spec)
     dev = resolve_device(device)
     config = read_config(folder)
     try:
         if config.get("model_type") == MODEL_TYPE:
             return load_embedded(folder, dev)
-        from .checkpoints import load_checkpoint  # noqa: PLC0415
         return load_checkpoint(folder, config, dev)
     except ModelLoadError:
         raise
@@ -98,8 +88,6 @@ def load_model(spec: str | Path | None = None, device: str | None = "auto") -> D
 
 
 def load_embedded(folder: Path, device: torch.device) -> Denoiser:
-    from .arch.embedded_denoiser import EmbeddedDenoiser  # noqa: PLC0415
-
     for name in ("model.safetensors", "tokenizer.json"):
         if not (folder / name).is_file():
             raise ModelLoadError(f"{folder} has no {name}")

@@ -14,7 +14,6 @@ finish() runs, in order:
 """
 from __future__ import annotations
 
-from dllm_lsp.syntax.document import ParsedDocument
 from dllm_lsp.syntax.languages import facts_for
 from dllm_lsp.planner.lines import indent_width, leading_ws, line_bounds, render_indent
 from dllm_lsp.planner.syntax import check_region
@@ -33,15 +32,13 @@ _CLOSING_PUNCTUATION = frozenset(")]};,\"'` \t")
 _SUFFIX_LINES_LOOKED_AT = 2000   # characters of suffix compared with a multi-line completion's tail
 
 
-def finish(plan: SpanPlan, doc_text: str, completion: str) -> str | None:
-    """The text to insert over [plan.replace_start, plan.replace_end) of doc_text, or None."""
+def finish(plan: SpanPlan, completion: str) -> str | None:
+    """The text to insert over [plan.replace_start, plan.replace_end) of the text the plan was made
+    on (plan.snapshot), or None. A newer version of the document is never consulted: the plan's
+    offsets, tree and parse check all belong to its own snapshot."""
     if not isinstance(completion, str):
         raise TypeError(f"completion must be a string, got {type(completion).__name__}")
-    if not isinstance(doc_text, str):
-        raise TypeError(f"document text must be a string, got {type(doc_text).__name__}")
-    if not 0 <= plan.replace_start <= plan.replace_end <= len(doc_text):
-        raise ValueError(f"the plan's range [{plan.replace_start}, {plan.replace_end}) is outside the "
-                         f"document (length {len(doc_text)}): was the plan made for another version?")
+    doc_text = plan.snapshot.text
     text = strip_markers(completion).replace("\r\n", "\n")
     if plan.typed_prefix and not text.startswith(plan.typed_prefix):
         return None
@@ -69,7 +66,7 @@ def _finish_line(plan: SpanPlan, doc_text: str, text: str) -> str | None:
     text = trim_line_overlap(text.rstrip(), plan.line_rest)
     if not text.strip() or text == plan.typed_prefix or not text.startswith(plan.typed_prefix):
         return None
-    return text if _ParseCheck(plan, doc_text)(text) else None
+    return text if _ParseCheck(plan)(text) else None
 
 
 def trim_line_overlap(text: str, rest: str) -> str:
@@ -144,7 +141,7 @@ def _finish_block(plan: SpanPlan, doc_text: str, text: str) -> str | None:
                 joined += newline + plan.closer_indent
         return joined
 
-    parse_not_worse = _ParseCheck(plan, doc_text)
+    parse_not_worse = _ParseCheck(plan)
     for count in range(len(lines), 0, -1):   # cut back line by line until the parse is no worse
         if not lines[count - 1].strip():
             continue
@@ -216,8 +213,7 @@ def trim_duplicate_lines(lines: list[str], suffix: str) -> list[str]:
 
 
 def _indent_sensitive(plan: SpanPlan) -> bool:
-    language_id = plan.snapshot.language_id if plan.snapshot is not None else (plan.language or "plaintext")
-    return facts_for(language_id).indent_sensitive
+    return facts_for(plan.snapshot.language_id).indent_sensitive
 
 
 # --- parse check -----------------------------------------------------------------------------------
@@ -226,13 +222,9 @@ class _ParseCheck:
     """Does inserting a text over the plan's range keep the enclosing region's error count?
     The region and its error count without the completion are computed once per finish()."""
 
-    def __init__(self, plan: SpanPlan, doc_text: str) -> None:
+    def __init__(self, plan: SpanPlan) -> None:
         self.plan = plan
-        snapshot = plan.snapshot
-        if snapshot is None or (snapshot.text is not doc_text and snapshot.text != doc_text):
-            language_id = snapshot.language_id if snapshot is not None else (plan.language or "plaintext")
-            snapshot = ParsedDocument(doc_text, language_id).snapshot   # the document moved on: parse it
-        self.snapshot = snapshot
+        self.snapshot = plan.snapshot
         self.baseline: int | None = None
 
     def __call__(self, insert: str) -> bool:

@@ -9,6 +9,7 @@ import torch
 from tokenizers import Tokenizer
 
 from dllm_lsp.engine.denoiser import Canvas, Denoiser, SpecialTokens
+from dllm_lsp.engine.types import CacheSettings
 
 from .embedded import KV, EmbeddedConfig, EmbeddedModel
 from .weight_storage import load_weights
@@ -72,7 +73,8 @@ class EmbeddedDenoiser(Denoiser):
         tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         return cls(model.to(device), tokenizer, folder.name)
 
-    def session(self, canvas: Canvas, batch: int) -> EmbeddedSession:
+    def session(self, canvas: Canvas, batch: int, cache: CacheSettings = CacheSettings()) -> EmbeddedSession:
+        # `cache` is for approximate caches: this model's context cache is exact, always on.
         if self.model.cfg.attention_layout == "bidirectional":
             return EmbeddedSession(self.model, canvas, batch, None)
         return EmbeddedSession(self.model, canvas, batch, self._context_kv(canvas))

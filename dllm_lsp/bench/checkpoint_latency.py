@@ -28,10 +28,9 @@ import torch.nn.functional as F
 from dllm_lsp.checkpoints.architecture import BiConfig, BidirectionalLM
 from dllm_lsp.checkpoints.denoiser import CheckpointDenoiser
 from dllm_lsp.checkpoints.families import DREAM
-from dllm_lsp.checkpoints.session import CacheSettings
 from dllm_lsp.engine.denoise import denoise
 from dllm_lsp.engine.denoiser import Canvas, SpecialTokens
-from dllm_lsp.engine.types import DecodeSettings
+from dllm_lsp.engine.types import CacheSettings, DecodeSettings
 
 from .environment import environment
 
@@ -182,19 +181,18 @@ def run(args: argparse.Namespace) -> dict:
     settings = fixed_steps(steps)
     results: dict[str, dict] = {}
     for mode in ("dual", "none"):
-        denoiser.cache = CacheSettings(mode, args.refresh_every if mode == "dual" else 0)
+        cache = CacheSettings(mode, args.refresh_every if mode == "dual" else 0)
         outcome = {}
 
         def one_completion():
-            outcome["o"] = denoise(denoiser, canvas, settings)
+            outcome["o"] = denoise(denoiser, canvas, settings, cache=cache)
 
         samples = timed(one_completion, device, runs)
         results[mode] = {"median_ms": statistics.median(samples), "min_ms": min(samples),
                          "steps": outcome["o"].steps, "full_passes": denoiser.last_session.full_passes}
 
     # One cached step on its own, and one full pass, over the same canvas.
-    denoiser.cache = CacheSettings("dual", 0)
-    session = denoiser.session(canvas, 1)
+    session = denoiser.session(canvas, 1, CacheSettings("dual", 0))
     ids = canvas.ids[None].to(device)
     session.logits(ids)
     cached_step = timed(lambda: session.logits(ids), device, runs * 2)

@@ -1,21 +1,20 @@
 """An open checkpoint as a `Denoiser`: the engine's loop asks it for span logits each step."""
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 from tokenizers import Tokenizer
 
 from dllm_lsp.engine.denoiser import Canvas, Denoiser, SpecialTokens
+from dllm_lsp.engine.types import CacheSettings
 
 from .architecture import BidirectionalLM
 from .families import Family
-from .session import CacheSettings, CheckpointSession
+from .session import CheckpointSession
 
 
 class CheckpointDenoiser(Denoiser):
     def __init__(self, model: BidirectionalLM, tokenizer: Tokenizer, special: SpecialTokens, family: Family,
-                 name: str, max_context: int, cache: CacheSettings = CacheSettings()) -> None:
+                 name: str, max_context: int) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.special = special
@@ -24,23 +23,13 @@ class CheckpointDenoiser(Denoiser):
         self.name = name
         self.device = model.device
         self.max_context = max_context
-        self.cache = cache
         # Embedding rows past the tokenizer's size are padding: never propose them.
         self.vocab_limit = min(model.cfg.vocab_size, tokenizer.get_vocab_size(with_added_tokens=True))
         self.blocked = (special.mask_id,)
-        self.last_session: CheckpointSession | None = None
+        self.last_session: CheckpointSession | None = None   # read by `bench checkpoint` (full passes run)
 
-    def configure(self, cache: str | None = None, refresh_every: int | None = None) -> None:
-        """Switch the cache mode ("dual" / "none") or its refresh interval; applies to the next request."""
-        changes = {}
-        if cache is not None:
-            changes["mode"] = cache
-        if refresh_every is not None:
-            changes["refresh_every"] = int(refresh_every)
-        self.cache = replace(self.cache, **changes)
-
-    def session(self, canvas: Canvas, batch: int) -> CheckpointSession:
-        session = CheckpointSession(self.model, canvas, self.spec.shift, self.cache, self.vocab_limit, self.blocked)
+    def session(self, canvas: Canvas, batch: int, cache: CacheSettings = CacheSettings()) -> CheckpointSession:
+        session = CheckpointSession(self.model, canvas, self.spec.shift, cache, self.vocab_limit, self.blocked)
         self.last_session = session
         return session
 
@@ -48,8 +37,6 @@ class CheckpointDenoiser(Denoiser):
         return {
             **super().describe(),
             "family_title": self.spec.title,
-            "cache": self.cache.mode,
-            "refresh_every": self.cache.refresh_every,
             "dtype": str(self.model.dtype).removeprefix("torch."),
             "parameters": self.model.num_parameters(),
         }

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dllm_lsp.engine.denoiser import SpecialTokens
-from dllm_lsp.loader import ModelLoadError, load_json_file
+from dllm_lsp.model_folder import ModelLoadError, load_json_file
 
 from .architecture import BiConfig
+from .block_families import BLOCK_FAMILIES
 from .tokenizer_files import TokenizerFiles
 
 EXPAND_TOKEN = "<|expand|>"
@@ -43,7 +44,7 @@ FAMILIES = (LLADA, DREAM, DREAMON, OPEN_DCODER)
 
 
 def supported_list() -> str:
-    return "; ".join(f.title for f in FAMILIES)
+    return "; ".join(f.title for f in FAMILIES + BLOCK_FAMILIES)
 
 
 def read_generation_config(folder: Path) -> dict:

@@ -12,27 +12,12 @@ first token -- attending to the stored context plus themselves. Every `refresh_e
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from dllm_lsp.engine.denoiser import Canvas
+from dllm_lsp.engine.types import CacheSettings
 
 from .architecture import KV, BidirectionalLM
-
-CACHE_MODES = ("dual", "none")
-
-
-@dataclass(frozen=True)
-class CacheSettings:
-    mode: str = "dual"
-    refresh_every: int = 0      # full pass every N steps; 0: only at the first step (Fast-dLLM within one block)
-
-    def __post_init__(self) -> None:
-        if self.mode not in CACHE_MODES:
-            raise ValueError(f"cache mode must be one of {CACHE_MODES}, not {self.mode!r}")
-        if self.refresh_every < 0:
-            raise ValueError("refresh_every must be >= 0")
 
 
 class CheckpointSession:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from dllm_lsp.loader import ModelLoadError, load_json_file
+from dllm_lsp.model_folder import ModelLoadError, load_json_file
 
 ROLES = ("mask_token", "pad_token", "eos_token", "bos_token")
 

@@ -5,24 +5,36 @@ suffix: what comes before the cursor predicts the completion best.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from .denoiser import Canvas, Denoiser
 from .types import InfillRequest
 
+# (text, role) -> token ids; role is "prefix", "middle1", ..., "suffix"
+PieceEncoder = Callable[[str, str], list[int]]
+
 PREFIX_SHARE = 0.75
 
 
-def build_canvas(denoiser: Denoiser, request: InfillRequest, context_budget: int) -> Canvas:
-    """Tokenize and lay out `request`; `context_budget` bounds the context tokens kept."""
+class CanvasTooSmall(ValueError):
+    """The request's slots leave no room for context in the model's positions."""
+
+
+def build_canvas(denoiser: Denoiser, request: InfillRequest, context_budget: int,
+                 encode_piece: PieceEncoder | None = None) -> Canvas:
+    """Tokenize and lay out `request`; `context_budget` bounds the context tokens kept.
+    `encode_piece` (the engine's incremental encoders) defaults to a plain encode."""
     slot_tokens = sum(s.max_tokens for s in request.slots)
     budget = min(context_budget, denoiser.max_context - slot_tokens - 1)
     if budget < 2:
-        raise ValueError(
+        raise CanvasTooSmall(
             f"slots of {slot_tokens} tokens leave no room for context in {denoiser.max_context} positions"
         )
     roles = ["prefix", *(f"middle{i}" for i in range(1, len(request.pieces) - 1)), "suffix"]
-    pieces = [denoiser.encode_piece(text, role) for text, role in zip(request.pieces, roles)]
+    encode = encode_piece or (lambda text, role: denoiser.encode(text))
+    pieces = [encode(text, role) for text, role in zip(request.pieces, roles)]
     prefix, middles, suffix = pieces[0], pieces[1:-1], pieces[-1]
     middle_total = sum(len(m) for m in middles)
     room = max(budget - middle_total, 2)
@@ -42,4 +54,4 @@ def build_canvas(denoiser: Denoiser, request: InfillRequest, context_budget: int
         ids += [special.mask_id] * slot.max_tokens
         ranges.append((start, len(ids)))
         ids += after
-    return Canvas(torch.tensor(ids, dtype=torch.long), ranges)
+    return Canvas(torch.tensor(ids, dtype=torch.long), ranges, tuple(s.single_line for s in request.slots))

@@ -1,4 +1,7 @@
-"""The denoising loop: confidence-threshold parallel decoding with pad collapse.
+"""The fixed-length denoising loop, and the step pieces every engine loop is built from.
+
+Step API (public, shared with engine/variable_length.py): `propose` (a token and a confidence
+per span row), `choose_commits`, `hold_back_early_ends`, `collapse_after_pad`.
 
 Each step: logits at every span position, pick a token and a confidence per still-masked
 position, commit those above the threshold (at least enough to finish within the step
@@ -16,7 +19,7 @@ import torch
 from dllm_lsp.kernels.unmask_select import unmask_select
 
 from .denoiser import Canvas, Denoiser
-from .types import DecodeSettings
+from .types import CacheSettings, DecodeSettings
 
 
 class Cancelled(Exception):
@@ -39,6 +42,14 @@ def confidence_of(kind: str, prob: torch.Tensor, margin: torch.Tensor, entropy: 
     return -entropy
 
 
+def propose(logits: torch.Tensor, settings: DecodeSettings,
+            generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [R, V] -> (token [R], confidence [R] as float32) under `settings`' sampling and
+    confidence kind (top-1 probability, top-2 margin or negative entropy)."""
+    sel = unmask_select(logits, settings.temperature, generator)
+    return sel.token, confidence_of(settings.confidence, sel.prob, sel.margin, sel.entropy).float()
+
+
 def commit_count_floor(masked_left: torch.Tensor, steps_left: int) -> torch.Tensor:
     """The fewest commits this step that still finish every row within the step budget."""
     return torch.ceil(masked_left.float() / max(steps_left, 1)).long()
@@ -50,6 +61,7 @@ def denoise(
     settings: DecodeSettings,
     should_stop: Callable[[], bool] = lambda: False,
     on_step: Callable[[int, torch.Tensor, torch.Tensor, float], None] | None = None,
+    cache: CacheSettings = CacheSettings(),
 ) -> DenoiseOutcome:
     """Fill every slot of `canvas`, `settings.n` candidates in parallel.
 
@@ -73,7 +85,7 @@ def denoise(
     # An end decided in order closes its slot however confident it was: everything before it is decided.
     collapse_threshold = -math.inf if settings.ends_in_order else settings.pad_collapse_threshold
     n_slots = len(canvas.slot_ranges)
-    session = denoiser.session(canvas, batch)
+    session = denoiser.session(canvas, batch, cache)
     steps = 0
     for step in range(settings.steps):
         if not masked.any():
@@ -85,10 +97,9 @@ def denoise(
         steps += 1
         # Select over every span row (S is small) rather than gathering the masked ones: no
         # data-dependent shapes, so no host sync on a GPU.
-        sel = unmask_select(logits.reshape(batch * n_span, -1), settings.temperature, generator)
-        score = confidence_of(settings.confidence, sel.prob, sel.margin, sel.entropy).float()
+        token, score = propose(logits.reshape(batch * n_span, -1), settings, generator)
         conf = torch.where(masked, score.view(batch, n_span), -math.inf)
-        proposal = sel.token.view(batch, n_span)
+        proposal = token.view(batch, n_span)
         if settings.ends_in_order:
             commit = choose_commits(hold_back_early_ends(conf, proposal, masked, slot_of, end_ids, n_slots),
                                     masked, settings, steps_left=settings.steps - step)

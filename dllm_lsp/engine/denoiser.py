@@ -1,8 +1,10 @@
-"""The interface every model family implements, and the canvas it denoises.
+"""The port every model family implements, and the canvas it denoises.
 
-The engine owns the sampling loop; a `Denoiser` only answers "what are the logits at the
-span positions for this canvas", so the embedded model (exact context cache) and the open
-checkpoints (approximate dual cache) plug into one loop.
+A `Denoiser` is plain model code: it encodes and decodes text, and opens a session that answers
+"what are the logits at the span positions for this canvas". It runs no loop. The engine owns
+every decoding loop (engine/denoise.py, engine/variable_length.py) and picks one by the port's
+`decoding`, so the embedded model (exact context cache) and the open checkpoints (approximate
+dual cache) plug into the same loops.
 """
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from typing import Protocol
 import torch
 from tokenizers import Tokenizer
 
+from .types import CacheSettings
+
 
 @dataclass(frozen=True)
 class SpecialTokens:
@@ -21,6 +25,7 @@ class SpecialTokens:
     eos_id: int | None = None       # treated like pad inside a slot when the model has no pad
     bos_id: int | None = None       # prepended to the canvas when the family expects it
     expand_id: int | None = None    # DreamOn: "this slot needs more room"
+    delete_id: int | None = None    # DreamOn: "this position does not exist"
 
     @property
     def end_ids(self) -> tuple[int, ...]:
@@ -34,6 +39,7 @@ class Canvas:
 
     ids: torch.Tensor                      # [T] int64
     slot_ranges: list[tuple[int, int]]     # [start, end) of each slot in `ids`
+    single_line: tuple[bool, ...] = ()     # per slot: the planner wants one line (block-wise decoding stops there)
 
     @property
     def length(self) -> int:
@@ -79,28 +85,17 @@ class Denoiser(ABC):
     max_context: int                # the most canvas tokens the model's positions allow
 
     @abstractmethod
-    def session(self, canvas: Canvas, batch: int) -> DenoiseSession:
+    def session(self, canvas: Canvas, batch: int, cache: CacheSettings = CacheSettings()) -> DenoiseSession:
         """Prepare a run over `canvas` decoded `batch` times in parallel (prefill happens here)."""
 
-    def run(self, canvas: Canvas, settings, should_stop, on_step):
-        """The denoising loop for this family; families that grow or shrink slots override it."""
-        from .denoise import denoise  # noqa: PLC0415
-
-        return denoise(self, canvas, settings, should_stop, on_step)
+    @property
+    def decoding(self) -> str:
+        """Which engine loop fills this model's canvases: "variable_length" for a model that
+        grows and shrinks its slots with expand/delete tokens (DreamOn), else "fixed"."""
+        return "variable_length" if self.special.expand_id is not None else "fixed"
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids if text else []
-
-    def encode_piece(self, text: str, role: str) -> list[int]:
-        """Encode one canvas piece ("prefix", "suffix", "middle1", ...) reusing the tokens of the
-        same piece of the previous request: between keystrokes only the tail changes."""
-        from .token_cache import IncrementalEncoder  # noqa: PLC0415
-
-        encoders = self.__dict__.setdefault("_piece_encoders", {})
-        encoder = encoders.get(role)
-        if encoder is None or encoder.tokenizer is not self.tokenizer:
-            encoder = encoders[role] = IncrementalEncoder(self.tokenizer)
-        return encoder.encode(text) if text else []
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False) if ids else ""

@@ -1,7 +1,13 @@
-"""The engine: InfillRequest in, InfillResult out (tokenize -> canvas -> denoise -> decode).
+"""The engine: InfillRequest in, InfillResult out (tokenize -> canvas -> decode loop -> text).
 
-Thread-safe for one caller at a time per model; the server runs it on a single worker
-thread so the event loop stays free while the model denoises.
+The engine owns every decoding loop and picks one by the model's `decoding` (LOOPS); a model
+only answers logits. It also owns the incremental tokenizer cache: between keystrokes only the
+tail of each canvas piece changes, so the tokens before it are reused.
+
+Options that change per request (decode settings, context budget, cache mode) are arguments of
+`infill`, never state of the shared engine: two clients with different settings can share one.
+Thread-safe for one caller at a time; the server runs it on a single worker thread so the event
+loop stays free while the model denoises.
 """
 from __future__ import annotations
 
@@ -11,12 +17,24 @@ from collections.abc import Callable
 
 import torch
 
-from .canvas import build_canvas
-from .denoise import Cancelled
+from .blockwise import decode_blockwise
+from .canvas import CanvasTooSmall, build_canvas
+from .denoise import Cancelled, DenoiseOutcome, denoise
 from .denoiser import Canvas, Denoiser
-from .types import DecodeSettings, InfillRequest, InfillResult, StepState
+from .token_cache import IncrementalEncoder
+from .types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState
+from .variable_length import denoise_variable_length
 
-__all__ = ["Engine", "Cancelled", "CancelToken"]
+__all__ = ["Engine", "Cancelled", "CancelToken", "CanvasTooSmall", "LOOPS"]
+
+DEFAULT_CONTEXT_TOKENS = 1024
+
+# Denoiser.decoding -> the loop that fills its canvases.
+LOOPS: dict[str, Callable[..., DenoiseOutcome]] = {
+    "fixed": denoise,
+    "variable_length": denoise_variable_length,
+    "blockwise": decode_blockwise,
+}
 
 
 class CancelToken:
@@ -34,13 +52,25 @@ class CancelToken:
 
 
 class Engine:
-    def __init__(self, denoiser: Denoiser, context_tokens: int = 1024) -> None:
+    def __init__(self, denoiser: Denoiser, context_tokens: int = DEFAULT_CONTEXT_TOKENS) -> None:
         self.denoiser = denoiser
-        self.context_tokens = context_tokens
+        self.context_tokens = context_tokens     # the default budget when a request names none
         self._lock = threading.Lock()
+        self._encoders: dict[str, IncrementalEncoder] = {}
 
-    def canvas(self, request: InfillRequest) -> Canvas:
-        return build_canvas(self.denoiser, request, self.context_tokens)
+    def encode_piece(self, text: str, role: str) -> list[int]:
+        """Encode one canvas piece ("prefix", "suffix", "middle1", ...) reusing the tokens of the
+        same piece of the previous request."""
+        if not text:
+            return []
+        encoder = self._encoders.get(role)
+        if encoder is None:
+            encoder = self._encoders[role] = IncrementalEncoder(self.denoiser.tokenizer)
+        return encoder.encode(text)
+
+    def canvas(self, request: InfillRequest, context_tokens: int | None = None) -> Canvas:
+        budget = self.context_tokens if context_tokens is None else context_tokens
+        return build_canvas(self.denoiser, request, budget, self.encode_piece)
 
     def infill(
         self,
@@ -48,11 +78,16 @@ class Engine:
         settings: DecodeSettings = DecodeSettings(),
         cancel: CancelToken | None = None,
         on_step: Callable[[StepState], None] | None = None,
+        *,
+        context_tokens: int | None = None,
+        cache: CacheSettings = CacheSettings(),
     ) -> InfillResult:
-        """Fill every slot of `request`. Raises Cancelled if `cancel` fires mid-way."""
+        """Fill every slot of `request`. Raises Cancelled if `cancel` fires mid-way, CanvasTooSmall
+        when the slots leave no room for context."""
+        loop = LOOPS[self.denoiser.decoding]
         with self._lock, torch.inference_mode():
             t0 = time.perf_counter()
-            canvas = self.canvas(request)
+            canvas = self.canvas(request, context_tokens)
             t1 = time.perf_counter()
             step_cb = None
             if on_step is not None:
@@ -60,7 +95,7 @@ class Engine:
                     texts = self.decode_slots(canvas, span, masked)
                     on_step(StepState(step, settings.steps, texts, mean_conf, int(masked[0].sum())))
             should_stop = (lambda: cancel.cancelled) if cancel is not None else (lambda: False)
-            outcome = self.denoiser.run(canvas, settings, should_stop, step_cb)
+            outcome = loop(self.denoiser, canvas, settings, should_stop, step_cb, cache)
             t2 = time.perf_counter()
             candidates = self.decode_slots(outcome.canvas, outcome.span_ids, None)
             committed = self.real_tokens(outcome.span_ids[0])

@@ -46,6 +46,24 @@ class InfillRequest:
 
 
 ConfidenceKind = Literal["prob", "margin", "entropy"]
+CONFIDENCE_KINDS = ("prob", "margin", "entropy")
+CACHE_MODES = ("dual", "none")
+
+
+@dataclass(frozen=True)
+class CacheSettings:
+    """How a bidirectional checkpoint caches its context during one request (the embedded
+    model's cache is exact and ignores this). "dual": Fast-dLLM's dual cache, the context
+    keys/values of a full pass reused by later steps; "none": a full pass every step (exact)."""
+
+    mode: str = "dual"
+    refresh_every: int = 0      # full pass every N steps; 0: only at the first step (Fast-dLLM within one block)
+
+    def __post_init__(self) -> None:
+        if self.mode not in CACHE_MODES:
+            raise ValueError(f"cache mode must be one of {CACHE_MODES}, not {self.mode!r}")
+        if self.refresh_every < 0:
+            raise ValueError("refresh_every must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -73,6 +91,10 @@ class DecodeSettings:
             raise ValueError("n must be >= 1")
         if self.temperature < 0:
             raise ValueError("temperature must be >= 0")
+        if self.confidence not in CONFIDENCE_KINDS:
+            raise ValueError(f"confidence must be one of {CONFIDENCE_KINDS}, not {self.confidence!r}")
+        if self.remask_below is not None and self.confidence == "prob" and not 0.0 <= self.remask_below <= 1.0:
+            raise ValueError("remask_below must be within [0, 1] for prob confidences")
 
 
 @dataclass

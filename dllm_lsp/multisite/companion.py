@@ -107,16 +107,15 @@ def is_valid_import(statement: str, language_id: str) -> bool:
     return len(nodes) == 1 and nodes[0].type in kinds
 
 
-def companion_edit(slot_text: str, doc_text: str, language_id: str, tree=None) -> CompanionEdit | None:
-    """The edit that adds the import the model wrote in the companion slot, or None when the
-    slot holds no valid import or the file already has it."""
+def companion_edit(slot_text: str, source: Snapshot) -> CompanionEdit | None:
+    """The edit that adds the import the model wrote in the companion slot to `source`, or None
+    when the slot holds no valid import or the file already has it."""
     if not isinstance(slot_text, str):
         return None
     lines = slot_text.strip().splitlines()
     statement = lines[0].strip() if lines else ""
-    if not statement or not is_valid_import(statement, language_id):
+    if not statement or not is_valid_import(statement, source.language_id):
         return None
-    source = Snapshot.parse(doc_text, language_id, tree)
     if normalized(statement) in existing_imports(source):
         return None
     where = insertion_offset(source)
@@ -144,16 +143,14 @@ class CompanionSlot:
     def slot_text(self, result: InfillResult) -> str:
         return result.candidates[0][0]
 
-    def edit(self, result: InfillResult, doc_text: str, language_id: str, tree=None) -> CompanionEdit | None:
-        return companion_edit(self.slot_text(result), doc_text, language_id, tree)
+    def edit(self, result: InfillResult, source: Snapshot) -> CompanionEdit | None:
+        return companion_edit(self.slot_text(result), source)
 
 
 def with_companion_slot(
     request: InfillRequest,
-    doc_text: str,
-    language_id: str,
+    source: Snapshot,
     prefix_end: int,
-    tree=None,
     max_tokens: int = COMPANION_TOKENS,
     max_between_chars: int = MAX_BETWEEN_CHARS,
 ) -> CompanionSlot | None:
@@ -167,7 +164,7 @@ def with_companion_slot(
     shows the import block, the slot, then the last part before the cursor. That part starts
     at a multiple of QUANTUM_CHARS (then at a line start) so it stays put while the user
     types, and the model's context cache keeps matching."""
-    source = Snapshot.parse(doc_text, language_id, tree)
+    doc_text = source.text
     where = insertion_offset(source)
     if where is None or where[1]:
         return None

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from dllm_lsp.engine.engine import CancelToken, Engine
-from dllm_lsp.engine.types import DecodeSettings, InfillRequest, InfillResult
+from dllm_lsp.engine.types import CacheSettings, DecodeSettings, InfillRequest, InfillResult
+from dllm_lsp.options import Options
 from dllm_lsp.syntax.snapshot import Snapshot
 
 from .holes import DEFAULT_MARKER, find_holes
@@ -26,7 +27,8 @@ class ModelRunner(Protocol):
     async def ready_engine(self) -> Engine: ...
 
     async def infill(self, request: InfillRequest, settings: DecodeSettings, cancel: CancelToken,
-                     on_step=None) -> InfillResult: ...
+                     on_step=None, *, context_tokens: int | None = None,
+                     cache: CacheSettings = CacheSettings()) -> InfillResult: ...
 
 
 @dataclass
@@ -47,30 +49,34 @@ class MultisiteService:
         self.host = host
         self.history = EditHistory()
 
-    async def fill_sites(self, text: str, language_id: str, sites: Sequence[Site],
-                         decode: DecodeSettings, tree=None) -> list[Outcome]:
+    async def fill_sites(self, source: Snapshot, sites: Sequence[Site], options: Options) -> list[Outcome]:
         """Fill `sites` jointly in one denoising run; sites beyond the context budget are kept."""
+        text = source.text
         ordered = check_sites(text, sites)
         if not ordered:
             return []
         engine = await self.host.ready_engine()
-        fitting = fit_to_budget(engine, text, ordered)
+        budget = options.planner.context_tokens
+        fitting = fit_to_budget(engine, text, ordered, budget)
         dropped = [Outcome(s.start, s.end, text[s.start:s.end], s.label, "kept", "over the context budget")
                    for s in ordered[len(fitting):]]
         if not fitting:
             return dropped
-        result = await self.host.infill(joint_request(text, fitting), decode, CancelToken())
-        return settle(text, language_id, fitting, result.candidates[0], tree) + dropped
+        result = await self.host.infill(joint_request(text, fitting), options.decode.decode_settings(), CancelToken(),
+                                        context_tokens=budget, cache=options.model.cache_settings())
+        return settle(text, source.language_id, fitting, result.candidates[0], source.tree) + dropped
 
-    async def fill_holes(self, text: str, language_id: str, start: int, end: int, decode: DecodeSettings,
-                         marker: str = DEFAULT_MARKER, span_tokens: int = 64, line_tokens: int = 32,
-                         tree=None) -> FillReport:
-        scope = find_holes(Snapshot.parse(text, language_id, tree), start, end, marker, span_tokens, line_tokens)
-        outcomes = await self.fill_sites(text, language_id, scope.holes, decode, tree)
+    async def fill_holes(self, source: Snapshot, start: int, end: int, options: Options,
+                         marker: str = DEFAULT_MARKER) -> FillReport:
+        planner = options.planner
+        scope = find_holes(source, start, end, marker, planner.max_span_tokens, planner.max_line_tokens)
+        outcomes = await self.fill_sites(source, scope.holes, options)
         return FillReport(scope.start, scope.end, outcomes)
 
-    async def next_edits(self, uri: str, text: str, language_id: str, decode: DecodeSettings,
-                         line_tokens: int = 32, near_line: int | None = None, tree=None) -> NextEditsReport:
+    async def next_edits(self, uri: str, source: Snapshot, options: Options,
+                         near_line: int | None = None) -> NextEditsReport:
+        text, language_id, tree = source.text, source.language_id, source.tree
+        line_tokens = options.planner.max_line_tokens
         earlier = self.history.earlier(uri, text)
         # a change on the cursor's line first, else the most recent change anywhere
         plan = None
@@ -81,15 +87,16 @@ class MultisiteService:
             return NextEditsReport(None)
         outcomes = list(plan.renames)
         if plan.sites:
-            outcomes += await self.fill_sites(text, language_id, plan.sites, decode, tree)
+            outcomes += await self.fill_sites(source, plan.sites, options)
         return NextEditsReport(plan.change, sorted(outcomes, key=lambda o: o.start))
 
 
-def fit_to_budget(engine: Engine, text: str, sites: Sequence[Site]) -> list[Site]:
-    """The leading sites whose slots and in-between text fit the model's context, so the
-    canvas (which trims only the text before the first and after the last site) fits."""
+def fit_to_budget(engine: Engine, text: str, sites: Sequence[Site], context_tokens: int) -> list[Site]:
+    """The leading sites whose slots and in-between text fit the context budget (and the model's
+    positions), so the canvas (which trims only the text before the first and after the last
+    site) fits."""
     denoiser = engine.denoiser
-    budget = min(engine.context_tokens, denoiser.max_context - 1)
+    budget = min(context_tokens, denoiser.max_context - 1)
     kept: list[Site] = []
     used = 0
     for site in sites:

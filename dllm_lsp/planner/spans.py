@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from dllm_lsp.engine.types import InfillRequest
 
 from .context import prefix_cut, query_words, relevant_snippets, suffix_cut
-from dllm_lsp.syntax.document import ParsedDocument
 from dllm_lsp.syntax.languages import facts_for
+from dllm_lsp.syntax.snapshot import Snapshot
 from .lines import line_bounds
 from .shapes import cursor_shape
-from .types import SpanPlan
+from .types import PlanError, SpanPlan
 
 
 @dataclass(frozen=True)
@@ -41,17 +41,17 @@ class PlannerSettings:
 
 
 def plan_span(
-    doc: ParsedDocument,
+    snapshot: Snapshot,
     offset: int,
     settings: PlannerSettings | None = None,
     other_documents: Sequence[tuple[str, str]] = (),
 ) -> SpanPlan:
-    """Plan the completion at string offset `offset`; other_documents are (uri, text) pairs."""
+    """Plan the completion at string offset `offset` of `snapshot`; other_documents are (uri, text)
+    pairs. PlanError when the offset is not in the text."""
     settings = settings or PlannerSettings()
-    snapshot = doc.snapshot
     text = snapshot.text
     if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset <= len(text):
-        raise ValueError(f"cursor offset {offset!r} is outside the document (0..{len(text)})")
+        raise PlanError(f"cursor offset {offset!r} is outside the document (0..{len(text)})")
     facts = facts_for(snapshot.language_id)
     shape = cursor_shape(snapshot, offset, facts)
 
@@ -71,6 +71,7 @@ def plan_span(
                                    max_tokens, shape.single_line)
     return SpanPlan(
         request=request,
+        snapshot=snapshot,
         kind=shape.kind,
         replace_start=shape.replace_start,
         replace_end=offset,
@@ -84,5 +85,4 @@ def plan_span(
         context_start=start,
         context_end=end,
         snippet_sources=sources,
-        snapshot=snapshot,
     )

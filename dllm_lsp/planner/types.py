@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from dllm_lsp.engine.types import InfillRequest
+from dllm_lsp.syntax.snapshot import Snapshot
 
-if TYPE_CHECKING:
-    from dllm_lsp.syntax.snapshot import Snapshot
+class PlanError(ValueError):
+    """The client asked for something the planner cannot plan (a cursor outside the document):
+    the one kind of failure a server answers with InvalidParams."""
+
 
 SpanKind = str   # "line_tail" | "block_body" | "arguments" | "string" | "identifier" | "line"  (see shapes.py)
 
@@ -20,6 +22,7 @@ class SpanPlan:
     """
 
     request: InfillRequest
+    snapshot: Snapshot = field(repr=False, compare=False)   # the text + tree planned on; finish() reads only this
     kind: SpanKind
     replace_start: int        # where the inserted text begins (before the cursor when mid-identifier)
     replace_end: int          # the cursor: text between replace_start and here is `typed_prefix`
@@ -34,4 +37,3 @@ class SpanPlan:
     context_start: int = 0            # the document text the request shows is [context_start, context_end)
     context_end: int = 0
     snippet_sources: tuple[str, ...] = ()   # other documents whose snippets were prepended to the prefix
-    snapshot: Snapshot | None = field(default=None, repr=False, compare=False)  # text + tree planned on

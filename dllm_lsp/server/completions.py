@@ -1,12 +1,11 @@
-"""One cursor completion, from LSP position to the text to insert: plan -> infill -> finish.
+"""Cursor completions for the server: document snapshot -> pipeline plan -> model -> Completion.
 
-Shared by inline completion, classic completion and the streamed request; a newer request
-for the same document cancels an older one still denoising.
+Shared by inline completion, classic completion and the streamed request; a newer request for
+the same document cancels an older one still denoising.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcRequestCancelled
@@ -14,26 +13,15 @@ from pygls.workspace import Workspace
 
 from dllm_lsp.engine.denoise import Cancelled
 from dllm_lsp.engine.engine import CancelToken
-from dllm_lsp.engine.types import DecodeSettings, InfillResult, StepState
-from dllm_lsp.multisite.companion import CompanionEdit, with_companion_slot
-from dllm_lsp.planner.spans import PlannerSettings, plan_span
-from dllm_lsp.planner.types import SpanPlan
-from dllm_lsp.postprocess import finish
+from dllm_lsp.engine.types import StepState
+from dllm_lsp.options import Options
+from dllm_lsp.pipeline import Completion, CompletionPlan, plan
 
 from .documents import DocumentTrees
 from .model_host import ModelHost
-from .positions import offset_of
-from .settings import ServerSettings
+from .positions import offset_in_text
 
-
-@dataclass
-class Completion:
-    text: str              # inserted over [start, end) of the document text
-    start: int
-    end: int
-    plan: SpanPlan
-    result: InfillResult
-    companion: CompanionEdit | None = None   # multi-site: an import the completion needs
+StepCallback = Callable[[CompletionPlan, StepState], None]
 
 
 class Superseded(JsonRpcRequestCancelled):
@@ -46,46 +34,23 @@ class CompletionService:
         self.trees = trees
         self._running: dict[str, CancelToken] = {}
 
-    async def complete(
-        self,
-        uri: str,
-        position: types.Position,
-        workspace: Workspace,
-        settings: ServerSettings,
-        on_step: Callable[[SpanPlan, StepState], None] | None = None,
-    ) -> Completion | None:
-        parsed, document, language_id = self.trees.get(uri, workspace)
-        offset = offset_of(document, position)
-        if not settings.language_enabled(language_id):
+    async def complete(self, uri: str, position: types.Position, workspace: Workspace, options: Options,
+                       on_step: StepCallback | None = None) -> Completion | None:
+        snapshot, document, language_id = self.trees.get(uri, workspace)
+        if not options.planner.language_enabled(language_id):
             return None
-        plan = plan_span(parsed, offset, planner_settings(settings), self.trees.others(uri))
-        # multi-site: one more slot after the imports, filled in the same run (docs/multisite.md)
-        text_then, tree_then = parsed.text, parsed.tree
-        companion = (
-            with_companion_slot(plan.request, text_then, language_id, plan.replace_start, tree_then)
-            if settings.companion_edits else None
-        )
-        request = companion.request if companion is not None else plan.request
+        offset = offset_in_text(snapshot.text, position, document.position_codec)
+        completion_plan = plan(snapshot, offset, options, self.trees.others(uri))
         token = self._supersede(uri)
-        step_cb = None
-        if on_step is not None:
-            def step_cb(state: StepState) -> None:
-                on_step(plan, companion.main_state(state) if companion is not None else state)
+        step = None if on_step is None else (lambda state: on_step(completion_plan, state))
         try:
-            result = await self.host.infill(request, decode_settings(settings), token, step_cb)
+            result = await self.host.run_plan(completion_plan, token, step)
         except Cancelled:
             raise Superseded("superseded by a newer request for the same document") from None
         finally:
             if self._running.get(uri) is token:
                 del self._running[uri]
-        extra = None
-        if companion is not None:
-            extra = companion.edit(result, text_then, language_id, tree_then)
-            result = companion.main_result(result)
-        text = finish(plan, parsed.text, result.text)
-        if text is None:
-            return None
-        return Completion(text, plan.replace_start, plan.replace_end, plan, result, extra)
+        return completion_plan.finish(result)
 
     def _supersede(self, uri: str) -> CancelToken:
         previous = self._running.get(uri)
@@ -93,11 +58,3 @@ class CompletionService:
             previous.cancel()
         token = self._running[uri] = CancelToken()
         return token
-
-
-def planner_settings(settings: ServerSettings) -> PlannerSettings:
-    return PlannerSettings(max_span_tokens=settings.max_span_tokens, max_line_tokens=settings.max_line_tokens)
-
-
-def decode_settings(settings: ServerSettings) -> DecodeSettings:
-    return DecodeSettings(steps=settings.steps, threshold=settings.threshold)

@@ -10,6 +10,7 @@ from pygls.workspace import Workspace
 from pygls.workspace.text_document import TextDocument
 
 from dllm_lsp.syntax.document import ParsedDocument
+from dllm_lsp.syntax.snapshot import Snapshot
 
 from .positions import offset_in_text
 
@@ -48,12 +49,13 @@ class DocumentTrees:
         if parsed.text != current.source:
             self._parsed[uri] = ParsedDocument(current.source, self._language[uri])
 
-    def get(self, uri: str, workspace: Workspace) -> tuple[ParsedDocument, TextDocument, str]:
-        """The parsed document, pygls' document and the language id; InvalidParams if not open."""
+    def get(self, uri: str, workspace: Workspace) -> tuple[Snapshot, TextDocument, str]:
+        """The document's current snapshot (text + tree), pygls' document and the language id as
+        the client named it; InvalidParams if the document is not open."""
         parsed = self._parsed.get(uri)
         if parsed is None:
             raise JsonRpcInvalidParams(f"document {uri} is not open (send textDocument/didOpen first)")
-        return parsed, workspace.get_text_document(uri), self._language[uri]
+        return parsed.snapshot, workspace.get_text_document(uri), self._language[uri]
 
     def others(self, uri: str) -> list[tuple[str, str]]:
         """(uri, text) of the other open documents, for cross-file context snippets."""

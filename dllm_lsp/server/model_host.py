@@ -3,6 +3,7 @@ thread (the GPU serves one request at a time), and remembers why a load failed."
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -10,7 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from dllm_lsp.engine.engine import CancelToken, Engine
-from dllm_lsp.engine.types import DecodeSettings, InfillRequest, InfillResult, StepState
+from dllm_lsp.engine.types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState
+from dllm_lsp.pipeline import CompletionPlan
 from dllm_lsp.loader import ModelLoadError, load_model
 
 log = logging.getLogger(__name__)
@@ -42,20 +44,20 @@ class ModelHost:
     def needs_load(self, model: str, device: str) -> bool:
         return self._key != LoadKey(model, device)
 
-    async def load(self, model: str, device: str, context_tokens: int) -> Engine:
+    async def load(self, model: str, device: str) -> Engine:
         """Load `model` on `device` (replacing the current one). Raises ModelLoadError.
         Callers asking for the model being loaded, or already loaded, share that load (TCP
         connections arriving together load the model once)."""
         key = LoadKey(model, device)
         if key != self._key or self._loading is None or (self._loading.done() and self._engine is None):
             self._key = key
-            self._loading = asyncio.ensure_future(self._load(model, device, context_tokens))
+            self._loading = asyncio.ensure_future(self._load(model, device))
         return await asyncio.shield(self._loading)
 
-    async def _load(self, model: str, device: str, context_tokens: int) -> Engine:
+    async def _load(self, model: str, device: str) -> Engine:
         loop = asyncio.get_running_loop()
         try:
-            engine = await loop.run_in_executor(self._executor, self._load_blocking, model, device, context_tokens)
+            engine = await loop.run_in_executor(self._executor, self._load_blocking, model, device)
         except ModelLoadError as exc:
             self._engine, self.error = None, str(exc)
             raise
@@ -65,9 +67,9 @@ class ModelHost:
         self._engine, self.error = engine, None
         return engine
 
-    def _load_blocking(self, model: str, device: str, context_tokens: int) -> Engine:
+    def _load_blocking(self, model: str, device: str) -> Engine:
         start = time.perf_counter()
-        engine = Engine(load_model(model, device), context_tokens=context_tokens)
+        engine = Engine(load_model(model, device))
         log.info("loaded %s on %s in %.2fs", engine.denoiser.name, engine.denoiser.device, time.perf_counter() - start)
         return engine
 
@@ -88,12 +90,26 @@ class ModelHost:
         settings: DecodeSettings,
         cancel: CancelToken,
         on_step: Callable[[StepState], None] | None = None,
+        *,
+        context_tokens: int | None = None,
+        cache: CacheSettings = CacheSettings(),
     ) -> InfillResult:
-        """Run one infill on the worker thread. If the awaiting task is cancelled, the loop
-        is told to stop at its next step boundary before the cancellation propagates."""
+        """Run one infill on the worker thread with this request's own options (the engine is
+        shared by every connection and never reconfigured). If the awaiting task is cancelled,
+        the loop is told to stop at its next step boundary before the cancellation propagates."""
         engine = await self.ready_engine()
-        loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self._executor, engine.infill, request, settings, cancel, on_step)
+        run = functools.partial(engine.infill, request, settings, cancel, on_step,
+                                context_tokens=context_tokens, cache=cache)
+        return await self._run(run, cancel)
+
+    async def run_plan(self, plan: CompletionPlan, cancel: CancelToken,
+                       on_step: Callable[[StepState], None] | None = None) -> InfillResult:
+        """Run a completion plan (its request, decode settings, budget and cache mode)."""
+        engine = await self.ready_engine()
+        return await self._run(functools.partial(plan.run, engine, cancel, on_step), cancel)
+
+    async def _run(self, call: Callable[[], InfillResult], cancel: CancelToken) -> InfillResult:
+        future = asyncio.get_running_loop().run_in_executor(self._executor, call)
         try:
             result = await future
         except asyncio.CancelledError:
@@ -101,15 +117,6 @@ class ModelHost:
             raise
         self.last_latency_ms = result.latency_ms
         return result
-
-    def apply_options(self, context_tokens: int, cache: str, cache_refresh_every: int) -> None:
-        """Options that change how the loaded model runs, without reloading it."""
-        if self._engine is None:
-            return
-        self._engine.context_tokens = context_tokens
-        denoiser = self._engine.denoiser
-        if hasattr(denoiser, "configure"):   # the open checkpoints' cache options
-            denoiser.configure(cache=cache, refresh_every=cache_refresh_every)
 
     def status(self) -> dict:
         engine = self._engine
@@ -122,7 +129,6 @@ class ModelHost:
             "loading": self._loading is not None and not self._loading.done(),
             "error": self.error,
             "lastLatencyMs": self.last_latency_ms,
-            "contextTokens": engine.context_tokens if engine else None,
         }
 
     def shutdown(self) -> None:

@@ -51,12 +51,20 @@ def offset_in_text(text: str, position: types.Position, codec: PositionCodec) ->
 
 
 def position_at(document: TextDocument, offset: int) -> types.Position:
-    text = document.source
+    return position_in_text(document.source, offset, document.position_codec)
+
+
+def position_in_text(text: str, offset: int, codec: PositionCodec) -> types.Position:
     starts = line_starts(text)
     line = bisect.bisect_right(starts, offset) - 1
     prefix = text[starts[line]:offset]
-    return types.Position(line=line, character=document.position_codec.client_num_units(prefix))
+    return types.Position(line=line, character=codec.client_num_units(prefix))
 
 
 def range_of(document: TextDocument, start: int, end: int) -> types.Range:
-    return types.Range(start=position_at(document, start), end=position_at(document, end))
+    return range_in_text(document.source, start, end, document.position_codec)
+
+
+def range_in_text(text: str, start: int, end: int, codec: PositionCodec) -> types.Range:
+    """The LSP range of [start, end) in `text` (a completion's own snapshot, say)."""
+    return types.Range(start=position_in_text(text, start, codec), end=position_in_text(text, end, codec))

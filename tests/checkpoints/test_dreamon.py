@@ -1,15 +1,23 @@
 """DreamOn's expand / delete rules (its reference sampler), on the tiny DreamOn folder."""
 import torch
 
-from dllm_lsp.checkpoints.dreamon import DreamOnDenoiser, Layout
-from dllm_lsp.engine.engine import Engine
+from dllm_lsp.engine.engine import LOOPS, Engine
 from dllm_lsp.engine.types import DecodeSettings, InfillRequest
+from dllm_lsp.engine.variable_length import (
+    INITIAL_MASKS,
+    Layout,
+    apply_resizes,
+    denoise_variable_length,
+    initial_layout,
+    limit_expansion,
+)
 from dllm_lsp.loader import load_model
 
 
-def dreamon(tiny_checkpoints) -> DreamOnDenoiser:
+def dreamon(tiny_checkpoints):
     model = load_model(str(tiny_checkpoints["dreamon"]), "cpu")
-    assert isinstance(model, DreamOnDenoiser)
+    assert model.decoding == "variable_length"     # the engine picks the expand/delete loop for it
+    assert LOOPS[model.decoding] is denoise_variable_length
     return model
 
 
@@ -25,17 +33,17 @@ def steer(denoiser, token: int) -> None:
 def test_canvas_layout_follows_the_reference(tiny_checkpoints):
     d = dreamon(tiny_checkpoints)
     canvas = Engine(d).canvas(InfillRequest.single("x = ", "\nprint(x)\n", 20))
-    layout = d.initial_layout(canvas)
+    layout = initial_layout(canvas, d.special)
     ids = layout.canvas().ids.tolist()
     assert ids[0] == d.special.bos_id and ids[-1] == d.special.eos_id       # [BOS] prefix ... suffix [EOS]
-    assert layout.slots == [[d.special.mask_id] * d.initial_masks] and layout.widths == [20]
+    assert layout.slots == [[d.special.mask_id] * INITIAL_MASKS] and layout.widths == [20]
 
 
 def test_delete_removes_the_position_and_every_mask_after_it(tiny_checkpoints):
     d = dreamon(tiny_checkpoints)
     m, eos, a, b = d.special.mask_id, d.special.eos_id, 5, 6
     layout = Layout([[1], [2]], [[a, m, m, b, m]], [8])
-    resized = d._apply(layout, [a, eos, m, b, m], [False, True, False, False, False])
+    resized = apply_resizes(layout, [a, eos, m, b, m], [False, True, False, False, False], d.special)
     assert resized and layout.slots == [[a, b]]
 
 
@@ -43,10 +51,10 @@ def test_expand_turns_a_position_into_two_masks_within_the_width(tiny_checkpoint
     d = dreamon(tiny_checkpoints)
     m, x = d.special.mask_id, d.special.expand_id
     layout = Layout([[1], [2]], [[m, m, m]], [5])
-    d._apply(layout, [x, x, x], [True, True, True])
+    apply_resizes(layout, [x, x, x], [True, True, True], d.special)
     assert layout.slots == [[m, m, m, m, m]]    # room for two expansions; the third position is re-opened
     full = Layout([[1], [2]], [[m, m]], [2])
-    d._apply(full, [x, m], [True, False])
+    apply_resizes(full, [x, m], [True, False], d.special)
     assert full.slots == [[m, m]]
 
 
@@ -55,9 +63,9 @@ def test_expansion_is_blocked_when_full_and_at_the_last_step(tiny_checkpoints):
     m, x = d.special.mask_id, d.special.expand_id
     layout = Layout([[1], [2], [3]], [[m, m], [m, m]], [2, 6])
     logits = torch.zeros(4, d.vocab_limit)
-    d._limit_expansion(logits, layout, steps_left=3)
+    limit_expansion(logits, layout, d.special, steps_left=3)
     assert torch.isinf(logits[:2, x]).all() and not torch.isinf(logits[2:, x]).any()
-    d._limit_expansion(logits, layout, steps_left=1)
+    limit_expansion(logits, layout, d.special, steps_left=1)
     assert torch.isinf(logits[:, x]).all()
 
 
@@ -70,7 +78,7 @@ def test_a_model_that_expands_grows_the_slot_to_its_width(tiny_checkpoints):
     assert result.steps <= 6
     # 8 initial masks grew to the slot's 14 tokens, and nothing is left as an expand token.
     canvas = engine.canvas(request)
-    final = d.run(canvas, DecodeSettings(steps=6, threshold=0.5), lambda: False, None)
+    final = denoise_variable_length(d, canvas, DecodeSettings(steps=6, threshold=0.5))
     (start, end), = final.canvas.slot_ranges
     assert end - start == 14
     assert d.special.expand_id not in final.span_ids.tolist()[0]
@@ -98,4 +106,4 @@ def test_delete_token_comes_from_the_generation_config(tiny_checkpoints):
 
     d = dreamon(tiny_checkpoints)
     generation = json.loads((tiny_checkpoints["dreamon"] / "generation_config.json").read_text())
-    assert d.delete_id == generation["delete_token_id"] == d.special.eos_id
+    assert d.special.delete_id == generation["delete_token_id"] == d.special.eos_id

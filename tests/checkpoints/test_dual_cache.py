@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from dllm_lsp.checkpoints.session import CacheSettings
+from dllm_lsp.engine.types import CacheSettings
 from dllm_lsp.engine.denoiser import Canvas
 from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import DecodeSettings, InfillRequest
@@ -39,11 +39,7 @@ def test_cache_is_approximate_after_the_span_changes(layout, loaded):
     changed = canvas.ids.clone()
     changed[8:11] = torch.tensor([5, 6, 7])
     approx = cached.logits(changed[None])
-    denoiser.configure(cache="none")
-    try:
-        exact = denoiser.session(canvas, 1).logits(changed[None])
-    finally:
-        denoiser.configure(cache="dual")
+    exact = denoiser.session(canvas, 1, CacheSettings("none")).logits(changed[None])
     finite = torch.isfinite(exact)
     gap = (approx[finite] - exact[finite]).abs().max().item()
     assert 0 < gap < 5.0        # close, not identical: the context K/V came from the masked span
@@ -53,17 +49,15 @@ def test_refresh_interval_and_uncached_mode_count_full_passes(loaded):
     denoiser = loaded["dream"]
     canvas = two_slot_canvas(denoiser)
     for settings, passes in ((CacheSettings("dual", 0), 1), (CacheSettings("dual", 2), 3), (CacheSettings("none"), 6)):
-        denoiser.cache = settings
-        session = denoiser.session(canvas, 1)
+        session = denoiser.session(canvas, 1, settings)
         for _ in range(6):
             session.logits(canvas.ids[None])
         assert session.full_passes == passes, settings
-    denoiser.cache = CacheSettings()
 
 
-def test_bad_cache_settings_are_refused(loaded):
+def test_bad_cache_settings_are_refused():
     with pytest.raises(ValueError, match="cache mode"):
-        loaded["dream"].configure(cache="sometimes")
+        CacheSettings("sometimes")
     with pytest.raises(ValueError, match="refresh_every"):
         CacheSettings("dual", -1)
 
@@ -75,9 +69,8 @@ def test_engine_fills_with_and_without_cache(layout, loaded):
     request = InfillRequest.single("def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n", 10)
     results = {}
     for mode in ("dual", "none"):
-        denoiser.configure(cache=mode)
-        results[mode] = engine.infill(request, DecodeSettings(steps=5, threshold=0.5))
-    denoiser.configure(cache="dual")
+        # a per-request option: the shared engine and model are not reconfigured
+        results[mode] = engine.infill(request, DecodeSettings(steps=5, threshold=0.5), cache=CacheSettings(mode))
     for result in results.values():
         assert 1 <= result.steps <= 5
         assert isinstance(result.text, str)
@@ -102,16 +95,3 @@ def test_triton_kernels_through_the_model_match_the_reference(loaded, monkeypatc
         finite = torch.isfinite(ref)
         assert torch.equal(finite, torch.isfinite(tri))
         assert (ref[finite] - tri[finite]).abs().max().item() < 1e-3
-
-
-def test_cache_settings_from_the_environment(tiny_checkpoints, monkeypatch):
-    from dllm_lsp.loader import ModelLoadError, load_model
-
-    monkeypatch.setenv("DLLM_LSP_CACHE", "none")
-    assert load_model(str(tiny_checkpoints["dream"]), "cpu").cache == CacheSettings("none", 0)
-    monkeypatch.setenv("DLLM_LSP_CACHE", "dual")
-    monkeypatch.setenv("DLLM_LSP_CACHE_REFRESH", "3")
-    assert load_model(str(tiny_checkpoints["dream"]), "cpu").cache == CacheSettings("dual", 3)
-    monkeypatch.setenv("DLLM_LSP_CACHE", "always")
-    with pytest.raises(ModelLoadError, match="DLLM_LSP_CACHE"):
-        load_model(str(tiny_checkpoints["dream"]), "cpu")

@@ -102,7 +102,7 @@ def test_causal_reference_differs(layout, tiny_checkpoints, loaded):
 def test_session_rows_follow_each_family_shift(tiny_checkpoints, loaded):
     """Dream-family row s comes from position s-1 (the reference's shift); LLaDA's from position s."""
     from dllm_lsp.engine.denoiser import Canvas
-    from dllm_lsp.checkpoints.session import CacheSettings
+    from dllm_lsp.engine.types import CacheSettings
 
     for layout, shift in (("llada", 0), ("dream", 1), ("open-dcoder", 1)):
         denoiser = loaded[layout]
@@ -110,11 +110,7 @@ def test_session_rows_follow_each_family_shift(tiny_checkpoints, loaded):
         ids = torch.randint(0, denoiser.vocab_limit, (12,))
         ids[5:9] = denoiser.special.mask_id
         canvas = Canvas(ids, [(5, 9)])
-        denoiser.configure(cache="none")
-        try:
-            got = denoiser.session(canvas, 1).logits(ids[None])
-        finally:
-            denoiser.configure(cache="dual")
+        got = denoiser.session(canvas, 1, CacheSettings("none")).logits(ids[None])
         full = reference_logits(reference, ids[None])[..., : denoiser.vocab_limit]
         want = full[:, 5 - shift: 9 - shift]
         want[..., denoiser.special.mask_id] = float("-inf")

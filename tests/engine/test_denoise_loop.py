@@ -30,7 +30,7 @@ class ScriptedDenoiser(Denoiser):
         self.script, self.conf = script, conf
         self.calls = 0
 
-    def session(self, canvas, batch):
+    def session(self, canvas, batch, cache=None):
         outer = self
 
         class Session:
@@ -77,7 +77,7 @@ class CreepingDenoiser(ScriptedDenoiser):
         super().__init__([], [])
         self.content_len = content_len
 
-    def session(self, canvas, batch):
+    def session(self, canvas, batch, cache=None):
         outer = self
         start, end = canvas.slot_ranges[0]
 

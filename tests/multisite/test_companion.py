@@ -27,7 +27,7 @@ def cursor_request(text: str, marker: str) -> tuple[InfillRequest, int]:
 def test_companion_slot_sits_after_the_imports(language):
     text, new_import, _ = FILES[language]
     request, cursor = cursor_request(text, "return " if language == "python" else "x = ")
-    slot = with_companion_slot(request, text, language, cursor)
+    slot = with_companion_slot(request, Snapshot.parse(text, language), cursor)
     assert slot is not None
     first_line_end = text.index("\n") + 1
     assert slot.offset == first_line_end
@@ -37,7 +37,7 @@ def test_companion_slot_sits_after_the_imports(language):
     assert slot.main_result(result).text == "1"
     state = StepState(1, 2, [[new_import, "1"]], 0.5, 0)
     assert slot.main_state(state).slot_texts == [["1"]]
-    edit = slot.edit(result, text, language)
+    edit = slot.edit(result, Snapshot.parse(text, language))
     assert edit is not None and edit.offset == first_line_end and edit.text == new_import + "\n"
     patched = text[:edit.offset] + edit.text + text[edit.offset:]
     assert Snapshot.parse(patched, language).root.named_children[1].type in ("import_statement", "use_declaration",
@@ -49,8 +49,8 @@ def test_invalid_or_duplicate_imports_give_no_edit(language):
     text, _, other_import = FILES[language]
     existing = text.split("\n")[0]
     for slot_text in ["", "   ", "return 1", "import (", "hello world", "x = 1;", existing, "fn main() {}"]:
-        assert companion_edit(slot_text, text, language) is None, slot_text
-    assert companion_edit(other_import, text, language) is not None
+        assert companion_edit(slot_text, Snapshot.parse(text, language)) is None, slot_text
+    assert companion_edit(other_import, Snapshot.parse(text, language)) is not None
 
 
 def test_import_validation_per_language():
@@ -65,17 +65,17 @@ def test_import_validation_per_language():
 def test_no_companion_when_cursor_is_in_the_import_block_or_prefix_is_cut():
     text, _, _ = FILES["python"]
     request, cursor = cursor_request(text, "import ")
-    assert with_companion_slot(request, text, "python", cursor) is None
+    assert with_companion_slot(request, Snapshot.parse(text, "python"), cursor) is None
     request, cursor = cursor_request(text, "return ")
     cut = InfillRequest.single(text[15:cursor], text[cursor:], 16)   # the planner dropped the imports
-    assert with_companion_slot(cut, text, "python", cursor) is None
+    assert with_companion_slot(cut, Snapshot.parse(text, "python"), cursor) is None
 
 
 def test_file_without_imports_gets_the_import_after_its_header():
     text = '"""Module doc."""\n# note\n\ndef f():\n    pass\n'
-    edit = companion_edit("import os", text, "python")
+    edit = companion_edit("import os", Snapshot.parse(text, "python"))
     assert edit is not None and edit.offset == text.index("# note\n") + len("# note\n")
-    edit = companion_edit("use std::io;", "//! Crate docs.\nfn main() {}\n", "rust")
+    edit = companion_edit("use std::io;", Snapshot.parse("//! Crate docs.\nfn main() {}\n", "rust"))
     assert edit is not None and edit.offset == len("//! Crate docs.\n")
 
 
@@ -85,7 +85,7 @@ def test_far_from_the_imports_the_canvas_keeps_the_imports_and_the_text_before_t
     cursor = len(text)
     planner_prefix = text[cursor - 4500:cursor]          # the planner cut the imports off
     request = InfillRequest.single(planner_prefix, "", 16)
-    slot = with_companion_slot(request, text, "python", cursor)
+    slot = with_companion_slot(request, Snapshot.parse(text, "python"), cursor)
     assert slot is not None and slot.offset == len("import os\nimport re\n")
     head, between = slot.request.pieces[0], slot.request.pieces[1]
     assert head == "import os\nimport re\n"
@@ -93,5 +93,6 @@ def test_far_from_the_imports_the_canvas_keeps_the_imports_and_the_text_before_t
     assert text[len(text) - len(between) - 1] == "\n"   # it starts at a line start
     # typing on keeps the cut where it was (the context cache keeps matching)
     typed = text + "f"
-    again = with_companion_slot(InfillRequest.single(typed[cursor + 1 - 4500:], "", 16), typed, "python", cursor + 1)
+    again = with_companion_slot(InfillRequest.single(typed[cursor + 1 - 4500:], "", 16), Snapshot.parse(typed, "python"),
+                                cursor + 1)
     assert again.request.pieces[1] == between + "f"

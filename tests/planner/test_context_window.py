@@ -1,6 +1,7 @@
 """The context window: prefix and suffix cut to the budget at line boundaries, a prefix start
 that stays put while typing, and snippets from other documents chosen by shared identifiers."""
 from dllm_lsp.syntax.document import ParsedDocument
+from dllm_lsp.syntax.snapshot import Snapshot
 from dllm_lsp.planner.spans import PlannerSettings, plan_span
 
 
@@ -12,7 +13,7 @@ def test_prefix_and_suffix_are_cut_to_budget_at_line_starts():
     text = numbered_lines(2000)
     cursor = text.index("value_1000")
     settings = PlannerSettings(context_chars=2000, prefix_share=0.75, prefix_quantum=1)
-    plan = plan_span(ParsedDocument(text, "python"), cursor, settings)
+    plan = plan_span(Snapshot.parse(text, "python"), cursor, settings)
     prefix, suffix = plan.request.prefix, plan.request.suffix
     assert len(prefix) <= 1500 and len(suffix) <= 500
     assert len(prefix) > 1500 - 27 and len(suffix) > 500 - 27       # nearly all of the budget is used
@@ -28,7 +29,7 @@ def test_prefix_start_stays_put_while_typing():
     doc = ParsedDocument(text, "python")
     starts = set()
     for typed in range(20):   # type 20 characters at the cursor
-        plan = plan_span(doc, cursor + typed, settings)
+        plan = plan_span(doc.snapshot, cursor + typed, settings)
         starts.add(plan.context_start)
         assert plan.request.prefix == doc.text[plan.context_start: cursor + typed] if plan.kind != "identifier" \
             else plan.request.prefix == doc.text[plan.context_start: plan.replace_start]
@@ -39,10 +40,10 @@ def test_prefix_start_stays_put_while_typing():
 def test_mid_line_cut_when_one_line_exceeds_budget():
     text = "x = [" + ", ".join(str(i) for i in range(3000)) + "]\n"
     cursor = len(text) - 2
-    plan = plan_span(ParsedDocument(text, "python"), cursor, PlannerSettings(context_chars=1000, prefix_quantum=1))
+    plan = plan_span(Snapshot.parse(text, "python"), cursor, PlannerSettings(context_chars=1000, prefix_quantum=1))
     assert len(plan.request.prefix) == 750
     assert plan.request.suffix == "]\n"
-    coarse = plan_span(ParsedDocument(text, "python"), cursor, PlannerSettings(context_chars=1000, prefix_quantum=4096))
+    coarse = plan_span(Snapshot.parse(text, "python"), cursor, PlannerSettings(context_chars=1000, prefix_quantum=4096))
     assert 750 * 3 // 4 <= len(coarse.request.prefix) <= 750   # a coarse quantum never eats the budget
 
 
@@ -56,7 +57,7 @@ OTHER_DOCS = [
 
 def test_relevant_snippets_are_prepended_as_comments():
     text = "from geometry import area_of_circle, circumference\n\nradius = 3\ntotal = area_of_circle(radius) + "
-    plan = plan_span(ParsedDocument(text, "python"), len(text), PlannerSettings(), OTHER_DOCS)
+    plan = plan_span(Snapshot.parse(text, "python"), len(text), PlannerSettings(), OTHER_DOCS)
     prefix = plan.request.prefix
     assert prefix.endswith(text)
     snippets = prefix[: len(prefix) - len(text)]
@@ -70,26 +71,26 @@ def test_relevant_snippets_are_prepended_as_comments():
 
 def test_snippets_use_the_language_comment_syntax_and_budget():
     text = "local r = area_of_circle(radius) + circumference(radius)\n"
-    plan = plan_span(ParsedDocument(text, "lua"), len(text) - 1, PlannerSettings(), OTHER_DOCS)
+    plan = plan_span(Snapshot.parse(text, "lua"), len(text) - 1, PlannerSettings(), OTHER_DOCS)
     assert plan.request.prefix.startswith("-- From geometry.py:\n-- ")
-    small = plan_span(ParsedDocument(text, "lua"), len(text) - 1, PlannerSettings(snippet_chars=20), OTHER_DOCS)
+    small = plan_span(Snapshot.parse(text, "lua"), len(text) - 1, PlannerSettings(snippet_chars=20), OTHER_DOCS)
     assert small.request.prefix == text[: len(text) - 1] and small.snippet_sources == ()
 
 
 def test_no_snippets_without_comment_syntax_or_overlap():
     text = "area_of_circle(radius) + circumference(radius) + \n"
-    plain = plan_span(ParsedDocument(text, "plaintext"), len(text) - 1, PlannerSettings(), OTHER_DOCS)
+    plain = plan_span(Snapshot.parse(text, "plaintext"), len(text) - 1, PlannerSettings(), OTHER_DOCS)
     assert plain.request.prefix == text[:-1]
     unrelated = "zzz_top = 1\n"
-    plan = plan_span(ParsedDocument(unrelated, "python"), len(unrelated) - 1, PlannerSettings(), OTHER_DOCS)
+    plan = plan_span(Snapshot.parse(unrelated, "python"), len(unrelated) - 1, PlannerSettings(), OTHER_DOCS)
     assert plan.request.prefix == unrelated[:-1] and plan.snippet_sources == ()
 
 
 def test_snippets_take_their_share_from_the_prefix_budget():
     text = numbered_lines(400) + "area_of_circle(radius) + "
     settings = PlannerSettings(context_chars=4000, prefix_quantum=1)
-    with_snippets = plan_span(ParsedDocument(text, "python"), len(text), settings, OTHER_DOCS)
-    without = plan_span(ParsedDocument(text, "python"), len(text), settings)
+    with_snippets = plan_span(Snapshot.parse(text, "python"), len(text), settings, OTHER_DOCS)
+    without = plan_span(Snapshot.parse(text, "python"), len(text), settings)
     assert with_snippets.snippet_sources == ("geometry.py",)
     assert len(with_snippets.request.prefix) <= 3000 and len(without.request.prefix) <= 3000
     assert with_snippets.context_start > without.context_start   # own text gave way to the snippet

@@ -8,6 +8,7 @@ the text after the cursor.
 import pytest
 
 from dllm_lsp.syntax.document import ParsedDocument
+from dllm_lsp.syntax.snapshot import Snapshot
 from dllm_lsp.planner.spans import PlannerSettings, plan_span
 
 CURSOR = "‸"
@@ -150,7 +151,7 @@ def split_cursor(source: str) -> tuple[str, int]:
     CASES, ids=[f"{c[0]}-{c[1]!r}" for c in CASES])
 def test_span_chosen(language_id, source, kind, typed, single_line, max_tokens, indent, closer):
     text, cursor = split_cursor(source)
-    plan = plan_span(ParsedDocument(text, language_id), cursor, PlannerSettings())
+    plan = plan_span(Snapshot.parse(text, language_id), cursor, PlannerSettings())
     assert (plan.kind, plan.typed_prefix, plan.single_line) == (kind, typed, single_line)
     assert (plan.replace_start, plan.replace_end) == (cursor - len(typed), cursor)
     assert len(plan.request.slots) == 1
@@ -172,15 +173,15 @@ def test_every_language_has_cases():
 def test_planned_language_names():
     names = {}
     for language_id in ("python", "typescriptreact", "javascriptreact", "lua", "plaintext"):
-        names[language_id] = plan_span(ParsedDocument("x\n", language_id), 1).language
+        names[language_id] = plan_span(Snapshot.parse("x\n", language_id), 1).language
     assert names == {"python": "python", "typescriptreact": "tsx", "javascriptreact": "javascript",
                      "lua": "lua", "plaintext": None}
 
 
 def test_settings_change_slot_lengths():
     settings = PlannerSettings(max_span_tokens=100, max_line_tokens=10)
-    one_line = plan_span(ParsedDocument("x = 1 +\n", "python"), 7, settings)
-    body = plan_span(ParsedDocument("def f():\n", "python"), 8, settings)
+    one_line = plan_span(Snapshot.parse("x = 1 +\n", "python"), 7, settings)
+    body = plan_span(Snapshot.parse("def f():\n", "python"), 8, settings)
     assert one_line.request.slots[0].max_tokens == 10
     assert body.request.slots[0].max_tokens == 100
 
@@ -188,25 +189,25 @@ def test_settings_change_slot_lengths():
 @pytest.mark.parametrize("offset", [-1, 9, 100, 1.5, None, True])
 def test_offset_outside_document_is_refused(offset):
     with pytest.raises(ValueError, match="outside the document"):
-        plan_span(ParsedDocument("x = 1\ny\n", "python"), offset)
+        plan_span(Snapshot.parse("x = 1\ny\n", "python"), offset)
 
 
 def test_plan_at_document_edges():
     doc = ParsedDocument("", "python")
-    plan = plan_span(doc, 0)
+    plan = plan_span(doc.snapshot, 0)
     assert (plan.kind, plan.request.prefix, plan.request.suffix) == ("line", "", "")
     doc = ParsedDocument("x = 1", "python")
-    assert plan_span(doc, 0).kind == "line_tail"
-    assert plan_span(doc, 5).request.suffix == ""
+    assert plan_span(doc.snapshot, 0).kind == "line_tail"
+    assert plan_span(doc.snapshot, 5).request.suffix == ""
 
 
 def test_indent_unit_follows_the_file():
     text = "def a():\n  if x:\n    y()\n  return 1\n\ndef b():\n"
-    plan = plan_span(ParsedDocument(text, "python"), len(text) - 1)
+    plan = plan_span(Snapshot.parse(text, "python"), len(text) - 1)
     assert plan.kind == "block_body" and plan.indent_unit == "  " and plan.indent == "  "
     tabbed = "int f() {\n\tint x;\n\tif (x) {\n\t\tg();\n\t}\n}\nint g() {\n}\n"
     cursor = tabbed.rindex("{") + 1
-    plan = plan_span(ParsedDocument(tabbed, "c"), cursor)
+    plan = plan_span(Snapshot.parse(tabbed, "c"), cursor)
     assert plan.kind == "block_body" and plan.indent == "\t"
 
 

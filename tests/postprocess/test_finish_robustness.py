@@ -5,6 +5,7 @@ import random
 import pytest
 
 from dllm_lsp.syntax.document import ParsedDocument
+from dllm_lsp.syntax.snapshot import Snapshot
 from dllm_lsp.planner.spans import PlannerSettings, plan_span
 from dllm_lsp.postprocess import finish
 
@@ -21,7 +22,7 @@ def test_random_inputs_keep_the_contract(language_id):
     for _ in range(120):
         text = "".join(rng.choice(PIECES) for _ in range(rng.randint(0, 40)))
         cursor = rng.randint(0, len(text))
-        plan = plan_span(ParsedDocument(text, language_id), cursor,
+        plan = plan_span(Snapshot.parse(text, language_id), cursor,
                          PlannerSettings(context_chars=rng.choice([40, 6000])), other)
         assert plan.replace_start <= plan.replace_end == cursor
         assert plan.typed_prefix == text[plan.replace_start: cursor]
@@ -29,7 +30,7 @@ def test_random_inputs_keep_the_contract(language_id):
         raw = "".join(rng.choice(PIECES) for _ in range(rng.randint(0, 12)))
         if rng.random() < 0.5:
             raw = plan.typed_prefix + raw
-        result = finish(plan, text, raw)
+        result = finish(plan, raw)
         if result is None:
             continue
         assert result.strip() and result.startswith(plan.typed_prefix) and result != plan.typed_prefix
@@ -46,10 +47,10 @@ def test_megabyte_single_line_stays_cheap():
     cursor = len(text) - 3
     doc = ParsedDocument(text, "javascript")
     start = time.perf_counter()
-    plan = plan_span(doc, cursor)
-    result = finish(plan, text, "3);")
+    plan = plan_span(doc.snapshot, cursor)
+    result = finish(plan, "3);")
     elapsed = time.perf_counter() - start
     assert plan.kind == "arguments" and result == "3"
     assert elapsed < 0.5, elapsed
     word = "y = " + "a" * 300_000
-    assert plan_span(ParsedDocument(word, "python"), len(word)).kind == "line_tail"   # not an identifier
+    assert plan_span(Snapshot.parse(word, "python"), len(word)).kind == "line_tail"   # not an identifier

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from dllm_lsp.syntax.snapshot import Snapshot
 from dllm_lsp.planner.spans import plan_span
 from dllm_lsp.postprocess import finish
 from dllm_lsp.syntax import ParsedDocument, Snapshot, count_errors
@@ -40,9 +41,9 @@ def test_visible_errors_are_still_counted_once_each():
 
 def test_a_completion_glued_to_the_next_statement_is_dropped():
     cursor = NESTED.index("return")
-    plan = plan_span(ParsedDocument(NESTED, "python"), cursor)
+    plan = plan_span(Snapshot.parse(NESTED, "python"), cursor)
     assert plan.kind == "line_tail"
-    assert finish(plan, NESTED, "(x)") is None
+    assert finish(plan, "(x)") is None
 
 
 TEXTWRAP = Path(sysconfig.get_paths()["stdlib"]) / "textwrap.py"
@@ -57,5 +58,5 @@ def test_the_reported_textwrap_case():
     if row is None:
         pytest.skip("this textwrap.py has no `return ''.join(prefixed_lines())` line")
     cursor = sum(len(line) + 1 for line in lines[:row]) + 4
-    plan = plan_span(ParsedDocument(text, "python"), cursor)
-    assert finish(plan, text, "(x)") is None
+    plan = plan_span(Snapshot.parse(text, "python"), cursor)
+    assert finish(plan, "(x)") is None

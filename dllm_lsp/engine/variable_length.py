@@ -1,0 +1,199 @@
+"""Variable-length decoding (DreamOn): slots grow and shrink while they are denoised.
+
+DreamOn was trained so that, inside a masked span,
+- predicting the expand token (`<|expand|>`) means "this position needs more room": the
+  position becomes two masks;
+- predicting the delete token (`SpecialTokens.delete_id`: delete_token_id where a config names
+  one, else EOS, with which DreamOn-v0 pads the middle in training) means "this position does
+  not exist": the position is removed, and (the reference's `pad_delete_to_right`) every
+  still-masked position after it in the span is removed too.
+The canvas is `[BOS] prefix [MASK]*k suffix [EOS]`; a slot starts with a few masks and grows up
+to its `max_tokens`. Expansion is blocked when a slot is full and at the last step, so the loop
+still ends within `settings.steps` forward passes.
+
+Because a resize moves every later position, the model's cached context is refreshed after it
+(a new session); steps without a resize use the session's cache as usual. The model itself is
+only asked for logits: the rules above are decoding, so they live here, in the engine.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import torch
+
+from .denoise import Cancelled, DenoiseOutcome, choose_commits, propose
+from .denoiser import Canvas, Denoiser, SpecialTokens
+from .types import CacheSettings, DecodeSettings
+
+INITIAL_MASKS = 8   # masks a slot starts with (DreamOn's demo starts from 4 and lets the model grow it)
+
+
+@dataclass
+class Layout:
+    """Context pieces around the slots, and each slot's current tokens (mask id where still masked)."""
+
+    pieces: list[list[int]]
+    slots: list[list[int]]
+    widths: list[int]             # the most tokens each slot may grow to
+
+    def canvas(self) -> Canvas:
+        ids: list[int] = list(self.pieces[0])
+        ranges = []
+        for slot, after in zip(self.slots, self.pieces[1:]):
+            ranges.append((len(ids), len(ids) + len(slot)))
+            ids += slot
+            ids += after
+        return Canvas(torch.tensor(ids, dtype=torch.long), ranges)
+
+
+def initial_layout(canvas: Canvas, special: SpecialTokens, initial_masks: int = INITIAL_MASKS) -> Layout:
+    ids = canvas.ids.tolist()
+    cuts = [0]
+    for a, b in canvas.slot_ranges:
+        cuts += [a, b]
+    cuts.append(len(ids))
+    pieces = [ids[cuts[i]:cuts[i + 1]] for i in range(0, len(cuts), 2)]
+    pieces[-1] = pieces[-1] + [special.eos_id]      # the reference closes the canvas with EOS
+    widths = [b - a for a, b in canvas.slot_ranges]
+    slots = [[special.mask_id] * max(1, min(w, initial_masks)) for w in widths]
+    return Layout(pieces, slots, widths)
+
+
+def denoise_variable_length(
+    denoiser: Denoiser,
+    canvas: Canvas,
+    settings: DecodeSettings,
+    should_stop: Callable[[], bool] = lambda: False,
+    on_step: Callable[[int, torch.Tensor, torch.Tensor, float], None] | None = None,
+    cache: CacheSettings = CacheSettings(),
+) -> DenoiseOutcome:
+    """Fill every slot of `canvas`; candidates run one after another (their layouts diverge)."""
+    finals = []
+    steps = 0
+    for candidate in range(settings.n):
+        one = replace(settings, n=1, seed=settings.seed + candidate)
+        layout, used = _run_one(denoiser, canvas, one, should_stop, on_step if candidate == 0 else None, cache)
+        finals.append(layout)
+        steps = max(steps, used)      # denoising steps per candidate
+    return _outcome(finals, steps, denoiser.special, denoiser.device)
+
+
+def _run_one(denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings, should_stop, on_step,
+             cache: CacheSettings) -> tuple[Layout, int]:
+    special, device = denoiser.special, denoiser.device
+    layout = initial_layout(canvas, special)
+    generator = torch.Generator(device=device).manual_seed(settings.seed) if settings.temperature > 0 else None
+    session = None
+    steps = 0
+    for step in range(settings.steps):
+        if should_stop():
+            raise Cancelled()
+        now = layout.canvas()
+        masked = torch.tensor([t == special.mask_id for slot in layout.slots for t in slot], device=device)
+        if not masked.any():
+            break
+        if session is None:
+            session = denoiser.session(now, 1, cache)
+        logits = session.logits(now.ids[None].to(device))[0]            # [S, V]
+        steps += 1
+        steps_left = settings.steps - step
+        limit_expansion(logits, layout, special, steps_left)
+        rows = masked.nonzero()[:, 0]
+        token, score = propose(logits[rows], settings, generator)
+        conf = torch.full((masked.numel(),), -math.inf, device=device)
+        conf[rows] = score
+        proposal = torch.full_like(masked, special.mask_id, dtype=torch.long)
+        proposal[rows] = token
+        commit = choose_commits(conf[None], masked[None], settings, steps_left)[0]
+        flat = torch.where(commit, proposal, torch.tensor([t for s in layout.slots for t in s], device=device))
+        if apply_resizes(layout, flat.tolist(), commit.tolist(), special):
+            session = None           # positions moved: recompute the context at the next step
+        if on_step is not None:
+            span, still = _project(layout, special)
+            done = conf[commit]
+            on_step(steps, span, still, float(done.mean()) if done.numel() else 0.0)
+    _fill_left(denoiser, layout, cache)
+    return layout, steps
+
+
+def _fill_left(denoiser: Denoiser, layout: Layout, cache: CacheSettings) -> None:
+    """Masks left when the step budget ran out (only if a step was skipped): the argmax, no resizing."""
+    special = denoiser.special
+    if not any(t == special.mask_id for slot in layout.slots for t in slot):
+        return
+    now = layout.canvas()
+    logits = denoiser.session(now, 1, cache).logits(now.ids[None].to(denoiser.device))[0]
+    logits[:, special.expand_id] = float("-inf")
+    best = logits.argmax(-1).tolist()
+    flat = [t for slot in layout.slots for t in slot]
+    filled = [b if t == special.mask_id else t for t, b in zip(flat, best)]
+    apply_resizes(layout, filled, [t == special.mask_id for t in flat], special)
+
+
+def limit_expansion(logits: torch.Tensor, layout: Layout, special: SpecialTokens, steps_left: int) -> None:
+    """No expansion in a full slot, nor at the last step (masks made then could never be filled)."""
+    offset = 0
+    for slot, width in zip(layout.slots, layout.widths):
+        if steps_left <= 1 or len(slot) >= width:
+            logits[offset:offset + len(slot), special.expand_id] = float("-inf")
+        offset += len(slot)
+
+
+def apply_resizes(layout: Layout, flat: list[int], commit: list[bool], special: SpecialTokens) -> bool:
+    """Write this step's commits into the slots, then apply the delete and expand rules.
+    Returns whether any slot changed length."""
+    # The delete token, and EOS / pad: inside a span they all mean "no token here".
+    delete_ids = {special.delete_id, special.eos_id, special.pad_id} - {None}
+    resized = False
+    offset = 0
+    for i, slot in enumerate(layout.slots):
+        n = len(slot)
+        tokens, fresh = flat[offset:offset + n], commit[offset:offset + n]
+        offset += n
+        deletes = [j for j in range(n) if fresh[j] and tokens[j] in delete_ids]
+        if deletes:
+            # pad_delete_to_right: every mask after the first delete is deleted with it.
+            first = deletes[0]
+            gone = {j for j in range(n) if j in deletes or (j > first and tokens[j] == special.mask_id)}
+            tokens = [t for j, t in enumerate(tokens) if j not in gone]
+            fresh = [f for j, f in enumerate(fresh) if j not in gone]
+            resized = True
+        grown: list[int] = []
+        room = layout.widths[i] - len(tokens)
+        for t, f in zip(tokens, fresh):
+            if f and t == special.expand_id:
+                if room > 0:
+                    grown += [special.mask_id, special.mask_id]
+                    room -= 1
+                    resized = True
+                else:
+                    grown.append(special.mask_id)     # no room left: the position is just re-opened
+            else:
+                grown.append(t)
+        layout.slots[i] = grown     # may be empty: the model deleted every position
+    return resized
+
+
+def _project(layout: Layout, special: SpecialTokens) -> tuple[torch.Tensor, torch.Tensor]:
+    """The slots laid out at their full widths (end-padded), as the engine's step callback expects."""
+    span: list[int] = []
+    for slot, width in zip(layout.slots, layout.widths):
+        span += slot + [special.eos_id] * (width - len(slot))
+    ids = torch.tensor([span], dtype=torch.long)
+    return ids, ids == special.mask_id
+
+
+def _outcome(layouts: list[Layout], steps: int, special: SpecialTokens, device: torch.device) -> DenoiseOutcome:
+    """Candidates may end with different slot lengths: pad each slot to the longest with EOS."""
+    widths = [max(len(lay.slots[i]) for lay in layouts) for i in range(len(layouts[0].slots))]
+    rows = []
+    for lay in layouts:
+        padded = Layout(lay.pieces, [s + [special.eos_id] * (w - len(s)) for s, w in zip(lay.slots, widths)],
+                        lay.widths)
+        rows.append(padded.canvas())
+    canvas = rows[0]
+    ids = torch.stack([c.ids for c in rows]).to(device)
+    span_pos = canvas.span_positions().to(device)
+    return DenoiseOutcome(ids, ids[:, span_pos], steps, canvas)

@@ -1,0 +1,250 @@
+"""Every option of dllm-lsp, declared once: the schema the server, the CLI, the eval and the
+editors' settings are read from or checked against (tests/architecture/test_options_schema.py).
+
+Options come in groups: `planner` (what is masked, how much context), `decode` (how the loop
+commits tokens), `model` (what is loaded and how it caches) and `server` (how answers reach the
+editor). On the wire (LSP `initializationOptions`, `workspace/didChangeConfiguration` under
+`dllm`, the VS Code settings `dllm.<name>`) each option has one flat camelCase name, unique across
+groups, so clients keep a flat settings object; in Python the groups are attrs classes, and
+cattrs structures the wire object into them with strict types (no "8" for 8) and the validators
+below.
+"""
+from __future__ import annotations
+
+import re
+import typing
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import attrs
+import cattrs
+
+from dllm_lsp.engine.types import CacheSettings, DecodeSettings
+from dllm_lsp.planner.spans import PlannerSettings
+
+# Context characters per context token: the planner cuts text by characters (cheap, before
+# tokenizing), the engine cuts the canvas by tokens; code runs 3-4 characters per token, so a
+# character budget of ~6 per token never cuts more than the token budget would.
+CHARS_PER_TOKEN = 6
+
+
+class SettingsError(ValueError):
+    """An option has the wrong type or an impossible value."""
+
+
+def doc(text: str) -> dict:
+    return {"doc": text}
+
+
+def _in(low, high=None):
+    """A range validator whose message names the option as clients spell it."""
+    def check(instance, attribute, value) -> None:
+        if value < low or (high is not None and value > high):
+            bound = f"within {low}..{high}" if high is not None else f">= {low}"
+            raise ValueError(f"{snake_to_camel(attribute.name)} must be {bound}")
+    return check
+
+
+def _non_empty(instance, attribute, value) -> None:
+    if not value:
+        raise ValueError(f"{snake_to_camel(attribute.name)} must be a non-empty string")
+
+
+@attrs.frozen
+class PlannerOptions:
+    max_span_tokens: int = attrs.field(default=64, validator=_in(1, 512),
+                                       metadata=doc("longest multi-line span (block bodies, new lines)"))
+    max_line_tokens: int = attrs.field(default=32, validator=_in(1, 512),
+                                       metadata=doc("longest one-line span (line tails, arguments)"))
+    context_tokens: int = attrs.field(default=1024, validator=_in(16),
+                                      metadata=doc("context budget around the cursor, in tokens: the planner's "
+                                                   "text window, the companion slot and the canvas all derive from it"))
+    companion_edits: bool = attrs.field(default=True, metadata=doc(
+        "fill one more slot after the imports in the same run; a valid new import comes back as "
+        "`additionalTextEdits` / an accept command ([multisite.md](multisite.md))"))
+    hole_marker: str = attrs.field(default="TODO", validator=_non_empty, metadata=doc(
+        'the marker comment "Fill holes" treats as a hole, besides each language\'s placeholders'))
+    languages: dict[str, bool] = attrs.field(factory=dict, metadata=doc(
+        'per-language enable, e.g. `{"markdown": false}`; unknown languages use line rules'))
+
+    def planner_settings(self) -> PlannerSettings:
+        return PlannerSettings(max_span_tokens=self.max_span_tokens, max_line_tokens=self.max_line_tokens,
+                               context_chars=self.context_tokens * CHARS_PER_TOKEN)
+
+    def language_enabled(self, language_id: str) -> bool:
+        return self.languages.get(language_id, self.languages.get("*", True))
+
+
+def _remask_in_range(instance: DecodeOptions, attribute, value) -> None:
+    if value is not None and instance.confidence == "prob" and not 0.0 <= value <= 1.0:
+        raise ValueError("remaskBelow must be within 0..1 (or null) with prob confidences")
+
+
+@attrs.frozen
+class DecodeOptions:
+    steps: int = attrs.field(default=8, validator=_in(1, 256), metadata=doc("denoising steps (upper bound)"))
+    threshold: float = attrs.field(default=0.9, validator=_in(0.0, 1.0),
+                                   metadata=doc("confidence needed to commit a token early"))
+    confidence: Literal["prob", "margin", "entropy"] = attrs.field(default="prob", metadata=doc(
+        "how a position's confidence is scored: top-1 probability, top-1 minus top-2 probability, or "
+        "negative entropy ([eval.md](eval.md#remasking-and-confidence))"))
+    remask_below: float | None = attrs.field(default=None, validator=_remask_in_range, metadata=doc(
+        "re-open committed tokens whose confidence fell below this (`null`: never); diffusion's "
+        "error correction ([eval.md](eval.md#remasking-and-confidence))"))
+
+    def decode_settings(self) -> DecodeSettings:
+        return DecodeSettings(steps=self.steps, threshold=self.threshold, confidence=self.confidence,
+                              remask_below=self.remask_below)
+
+
+@attrs.frozen
+class ModelOptions:
+    model: str = attrs.field(default="default", validator=_non_empty,
+                             metadata=doc("model folder path, or the name of a shipped model"))
+    device: str = attrs.field(default="auto", validator=_non_empty, metadata=doc("`auto`, `cpu`, `cuda`, `cuda:N`"))
+    cache: Literal["dual", "none"] = attrs.field(default="dual", metadata=doc(
+        'open checkpoints: `"dual"` (Fast-dLLM dual cache) or `"none"` (full passes)'))
+    cache_refresh_every: int = attrs.field(default=0, validator=_in(0), metadata=doc(
+        "dual cache: recompute prefix/suffix keys every N steps (0: only at the first step)"))
+
+    def cache_settings(self) -> CacheSettings:
+        return CacheSettings(self.cache, self.cache_refresh_every)
+
+
+@attrs.frozen
+class ServerOptions:
+    stream_interval_ms: int = attrs.field(default=50, validator=_in(0),
+                                          metadata=doc("least time between two streamed progress reports"))
+
+
+@attrs.frozen
+class Options:
+    planner: PlannerOptions = attrs.field(factory=PlannerOptions)
+    decode: DecodeOptions = attrs.field(factory=DecodeOptions)
+    model: ModelOptions = attrs.field(factory=ModelOptions)
+    server: ServerOptions = attrs.field(factory=ServerOptions)
+
+    def merged(self, options: Any) -> Options:
+        """A copy with the wire object `options` applied (its `dllm` section when it has one);
+        unknown keys are ignored, a bad value raises SettingsError and changes nothing."""
+        if options is None:
+            return self
+        if not isinstance(options, dict):
+            raise SettingsError("options must be a JSON object")
+        if isinstance(options.get("dllm"), dict):
+            options = options["dllm"]
+        nested = _converter.unstructure(self)
+        for option in OPTIONS:
+            for key in (option.wire, option.field):
+                if key in options:
+                    nested[option.group][option.field] = options[key]
+        try:
+            return _converter.structure(nested, Options)
+        except Exception as exc:   # cattrs gathers every bad field into one exception group
+            raise SettingsError(_describe(exc)) from None
+
+    def wire(self) -> dict[str, Any]:
+        """The flat camelCase object a client sends (every option)."""
+        nested = _converter.unstructure(self)
+        return {o.wire: nested[o.group][o.field] for o in OPTIONS}
+
+
+@attrs.frozen
+class Option:
+    group: str        # planner / decode / model / server
+    field: str        # snake_case attribute
+    wire: str         # camelCase name on the wire and in editor settings
+    default: Any
+    kind: str         # JSON type: integer, number, boolean, string, object
+    doc: str
+    choices: tuple[str, ...] = ()
+    nullable: bool = False
+
+
+def snake_to_camel(name: str) -> str:
+    return re.sub(r"_([a-z])", lambda m: m.group(1).upper(), name)
+
+
+def _json_kind(tp: Any) -> tuple[str, tuple[str, ...], bool]:
+    """(JSON type, allowed strings, may be null) of an option's annotation."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    nullable = len(args) < len(typing.get_args(tp))
+    origin = typing.get_origin(tp)
+    if origin is typing.Literal:
+        return "string", tuple(args), False
+    if nullable and len(args) == 1:
+        return _json_kind(args[0])[0], (), True
+    base = origin or tp
+    kinds = {int: "integer", float: "number", bool: "boolean", str: "string", dict: "object"}
+    if base not in kinds:
+        raise TypeError(f"no JSON type for option annotation {tp!r}")
+    return kinds[base], (), False
+
+
+def _options() -> Iterator[Option]:
+    for group in attrs.fields(Options):
+        defaults = group.default.factory()
+        for f in attrs.fields(group.type):
+            kind, choices, nullable = _json_kind(f.type)
+            yield Option(group.name, f.name, snake_to_camel(f.name), getattr(defaults, f.name), kind,
+                         f.metadata["doc"], choices, nullable)
+
+
+def _strict(kind: type, name: str, accept=None):
+    """A cattrs hook that takes only JSON values of `kind` (cattrs would turn "8" into 8)."""
+    def hook(value, _type):
+        ok = accept(value) if accept else isinstance(value, kind) and not isinstance(value, bool)
+        if not ok:
+            raise TypeError(f"must be {name}, not {value!r}")
+        return kind(value)
+    return hook
+
+
+def _structure_choice(value, tp):
+    choices = typing.get_args(tp)
+    if value not in choices:
+        raise ValueError(f"must be one of {', '.join(map(repr, choices))}, not {value!r}")
+    return value
+
+
+def _make_converter() -> cattrs.Converter:
+    converter = cattrs.Converter(forbid_extra_keys=True)
+    converter.register_structure_hook_func(lambda tp: typing.get_origin(tp) is typing.Literal, _structure_choice)
+    converter.register_structure_hook(int, _strict(int, "an integer"))
+    converter.register_structure_hook(
+        float, _strict(float, "a number", lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)))
+    converter.register_structure_hook(bool, _strict(bool, "a boolean", lambda x: isinstance(x, bool)))
+    converter.register_structure_hook(str, _strict(str, "a string", lambda x: isinstance(x, str)))
+    return converter
+
+
+_converter = _make_converter()
+
+# The types are annotations (strings) until resolved: resolve once, so cattrs sees real types.
+for _cls in (PlannerOptions, DecodeOptions, ModelOptions, ServerOptions, Options):
+    attrs.resolve_types(_cls)
+
+OPTIONS: tuple[Option, ...] = tuple(_options())
+BY_WIRE = {o.wire: o for o in OPTIONS}
+
+
+def _describe(exc: BaseException) -> str:
+    """cattrs' tree of errors as one line: `steps must be an integer, not 'many'; ...`."""
+    return "; ".join(_messages(exc, ())) or str(exc)
+
+
+def _messages(exc: BaseException, path: tuple[str, ...]) -> Iterator[str]:
+    if hasattr(exc, "exceptions"):   # an exception group: one member per bad field
+        for sub in exc.exceptions:
+            notes = getattr(sub, "__notes__", [])
+            name = next((str(n.name) for n in notes if hasattr(n, "name")), None)
+            index = next((repr(n.index) for n in notes if hasattr(n, "index")), None)
+            step = name if name is not None else index
+            yield from _messages(sub, path + ((step,) if step is not None else ()))
+        return
+    if len(path) <= 1:
+        yield str(exc)    # a validator of a group: its message names the option already
+        return
+    option = next((o for o in OPTIONS if path[:2] == (o.group, o.field)), None)
+    label = option.wire if option is not None else path[1]
+    yield f"{label}{''.join(f'[{p}]' for p in path[2:])} {exc}"

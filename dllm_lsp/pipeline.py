@@ -1,0 +1,103 @@
+"""One completion, from a cursor in a document snapshot to the text to insert.
+
+    plan(snapshot, offset, options, other_docs) -> CompletionPlan     the span planner, the
+        companion import slot and the one context budget, all read from this one snapshot
+    CompletionPlan.run(engine, ...) -> InfillResult                    the engine (any thread)
+    CompletionPlan.finish(result) -> Completion | None                 post-processing, against
+        the plan's own snapshot only (never a newer version of the document)
+
+The language server, `dllm-lsp complete`, the eval and the overhead bench all go through here,
+so an editor and the command line denoise the same canvas for the same file and position.
+Nothing here knows about LSP: the server turns a Completion into items (server/items.py).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from dllm_lsp.engine.engine import CancelToken, Engine
+from dllm_lsp.engine.types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState
+from dllm_lsp.multisite.companion import MAX_BETWEEN_CHARS, CompanionEdit, CompanionSlot, with_companion_slot
+from dllm_lsp.options import Options
+from dllm_lsp.planner.spans import plan_span
+from dllm_lsp.planner.types import PlanError, SpanPlan
+from dllm_lsp.postprocess import finish
+from dllm_lsp.syntax.snapshot import Snapshot
+
+__all__ = ["Completion", "CompletionPlan", "PlanError", "plan"]
+
+
+@dataclass(frozen=True)
+class Completion:
+    """Insert `text` over [start, end) of `snapshot.text` (string offsets)."""
+
+    text: str
+    start: int
+    end: int
+    snapshot: Snapshot
+    span: SpanPlan
+    result: InfillResult
+    companion: CompanionEdit | None = None   # multi-site: an import the completion needs
+
+    @property
+    def typed_prefix(self) -> str:
+        return self.span.typed_prefix
+
+
+@dataclass(frozen=True)
+class CompletionPlan:
+    snapshot: Snapshot
+    span: SpanPlan
+    companion: CompanionSlot | None      # the import slot filled in the same run, if any
+    request: InfillRequest               # what the engine fills (companion slot first when present)
+    decode: DecodeSettings
+    context_tokens: int
+    cache: CacheSettings
+
+    def run(self, engine: Engine, cancel: CancelToken | None = None,
+            on_step: Callable[[StepState], None] | None = None) -> InfillResult:
+        """Fill the plan's request on `engine` (blocking; the server calls it on its model thread).
+        `on_step` sees the cursor's slots only, as `finish` does."""
+        step = None if on_step is None else (lambda state: on_step(self.step_state(state)))
+        return engine.infill(self.request, self.decode, cancel, step,
+                             context_tokens=self.context_tokens, cache=self.cache)
+
+    def step_state(self, state: StepState) -> StepState:
+        """A streamed step as the cursor request sees it (without the companion slot)."""
+        return self.companion.main_state(state) if self.companion is not None else state
+
+    def finish(self, result: InfillResult) -> Completion | None:
+        """The completion to show for `result` (a result of this plan's request), or None."""
+        edit = None
+        if self.companion is not None:
+            edit = self.companion.edit(result, self.snapshot)
+            result = self.companion.main_result(result)
+        text = finish(self.span, result.text)
+        if text is None:
+            return None
+        return Completion(text, self.span.replace_start, self.span.replace_end, self.snapshot, self.span, result, edit)
+
+
+def plan(snapshot: Snapshot, offset: int, options: Options = Options(),
+         other_docs: Sequence[tuple[str, str]] = ()) -> CompletionPlan:
+    """Plan the completion at string offset `offset` of `snapshot`. `other_docs` are (uri, text)
+    of other open documents, for cross-file snippets. PlanError when the offset is not in the text.
+
+    One context budget, `options.planner.context_tokens`: the planner's character window, the
+    text the companion slot keeps before the cursor and the engine's canvas all derive from it."""
+    planner = options.planner.planner_settings()
+    span = plan_span(snapshot, offset, planner, other_docs)
+    companion = None
+    if options.planner.companion_edits:
+        # A third of the character window may sit between the companion slot and the cursor
+        # (2,048 characters at the default budget, the slot's historical constant).
+        between = min(MAX_BETWEEN_CHARS, planner.context_chars // 3)
+        companion = with_companion_slot(span.request, snapshot, span.replace_start, max_between_chars=between)
+    request = companion.request if companion is not None else span.request
+    return CompletionPlan(snapshot, span, companion, request, options.decode.decode_settings(),
+                          options.planner.context_tokens, options.model.cache_settings())
+
+
+def with_decode(completion_plan: CompletionPlan, decode: DecodeSettings) -> CompletionPlan:
+    """The same plan decoded with other settings (the eval's flags, a bench's fixed steps)."""
+    return replace(completion_plan, decode=decode)
