@@ -118,10 +118,12 @@ def block_config(family: BlockFamily, c: dict) -> BlockConfig:
         attn = dict(qkv_bias=attention_bias, out_bias=attention_bias, qk_norm=True)
     elif layout == "llada_moe":
         attn = dict(qkv_bias=attention_bias, qk_norm=bool(c.get("qk_layernorm", True)))
-    else:   # llada2_moe
-        factor = float(c.get("partial_rotary_factor", 1.0))
-        attn = dict(qkv_bias=bool(c.get("use_qkv_bias", False)), out_bias=bool(c.get("use_bias", False)),
-                    qk_norm=bool(c.get("use_qk_norm", False)), rotary_dim=int(head_dim * factor))
+    else:   # llada2_moe; the defaults are LLaDA2MoeConfig's (a key config.json leaves out means them)
+        if c.get("norm_head"):
+            raise ModelLoadError("LLaDA2.0 with a normalised LM head (norm_head: true) is not supported")
+        factor = float(c.get("partial_rotary_factor", 0.5))
+        attn = dict(qkv_bias=bool(c.get("use_qkv_bias", False)), out_bias=bool(c.get("use_bias", True)),
+                    qk_norm=bool(c.get("use_qk_norm", True)), rotary_dim=int(head_dim * factor))
     if layout == "qwen3_moe":
         moe = MoEConfig(n_experts=_need(c, "num_experts", family), top_k=_need(c, "num_experts_per_tok", family),
                         ffn_dim=_need(c, "moe_intermediate_size", family),
@@ -147,9 +149,9 @@ def block_config(family: BlockFamily, c: dict) -> BlockConfig:
         expert_ffn = _need(c, "moe_intermediate_size", family)
         shared = int(c.get("num_shared_experts") or 0)
         moe = MoEConfig(n_experts=_need(c, "num_experts", family), top_k=_need(c, "num_experts_per_tok", family),
-                        ffn_dim=expert_ffn, router="sigmoid", n_group=int(c.get("n_group") or 1),
-                        topk_group=int(c.get("topk_group") or 1),
-                        routed_scaling=float(c.get("routed_scaling_factor") or 1.0), expert_bias=True,
+                        ffn_dim=expert_ffn, router="sigmoid", n_group=int(c.get("n_group") or 8),
+                        topk_group=int(c.get("topk_group") or 4),
+                        routed_scaling=float(c.get("routed_scaling_factor") or 2.5), expert_bias=True,
                         shared_ffn_dim=expert_ffn * shared)
         dense = tuple(range(min(int(c.get("first_k_dense_replace") or 0), layers)))
     if (moe is None or dense) and not common["ffn_dim"]:
