@@ -152,7 +152,8 @@ class BlockDenoiser(Denoiser):
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         logits = self.model.head(hidden)[..., : self.vocab_limit].float()
-        logits[..., self.special.mask_id] = float("-inf")
+        if self.special.mask_id < self.vocab_limit:      # (a mask past the tokenizer is never proposed anyway)
+            logits[..., self.special.mask_id] = float("-inf")
         return logits
 
     @property

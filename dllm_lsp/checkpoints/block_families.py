@@ -37,24 +37,25 @@ class BlockFamily:
     sub_block_size: int | None = None   # Fast-dLLM v2 decodes a block in sub-blocks, left to right
     architectures: tuple[str, ...] = ()
     model_types: tuple[str, ...] = ()
+    default_mask: int | None = None     # the mask id the reference sampler hard-codes (used when the folder names none)
 
 
 SDAR = BlockFamily("sdar", "SDAR / TraDo (SDAR-1.7B/4B/8B-Chat, TraDo-4B/8B-Instruct)", "qwen3", BLOCK, 0, 4,
-                   architectures=("SDARForCausalLM",), model_types=("sdar",))
+                   architectures=("SDARForCausalLM",), model_types=("sdar",), default_mask=151669)
 SDAR_MOE = BlockFamily("sdar-moe", "SDAR-MoE (SDAR-30B-A3B-Chat, TraDo-30B-A3B)", "qwen3_moe", BLOCK, 0, 4,
-                       architectures=("SDARMoeForCausalLM",), model_types=("sdar_moe",))
+                       architectures=("SDARMoeForCausalLM",), model_types=("sdar_moe",), default_mask=151669)
 STABLE_DIFFCODER = BlockFamily("stable-diffcoder", "Stable-DiffCoder (Stable-DiffCoder-8B-Base/-Instruct)", "llama",
                                BLOCK, 0, 4, architectures=("StableDiffCoderForCausalLM", "StableDiffcoderForCausalLM"),
                                model_types=("stable_diffcoder", "stable-diffcoder", "stablediffcoder"))
 FAST_DLLM_V2 = BlockFamily("fast-dllm-v2", "Fast-dLLM v2 (Fast_dLLM_v2_1.5B, Fast_dLLM_v2_7B)", "qwen2", BLOCK, 1, 32,
                            sub_block_size=8, architectures=("Fast_dLLM_QwenForCausalLM",),
-                           model_types=("fast_dllm_qwen", "fast_dllm"))
+                           model_types=("fast_dllm_qwen", "fast_dllm"), default_mask=151665)
 LLADA2 = BlockFamily("llada2", "LLaDA2.0 (LLaDA2.0-mini, LLaDA2.0-flash; MoE)", "llada2_moe", BLOCK, 0, 32,
-                     architectures=("LLaDA2MoeModelLM",), model_types=("llada2_moe",))
+                     architectures=("LLaDA2MoeModelLM",), model_types=("llada2_moe",), default_mask=156895)
 LLADA_MOE = BlockFamily("llada-moe", "LLaDA-MoE (LLaDA-MoE-7B-A1B-Base/-Instruct)", "llada_moe", BIDIRECTIONAL, 0,
                         architectures=("LLaDAMoeModelLM", "LLaDAMoEModelLM"), model_types=("llada_moe", "lladamoe"))
 CODA = BlockFamily("coda", "CoDA (CoDA-v0-Base/-Instruct 1.7B; CC-BY-NC-4.0)", "qwen3", BIDIRECTIONAL, 1,
-                   architectures=("CoDALanguageModel",), model_types=("coda", "coda_model"))
+                   architectures=("CoDALanguageModel",), model_types=("coda", "coda_model"), default_mask=151669)
 
 BLOCK_FAMILIES = (SDAR, SDAR_MOE, STABLE_DIFFCODER, FAST_DLLM_V2, LLADA2, LLADA_MOE, CODA)
 

@@ -37,7 +37,7 @@ def load_block_checkpoint(folder: Path, config: dict, family: BlockFamily, devic
     plan = weight_plan(family, cfg)
     files = WeightFiles.open(folder)
     files.require({name: shape for groups, _ in plan.values() for group in groups for name, shape in group})
-    special = special_tokens(config, generation, tokens, cfg.vocab_size)
+    special = special_tokens(config, generation, tokens, cfg.vocab_size, family.default_mask)
     model = load_weights(cfg, plan, files, device, dtype or default_dtype(device))
     if family.attention == BIDIRECTIONAL:
         spec = Family(family.key, family.title, family.layout, family.shift, False)
@@ -84,9 +84,11 @@ def _first_id(value) -> int | None:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def special_tokens(config: dict, generation: dict, tokens: TokenizerFiles, vocab_rows: int) -> SpecialTokens:
+def special_tokens(config: dict, generation: dict, tokens: TokenizerFiles, vocab_rows: int,
+                   default_mask: int | None = None) -> SpecialTokens:
     """Mask, EOS, pad and BOS ids: config.json, then generation_config.json, then the tokenizer's declared
-    tokens; the mask also by its usual texts (SDAR's `<|MASK|>`) when nothing declares it."""
+    tokens; the mask also by its usual texts (SDAR's `<|MASK|>`) when nothing declares it, and last the
+    id the family's reference sampler hard-codes (Fast-dLLM v2's 151665 is not in its tokenizer)."""
     def from_configs(key: str) -> int | None:
         for source in (config, generation):
             found = _first_id(source.get(key))
@@ -100,6 +102,8 @@ def special_tokens(config: dict, generation: dict, tokens: TokenizerFiles, vocab
         mask = declared
     if mask is None:
         mask = next((tokens.token_id(t) for t in MASK_TEXTS if tokens.token_id(t) is not None), None)
+    if mask is None and default_mask is not None and default_mask < vocab_rows:
+        mask = default_mask
     if mask is None:
         raise ModelLoadError("no mask token: config.json has no mask_token_id, the tokenizer declares no mask_token "
                              f"and has none of {', '.join(MASK_TEXTS)}")
