@@ -11,9 +11,12 @@ below.
 """
 from __future__ import annotations
 
+import argparse
+import json
 import re
 import typing
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Literal
 
 import attrs
@@ -248,3 +251,102 @@ def _messages(exc: BaseException, path: tuple[str, ...]) -> Iterator[str]:
     option = next((o for o in OPTIONS if path[:2] == (o.group, o.field)), None)
     label = option.wire if option is not None else path[1]
     yield f"{label}{''.join(f'[{p}]' for p in path[2:])} {exc}"
+
+
+# --- the editors' and docs' copies of the schema ---------------------------------------------
+# VS Code needs its settings declared statically in package.json, the extension forwards a list
+# of keys, docs/protocol.md tables the options: all three are generated from OPTIONS
+# (`python -m dllm_lsp.options --write`) and a test fails when one of them drifts.
+
+GENERATED_BEGIN = "generated from dllm_lsp/options.py by `python -m dllm_lsp.options --write`"
+_LINK = re.compile(r"\s*\(\[[^\]]*\]\([^)]*\)\)")
+
+
+def plain_doc(option: Option) -> str:
+    """The option's description as a sentence without the links into docs/ (VS Code shows plain text)."""
+    text = _LINK.sub("", option.doc).replace("`", "")
+    return text[:1].upper() + text[1:] + "."
+
+
+def vscode_properties() -> dict[str, dict]:
+    """package.json `contributes.configuration.properties` entries, one per option."""
+    out = {}
+    for o in OPTIONS:
+        entry: dict[str, Any] = {"type": [o.kind, "null"] if o.nullable else o.kind, "default": o.default,
+                                 "description": plain_doc(o)}
+        if o.choices:
+            entry["enum"] = list(o.choices)
+        out[f"dllm.{o.wire}"] = entry
+    return out
+
+
+def typescript_block() -> str:
+    kinds = {"integer": "number", "number": "number", "boolean": "boolean", "string": "string",
+             "object": "Record<string, boolean>"}
+    lines = [f"// --- {GENERATED_BEGIN}", "/** The server options of docs/protocol.md; names are the server's. */",
+             "export interface ServerOptionsPayload {"]
+    for o in OPTIONS:
+        kind = " | ".join(f'"{c}"' for c in o.choices) if o.choices else kinds[o.kind]
+        lines.append(f"  {o.wire}: {kind}{' | null' if o.nullable else ''};")
+    lines += ["}", "", "const SERVER_KEYS: (keyof ServerOptionsPayload)[] = ["]
+    lines += [f'  "{o.wire}",' for o in OPTIONS]
+    lines += ["];", "// --- end of the generated part"]
+    return "\n".join(lines)
+
+
+def markdown_table() -> str:
+    lines = [f"<!-- {GENERATED_BEGIN} -->", "| option | group | default | meaning |", "| --- | --- | --- | --- |"]
+    for o in OPTIONS:
+        default = "null" if o.default is None else json.dumps(o.default)
+        lines.append(f"| `{o.wire}` | {o.group} | `{default}` | {o.doc} |")
+    lines.append("<!-- end of the generated table -->")
+    return "\n".join(lines)
+
+
+def _replace_between(text: str, start: str, end: str, block: str, where: str) -> str:
+    a = text.find(start)
+    b = text.find(end, a)
+    if a < 0 or b < 0:
+        raise ValueError(f"{where} has no generated part ({start!r} ... {end!r})")
+    line_start = text.rfind("\n", 0, a) + 1
+    return text[:line_start] + block + text[b + len(end):]
+
+
+def written_files(repo: Path) -> dict[Path, str]:
+    """Each generated file's path and the content it should have."""
+    package = repo / "editors" / "vscode" / "package.json"
+    data = json.loads(package.read_text(encoding="utf-8"))
+    properties = data["contributes"]["configuration"]["properties"]
+    ours = vscode_properties()
+    # keep the extension's own settings (dllm.enabled, dllm.server.*, dllm.streaming) where they are
+    merged = {k: v for k, v in properties.items() if k not in ours and k.removeprefix("dllm.") not in BY_WIRE}
+    merged.update(ours)
+    data["contributes"]["configuration"]["properties"] = merged
+    settings_ts = repo / "editors" / "vscode" / "src" / "settings.ts"
+    protocol = repo / "docs" / "protocol.md"
+    return {
+        package: json.dumps(data, indent=2, ensure_ascii=False) + "\n",
+        settings_ts: _replace_between(settings_ts.read_text(encoding="utf-8"), f"// --- {GENERATED_BEGIN}",
+                                      "// --- end of the generated part", typescript_block(), str(settings_ts)),
+        protocol: _replace_between(protocol.read_text(encoding="utf-8"), f"<!-- {GENERATED_BEGIN} -->",
+                                   "<!-- end of the generated table -->", markdown_table(), str(protocol)),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dllm_lsp.options", description=__doc__)
+    parser.add_argument("--write", action="store_true", help="rewrite the generated parts in the repository")
+    parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1])
+    args = parser.parse_args(argv)
+    if not args.write:
+        print(markdown_table())
+        return 0
+    for path, content in written_files(args.repo).items():
+        if path.read_text(encoding="utf-8") != content:
+            path.write_text(content, encoding="utf-8")
+            print(f"updated {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -8,30 +8,44 @@ export interface LaunchSettings {
   tcp: string;
 }
 
+// --- generated from dllm_lsp/options.py by `python -m dllm_lsp.options --write`
 /** The server options of docs/protocol.md; names are the server's. */
 export interface ServerOptionsPayload {
-  model: string;
-  device: string;
-  steps: number;
-  threshold: number;
   maxSpanTokens: number;
   maxLineTokens: number;
   contextTokens: number;
-  streamIntervalMs: number;
+  companionEdits: boolean;
+  holeMarker: string;
   languages: Record<string, boolean>;
+  steps: number;
+  threshold: number;
+  confidence: "prob" | "margin" | "entropy";
+  remaskBelow: number | null;
+  model: string;
+  device: string;
+  cache: "dual" | "none";
+  cacheRefreshEvery: number;
+  streamIntervalMs: number;
 }
 
 const SERVER_KEYS: (keyof ServerOptionsPayload)[] = [
-  "model",
-  "device",
-  "steps",
-  "threshold",
   "maxSpanTokens",
   "maxLineTokens",
   "contextTokens",
-  "streamIntervalMs",
+  "companionEdits",
+  "holeMarker",
   "languages",
+  "steps",
+  "threshold",
+  "confidence",
+  "remaskBelow",
+  "model",
+  "device",
+  "cache",
+  "cacheRefreshEvery",
+  "streamIntervalMs",
 ];
+// --- end of the generated part
 
 function section(): vscode.WorkspaceConfiguration {
   return vscode.workspace.getConfiguration("dllm");

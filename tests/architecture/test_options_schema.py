@@ -1,0 +1,85 @@
+"""One options schema (dllm_lsp/options.py): the editors' settings and the docs are generated from
+it and must not drift; client objects are structured strictly."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from dllm_lsp.options import BY_WIRE, OPTIONS, Options, SettingsError, written_files
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_every_generated_file_is_up_to_date():
+    stale = [str(p.relative_to(REPO)) for p, want in written_files(REPO).items()
+             if p.read_text(encoding="utf-8") != want]
+    assert not stale, f"run `python -m dllm_lsp.options --write`: {stale} drifted from the schema"
+
+
+def test_vscode_forwards_every_option_with_the_schemas_defaults():
+    settings_ts = (REPO / "editors/vscode/src/settings.ts").read_text(encoding="utf-8")
+    keys_block = settings_ts[settings_ts.index("const SERVER_KEYS"):]
+    keys_block = keys_block[: keys_block.index("];")]
+    forwarded = re.findall(r'"(\w+)"', keys_block)
+    assert forwarded == [o.wire for o in OPTIONS]
+    properties = json.loads((REPO / "editors/vscode/package.json").read_text())["contributes"]["configuration"][
+        "properties"]
+    for option in OPTIONS:
+        entry = properties[f"dllm.{option.wire}"]
+        assert entry["default"] == option.default, option.wire
+        assert option.kind in (entry["type"] if isinstance(entry["type"], list) else [entry["type"]])
+
+
+def test_neovim_defaults_are_schema_options_with_the_schemas_defaults():
+    config = (REPO / "editors/nvim/lua/dllm/config.lua").read_text(encoding="utf-8")
+    table = re.search(r"^\s*server = \{(.*)\},", config, re.MULTILINE).group(1)
+    pairs = dict(re.findall(r"(\w+) = '([^']*)'", table))
+    assert pairs, "the Neovim plugin's server defaults were not found"
+    for key, value in pairs.items():
+        assert key in BY_WIRE, f"Neovim sends {key!r}, which is no server option"
+        assert BY_WIRE[key].default == value, key
+
+
+def test_protocol_docs_table_lists_every_option_once():
+    protocol = (REPO / "docs/protocol.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `(\w+)` \| (\w+) \| `([^`]*)` \|", protocol, re.MULTILINE)
+    assert [r[0] for r in rows] == [o.wire for o in OPTIONS]
+    for wire, group, default in rows:
+        assert BY_WIRE[wire].group == group
+        assert json.loads(default) == BY_WIRE[wire].default
+
+
+def test_wire_names_are_unique_and_groups_are_the_four():
+    assert len(BY_WIRE) == len(OPTIONS)
+    assert {o.group for o in OPTIONS} == {"planner", "decode", "model", "server"}
+
+
+def test_client_objects_are_structured_strictly():
+    base = Options()
+    merged = base.merged({"dllm": {"steps": 4, "remaskBelow": 0.3, "confidence": "margin", "unknown": 1,
+                                   "cache": "none", "languages": {"markdown": False}}})
+    assert merged.decode.steps == 4 and merged.decode.remask_below == 0.3 and merged.decode.confidence == "margin"
+    assert merged.model.cache_settings().mode == "none"
+    assert not merged.planner.language_enabled("markdown") and merged.planner.language_enabled("python")
+    assert base.decode.steps == 8                       # a merge makes a copy
+    assert base.merged({"max_span_tokens": 20}).planner.max_span_tokens == 20   # snake_case is accepted too
+    decode = merged.decode.decode_settings()
+    assert (decode.steps, decode.confidence, decode.remask_below) == (4, "margin", 0.3)
+    for options, message in [({"steps": "8"}, "steps must be an integer"), ({"steps": 0}, "steps must be within 1..256"),
+                             ({"threshold": True}, "threshold must be a number"),
+                             ({"cache": "sometimes"}, "cache must be one of"),
+                             ({"confidence": "vibes"}, "confidence must be one of"),
+                             ({"remaskBelow": 1.5}, "remaskBelow must be within 0..1"),
+                             ({"languages": {"python": "yes"}}, "languages['python'] must be a boolean"),
+                             ({"model": ""}, "model must be a non-empty string"), (["steps"], "JSON object")]:
+        with pytest.raises(SettingsError, match=re.escape(message)):
+            base.merged(options)
+
+
+def test_the_planner_budget_derives_from_the_context_tokens():
+    small = Options().merged({"contextTokens": 100}).planner.planner_settings()
+    large = Options().merged({"contextTokens": 2000}).planner.planner_settings()
+    assert small.context_chars < large.context_chars
