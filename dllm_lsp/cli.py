@@ -16,6 +16,7 @@ BENCH_MODES = {
     "overhead": "dllm_lsp.bench.overhead",
     "kernels": "dllm_lsp.bench.kernels",
     "checkpoint": "dllm_lsp.bench.checkpoint_latency",
+    "typing": "dllm_lsp.bench.typing",
 }
 
 

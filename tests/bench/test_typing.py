@@ -1,0 +1,49 @@
+"""`dllm-lsp bench typing` on a tiny model: the real server over TCP, two clients typing at once,
+two server variants side by side; every keystroke accounted for, nothing left unanswered."""
+import json
+import random
+
+from dllm_lsp.bench.typing import main, make_script, stdlib_file, variants_of
+
+
+def test_typing_the_segments_back_restores_the_file():
+    path = stdlib_file("textwrap.py")
+    script = make_script(path, 0, random.Random(3), keystrokes=300)
+    assert len(script.segments) >= 2 and sum(len(s.text) for s in script.segments) >= 300
+    lines = script.document.splitlines(keepends=True)
+    for seg in script.segments:          # in order, each at its own line, as the typist does
+        lines[seg.line:seg.line] = seg.text.splitlines(keepends=True)
+    assert "".join(lines) == path.read_text()
+
+
+def test_variants_parse_and_refuse_non_objects():
+    assert variants_of([]) == {"default": {}}
+    assert variants_of(['a={"steps": 2}', "b="]) == {"a": {"steps": 2}, "b": {}}
+    for bad in ("a=[1]", "=1", "a={"):
+        try:
+            variants_of([bad])
+        except ValueError:
+            continue
+        raise AssertionError(bad)
+
+
+def test_two_clients_two_variants_every_keystroke_answered_or_superseded(tiny_model_dir, tmp_path):
+    out, png = tmp_path / "typing.json", tmp_path / "typing.png"
+    rc = main(["--clients", "1,2", "--keystrokes", "25", "--speed", "4", "--model", str(tiny_model_dir),
+               "--variant", "default=", "--variant", 'two-steps={"steps": 2}', "--out", str(out), "--plot", str(png)])
+    assert rc == 0
+    result = json.loads(out.read_text())
+    assert set(result["variants"]) == {"default", "two-steps"}
+    for rows in result["variants"].values():
+        assert [r["clients"] for r in rows] == [1, 2]
+        for r in rows:
+            assert r["keystrokes"] >= 25 * r["clients"]
+            assert r["answered"] + r["superseded"] + r["failed"] + r["unanswered"] == r["keystrokes"]
+            assert r["unanswered"] == 0 and r["failed"] == 0
+            assert r["answered"] > 0 and r["latency"]["p50_ms"] > 0
+    assert result["environment"]["python"] and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_missing_source_file_is_one_clear_line(tmp_path, capsys):
+    assert main(["--file", str(tmp_path / "nope.py"), "--clients", "1"]) == 1
+    assert "source files not found" in capsys.readouterr().err
