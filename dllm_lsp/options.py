@@ -78,20 +78,28 @@ class PlannerOptions:
         return self.languages.get(language_id, self.languages.get("*", True))
 
 
-def _remask_in_range(instance: DecodeOptions, attribute, value) -> None:
-    if value is not None and instance.confidence == "prob" and not 0.0 <= value <= 1.0:
-        raise ValueError("remaskBelow must be within 0..1 (or null) with prob confidences")
+def _on_the_confidence_scale(instance: DecodeOptions, attribute, value) -> None:
+    """threshold and remaskBelow are confidences: 0..1 for prob and margin, <= 0 for entropy
+    (its confidence is the negative entropy)."""
+    name = snake_to_camel(attribute.name)
+    if value is None:
+        return
+    if instance.confidence == "entropy":
+        if value > 0:
+            raise ValueError(f"{name} must be <= 0 with entropy confidences (they are negative entropies)")
+    elif not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be within 0..1 with {instance.confidence} confidences")
 
 
 @attrs.frozen
 class DecodeOptions:
     steps: int = attrs.field(default=8, validator=_in(1, 256), metadata=doc("denoising steps (upper bound)"))
-    threshold: float = attrs.field(default=0.9, validator=_in(0.0, 1.0),
+    threshold: float = attrs.field(default=0.9, validator=_on_the_confidence_scale,
                                    metadata=doc("confidence needed to commit a token early"))
     confidence: Literal["prob", "margin", "entropy"] = attrs.field(default="prob", metadata=doc(
         "how a position's confidence is scored: top-1 probability, top-1 minus top-2 probability, or "
         "negative entropy ([eval.md](eval.md#remasking-and-confidence))"))
-    remask_below: float | None = attrs.field(default=None, validator=_remask_in_range, metadata=doc(
+    remask_below: float | None = attrs.field(default=None, validator=_on_the_confidence_scale, metadata=doc(
         "re-open committed tokens whose confidence fell below this (`null`: never); diffusion's "
         "error correction ([eval.md](eval.md#remasking-and-confidence))"))
 

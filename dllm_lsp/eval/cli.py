@@ -6,14 +6,16 @@ import json
 import shlex
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from dllm_lsp.bench.environment import environment
 from dllm_lsp.engine.engine import Engine
-from dllm_lsp.engine.types import DecodeSettings
+from dllm_lsp.engine.types import CONFIDENCE_KINDS
 from dllm_lsp.loader import ModelLoadError, load_model, resolve_model_path
+from dllm_lsp.options import DecodeOptions
 
 from .infilling import MODES, evaluate
 from .tasks import benchmark_name, load_tasks, resolve_data, spread_subset
@@ -52,6 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--floor-from-left", action=argparse.BooleanOptionalAction, default=True,
                    help="when too few positions are confident, commit the leftmost undecided ones (the default); "
                         "--no-floor-from-left commits the most confident ones wherever they are")
+    h.add_argument("--confidence", choices=CONFIDENCE_KINDS, default="prob",
+                   help="how a position's confidence is scored (the server's `confidence` option): top-1 "
+                        "probability, top-1 minus top-2 probability, or negative entropy")
+    h.add_argument("--remask-below", type=float, default=None, metavar="C",
+                   help="re-open committed tokens whose confidence was below C at the next step (the server's "
+                        "`remaskBelow` option; default: never). docs/eval.md compares the settings")
     h.add_argument("--context", type=int, default=1024, help="context tokens kept around the slot")
     h.add_argument("--timeout", type=float, default=10.0, help="seconds per program")
     h.add_argument("--workers", type=int, default=2, help="programs executed in parallel")
@@ -70,8 +78,11 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--modes takes {' and/or '.join(MODES)}, not {a.modes!r}")
         path = resolve_data(a.data, a.data_dir)
         tasks = spread_subset(load_tasks(path), a.limit)
-        settings = DecodeSettings(steps=a.steps, threshold=a.threshold, ends_in_order=a.ends_in_order,
-                                  floor_from_left=a.floor_from_left)
+        # The decode options go through the server's schema (same checks, same meaning); the two
+        # ablation flags are eval-only switches of the loop's rules.
+        decode = DecodeOptions(steps=a.steps, threshold=a.threshold, confidence=a.confidence,
+                               remask_below=a.remask_below)
+        settings = replace(decode.decode_settings(), ends_in_order=a.ends_in_order, floor_from_left=a.floor_from_left)
         denoiser = load_model(a.model, a.device)
     except (ValueError, ModelLoadError) as exc:
         print(f"dllm-lsp eval: {exc}", file=sys.stderr)
@@ -86,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = {
         "benchmark": name, "data": str(path), "model": denoiser.name, "device": str(denoiser.device),
         "pass@1": round(headline.pass_at_1, 4), "tasks": len(tasks), "unknown_slot_tokens": unknown,
-        "settings": {"steps": a.steps, "threshold": a.threshold, "ends_in_order": a.ends_in_order,
+        "settings": {"steps": a.steps, "threshold": a.threshold, "confidence": a.confidence,
+                     "remask_below": a.remask_below, "ends_in_order": a.ends_in_order,
                      "floor_from_left": a.floor_from_left,
                      "context": a.context, "timeout": a.timeout},
         "modes": {r.mode: r.to_json() for r in results},

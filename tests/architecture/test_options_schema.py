@@ -79,6 +79,15 @@ def test_client_objects_are_structured_strictly():
             base.merged(options)
 
 
+def test_thresholds_are_on_the_confidence_kinds_scale():
+    entropy = Options().merged({"confidence": "entropy", "threshold": -0.5, "remaskBelow": -2.0})
+    assert entropy.decode.decode_settings().threshold == -0.5
+    with pytest.raises(SettingsError, match="threshold must be <= 0 with entropy"):
+        Options().merged({"confidence": "entropy"})      # the default 0.9 means nothing for -entropy
+    with pytest.raises(SettingsError, match="threshold must be within 0..1 with margin"):
+        Options().merged({"confidence": "margin", "threshold": -0.5})
+
+
 def test_the_planner_budget_derives_from_the_context_tokens():
     small = Options().merged({"contextTokens": 100}).planner.planner_settings()
     large = Options().merged({"contextTokens": 2000}).planner.planner_settings()

@@ -55,3 +55,26 @@ def test_bad_arguments_are_reported(data, tiny_model_dir, capsys, tmp_path):
     assert "--modes" in capsys.readouterr().err
     assert main(["humaneval-infilling", "--data", str(data), "--model", str(tmp_path / "no-model")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_remasking_and_confidence_flags_reach_the_decode_loop(data, tiny_model_dir, capsys):
+    def run(*flags: str) -> dict:
+        rc = main(["humaneval-infilling", "--data", str(data), "--model", str(tiny_model_dir), "--device", "cpu",
+                   "--json", "--modes", "unknown", "--steps", "16", "--max-tokens", "6", *flags])
+        assert rc == 0
+        return json.loads(capsys.readouterr().out)
+
+    plain = run()
+    # Re-opening everything committed with confidence below 1 keeps the slot open until the step budget
+    # runs out; without remasking a 6-token slot needs at most a handful of steps.
+    remasked = run("--remask-below", "1.0", "--confidence", "prob")
+    assert plain["settings"]["remask_below"] is None and remasked["settings"]["remask_below"] == 1.0
+    assert plain["modes"]["unknown"]["mean_steps"] < 16 <= remasked["modes"]["unknown"]["mean_steps"]
+    margin = run("--confidence", "margin")
+    assert margin["settings"]["confidence"] == "margin"
+
+
+def test_bad_decode_flags_are_refused_by_the_options_schema(data, tiny_model_dir, capsys):
+    assert main(["humaneval-infilling", "--data", str(data), "--model", str(tiny_model_dir),
+                 "--remask-below", "1.5"]) == 2
+    assert "remaskBelow must be within 0..1" in capsys.readouterr().err

@@ -17,7 +17,7 @@ from .lsp_harness import (
 URI = "file:///tmp/example.py"
 SOURCE = "import os\n\n\ndef area(width, height):\n    return \n\n\nprint(area(2, 3))\n"
 DEFAULTS = {"steps": 8, "threshold": 0.9, "maxSpanTokens": 64, "maxLineTokens": 32, "languages": {},
-            "streamIntervalMs": 50}
+            "streamIntervalMs": 50, "confidence": "prob", "remaskBelow": None, "companionEdits": True}
 
 # One server for the module (starting one costs seconds on a busy 2-core machine); every test
 # starts from the default options. Tests that need their own server start it themselves.
@@ -288,3 +288,29 @@ async def test_options_apply_to_the_loaded_model_without_a_reload(server):
     assert result.items
     configure(client, {"dllm": {"contextTokens": 1024}})
     assert (await client.protocol.send_request_async("dllm/status", {})).contextTokens == 1024
+
+
+async def test_decode_options_reach_the_loop_per_request(server):
+    """remaskBelow / confidence are per-request decode options: remasking everything committed
+    below confidence 1 keeps the span open to the step budget, and the next request without it
+    finishes early again (nothing of the shared engine was reconfigured)."""
+    client, _, _ = server
+    open_doc(client, URI, SOURCE)
+
+    async def steps_taken() -> int:
+        result = await client.text_document_completion_async(
+            types.CompletionParams(text_document=types.TextDocumentIdentifier(uri=URI),
+                                   position=types.Position(line=4, character=11)))
+        if not result.items:
+            return -1
+        return int(result.items[0].detail.split(" · ")[1].split()[0])
+
+    configure(client, {"dllm": {"steps": 12, "maxLineTokens": 8, "companionEdits": False}})
+    plain = await steps_taken()
+    configure(client, {"dllm": {"steps": 12, "maxLineTokens": 8, "companionEdits": False, "remaskBelow": 1.0,
+                                "confidence": "margin"}})
+    remasked = await steps_taken()
+    configure(client, {"dllm": {"steps": 12, "maxLineTokens": 8, "companionEdits": False, "remaskBelow": None,
+                                "confidence": "prob"}})
+    again = await steps_taken()
+    assert remasked >= 12 and 0 < plain < 12 and again == plain
