@@ -28,9 +28,11 @@ import torch.nn.functional as F
 from dllm_lsp.checkpoints.architecture import BiConfig, BidirectionalLM
 from dllm_lsp.checkpoints.denoiser import CheckpointDenoiser
 from dllm_lsp.checkpoints.families import DREAM
+from dllm_lsp.checkpoints.tiny import tiny_tokenizer
 from dllm_lsp.engine.denoise import denoise
 from dllm_lsp.engine.denoiser import Canvas, SpecialTokens
 from dllm_lsp.engine.types import CacheSettings, DecodeSettings
+from dllm_lsp.loader import resolve_device
 
 from .environment import environment
 
@@ -94,8 +96,6 @@ def random_model(cfg: BiConfig, device: torch.device, dtype: torch.dtype, seed: 
 
 
 def bench_denoiser(model: BidirectionalLM, cfg: BiConfig) -> CheckpointDenoiser:
-    from dllm_lsp.checkpoints.tiny import tiny_tokenizer  # noqa: PLC0415
-
     mask, eos = (MASK_ID, EOS_ID) if cfg.vocab_size > MASK_ID else (cfg.vocab_size - 2, cfg.vocab_size - 1)
     special = SpecialTokens(mask_id=mask, pad_id=eos, eos_id=eos)
     denoiser = CheckpointDenoiser(model, tiny_tokenizer(["<|endoftext|>"], 300), special, DREAM, "random-dream-7b-shape",
@@ -163,8 +163,6 @@ def memory_bandwidth_gbs(device: torch.device, mib: int = 1024) -> float:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from dllm_lsp.loader import resolve_device  # noqa: PLC0415
-
     device = resolve_device(args.device)
     quick = args.quick
     cfg = TINY if quick else DREAM_7B

@@ -99,7 +99,7 @@ def cuda_graph(fn: Callable[[], object]) -> Callable[[], None]:
 
 def profile_top_ops(fn: Callable[[], object], device: torch.device, top: int = 12) -> list[dict]:
     """Where a step's time goes: the ops with the largest self time (device time on CUDA)."""
-    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415  (slow to import, only --profile needs it)
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     fn()

@@ -5,10 +5,10 @@ import platform
 import statistics
 from datetime import datetime, timezone
 
+import torch
+
 
 def environment(device: str | None = None) -> dict:
-    import torch  # noqa: PLC0415
-
     info = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "python": platform.python_version(),
@@ -21,7 +21,7 @@ def environment(device: str | None = None) -> dict:
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name()
     try:
-        import triton  # noqa: PLC0415
+        import triton  # noqa: PLC0415  (optional: absent off Linux, and only its version is read)
 
         info["triton"] = triton.__version__
     except ImportError:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from dllm_lsp.arch.layers import Rotary
 from dllm_lsp.kernels import rmsnorm, rope, span_attention, unmask_select
 from dllm_lsp.kernels.dispatch import interpreting, triton_available
 
@@ -155,8 +156,6 @@ def rmsnorm_cases(grid: Grid, device: torch.device, quick: bool) -> list[dict]:
 
 
 def rope_cases(grid: Grid, device: torch.device, quick: bool) -> list[dict]:
-    from dllm_lsp.arch.layers import Rotary  # noqa: PLC0415
-
     heads = QUICK_HEADS if quick else HEADS
     rows = []
     for name in grid.heads:

@@ -84,6 +84,8 @@ def check_targets(report: dict) -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> dict:
+    # Imported here, after main() has set TRITON_INTERPRET for a CPU run: Triton reads it when the
+    # kernels are decorated, at their import.
     import torch  # noqa: PLC0415
 
     from . import kernel_cases  # noqa: PLC0415

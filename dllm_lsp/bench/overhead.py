@@ -14,6 +14,13 @@ import random
 import time
 from pathlib import Path
 
+from dllm_lsp import pipeline
+from dllm_lsp.engine.engine import Engine
+from dllm_lsp.engine.types import InfillResult
+from dllm_lsp.loader import load_model
+from dllm_lsp.options import Options
+from dllm_lsp.syntax.document import ParsedDocument
+
 from .environment import environment, percentiles
 
 
@@ -59,13 +66,11 @@ def typing_cursors(doc, count: int, seed: int):
 
 
 def run_overhead(text: str, denoiser, requests: int, seed: int = 0) -> dict:
-    from dllm_lsp.engine.canvas import build_canvas  # noqa: PLC0415
-    from dllm_lsp.syntax.document import ParsedDocument  # noqa: PLC0415
-    from dllm_lsp.planner.spans import PlannerSettings, plan_span  # noqa: PLC0415
-    from dllm_lsp.postprocess import finish  # noqa: PLC0415
-
+    """Per request, the server's own path: pipeline.plan (planner + companion slot), the engine's
+    incremental tokenization and canvas, and CompletionPlan.finish on a stand-in model answer."""
     doc = ParsedDocument(text, "python")
-    settings = PlannerSettings()
+    engine = Engine(denoiser)
+    options = Options()
     plan_ms, tokenize_ms, finish_ms, total_ms, edit_ms = [], [], [], [], []
     for i, offset in enumerate(typing_cursors(doc, requests, seed)):
         t0 = time.perf_counter()
@@ -74,13 +79,14 @@ def run_overhead(text: str, denoiser, requests: int, seed: int = 0) -> dict:
         else:
             doc.tree  # noqa: B018  (a jump: nothing typed, the tree is already up to date)
         t1 = time.perf_counter()
-        plan = plan_span(doc, offset, settings)
+        plan = pipeline.plan(doc.snapshot, offset, options)
         t2 = time.perf_counter()
-        build_canvas(denoiser, plan.request, 1024)
+        engine.canvas(plan.request, plan.context_tokens)
         t3 = time.perf_counter()
         line_end = doc.text.find("\n", offset)
         completion = doc.text[offset:line_end] if i % 2 else "value)"
-        finish(plan, doc.text, completion)
+        slots = [""] * (len(plan.request.slots) - 1) + [completion]   # the companion slot (if any) left empty
+        plan.finish(InfillResult([slots], steps=1, tokens_committed=1, latency_ms=0.0))
         t4 = time.perf_counter()
         edit_ms.append((t1 - t0) * 1000)
         plan_ms.append((t2 - t1) * 1000)
@@ -104,9 +110,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", help="also write the JSON figures here")
     args = parser.parse_args(argv)
-
-    from dllm_lsp.loader import load_model  # noqa: PLC0415
-
     text = Path(args.file).read_text(encoding="utf-8") if args.file else synthetic_python()
     denoiser = load_model(args.model, "cpu")
     figures = run_overhead(text, denoiser, args.requests)

@@ -4,12 +4,14 @@ from __future__ import annotations
 import asyncio
 import sys
 import uuid
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
+from pygls.protocol import JsonRPCRequestMessage
 
 
 @dataclass
@@ -100,10 +102,6 @@ def inline_params(uri: str, line: int, character: int) -> types.InlineCompletion
 
 async def send_raw_request(client: LanguageClient, method: str, params: Any) -> Any:
     """Send `params` as-is: the typed client would refuse to serialise malformed ones."""
-    from concurrent.futures import Future  # noqa: PLC0415
-
-    from pygls.protocol import JsonRPCRequestMessage  # noqa: PLC0415
-
     msg_id = f"raw-{uuid.uuid4()}"
     future: Future = Future()
     client.protocol._request_futures[msg_id] = future
