@@ -13,7 +13,7 @@ Nothing here knows about LSP: the server turns a Completion into items (server/i
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from dllm_lsp.engine.engine import CancelToken, Engine
 from dllm_lsp.engine.types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState
@@ -96,8 +96,3 @@ def plan(snapshot: Snapshot, offset: int, options: Options = Options(),
     request = companion.request if companion is not None else span.request
     return CompletionPlan(snapshot, span, companion, request, options.decode.decode_settings(),
                           options.planner.context_tokens, options.model.cache_settings())
-
-
-def with_decode(completion_plan: CompletionPlan, decode: DecodeSettings) -> CompletionPlan:
-    """The same plan decoded with other settings (the eval's flags, a bench's fixed steps)."""
-    return replace(completion_plan, decode=decode)

@@ -88,7 +88,6 @@ class Engine:
         with self._lock, torch.inference_mode():
             t0 = time.perf_counter()
             canvas = self.canvas(request, context_tokens)
-            t1 = time.perf_counter()
             step_cb = None
             if on_step is not None:
                 def step_cb(step: int, span: torch.Tensor, masked: torch.Tensor, mean_conf: float) -> None:
@@ -96,17 +95,11 @@ class Engine:
                     on_step(StepState(step, settings.steps, texts, mean_conf, int(masked[0].sum())))
             should_stop = (lambda: cancel.cancelled) if cancel is not None else (lambda: False)
             outcome = loop(self.denoiser, canvas, settings, should_stop, step_cb, cache)
-            t2 = time.perf_counter()
             candidates = self.decode_slots(outcome.canvas, outcome.span_ids, None)
             committed = self.real_tokens(outcome.span_ids[0])
-            t3 = time.perf_counter()
-        return InfillResult(
-            candidates=candidates,
-            steps=outcome.steps,
-            tokens_committed=committed,
-            latency_ms=(t3 - t0) * 1000,
-            timings={"tokenize_ms": (t1 - t0) * 1000, "denoise_ms": (t2 - t1) * 1000, "decode_ms": (t3 - t2) * 1000},
-        )
+            latency_ms = (time.perf_counter() - t0) * 1000
+        return InfillResult(candidates=candidates, steps=outcome.steps, tokens_committed=committed,
+                            latency_ms=latency_ms)
 
     def real_tokens(self, span: torch.Tensor) -> int:
         special = self.denoiser.special

@@ -1,7 +1,7 @@
 """Plain data passed between the span planner, the engine and the server."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 
@@ -114,7 +114,6 @@ class InfillResult:
     steps: int                           # forward passes actually run
     tokens_committed: int                # real (non-pad) tokens in candidate 0
     latency_ms: float
-    timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def text(self) -> str:

@@ -53,7 +53,7 @@ class DllmLanguageServer(LanguageServer):
         self.trees = DocumentTrees()
         self.completions = CompletionService(self.host, self.trees)
         self.multisite = MultisiteService(self.host)   # its edit history feeds dllm/nextEdits
-        self.load_task: asyncio.Task | None = None
+        self.load_task: asyncio.Task | None = None   # held so the running load is not garbage-collected
 
     @property
     def settings(self) -> Options:

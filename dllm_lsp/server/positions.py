@@ -50,10 +50,6 @@ def offset_in_text(text: str, position: types.Position, codec: PositionCodec) ->
     )
 
 
-def position_at(document: TextDocument, offset: int) -> types.Position:
-    return position_in_text(document.source, offset, document.position_codec)
-
-
 def position_in_text(text: str, offset: int, codec: PositionCodec) -> types.Position:
     starts = line_starts(text)
     line = bisect.bisect_right(starts, offset) - 1

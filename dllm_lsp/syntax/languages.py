@@ -43,8 +43,6 @@ _EXTENSIONS = {
     ".java": "java", ".lua": "lua",
 }
 
-SUPPORTED_LANGUAGE_IDS = tuple(_GRAMMARS)
-
 
 @dataclass(frozen=True)
 class LanguageFacts:
