@@ -55,11 +55,6 @@ class DllmLanguageServer(LanguageServer):
         self.multisite = MultisiteService(self.host)   # its edit history feeds dllm/nextEdits
         self.load_task: asyncio.Task | None = None   # held so the running load is not garbage-collected
 
-    @property
-    def settings(self) -> Options:
-        """The connection's options (the name transport/tcp code knows them by)."""
-        return self.options
-
     def start_io(self, stdin=None, stdout=None) -> None:
         start_io(self, stdin, stdout)   # the robust frame reader (docs/protocol.md)
 
