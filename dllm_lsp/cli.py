@@ -11,6 +11,7 @@ DELEGATED = {
     "train": "dllm_lsp.train.cli",
     "eval": "dllm_lsp.eval.cli",
     "gpujob": "dllm_lsp.gpujob.cli",
+    "ray": "dllm_lsp.serving.cli",
 }
 BENCH_MODES = {
     "overhead": "dllm_lsp.bench.overhead",
@@ -31,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(serve, default=None)
     serve.add_argument("--log-file", help="write the server log here (stderr otherwise)")
     serve.add_argument("--log-level", default="INFO")
+    serve.add_argument("--ray", metavar="ADDRESS", help="send infills to the Ray Serve deployment on the Ray "
+                                                         "cluster at ADDRESS (dllm-lsp ray deploy; docs/deploy.md)")
+    serve.add_argument("--ray-app", default="dllm-lsp", help="the Serve application name (with --ray)")
     serve.add_argument("--token-file", help="TCP: clients must send this file's token (else $DLLM_LSP_TOKEN); "
                                             "required to listen beyond loopback (docs/deploy.md)")
 
@@ -43,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     infill = sub.add_parser("infill", help='JSONL in ({"id","prefix","suffix"}), JSONL out')
     add_model_args(infill)
-    infill.add_argument("--max-tokens", type=int, default=32, help="slot size when a line has no max_tokens")
+    infill.add_argument("--max-tokens", type=int, default=None,
+                        help="slot size when a line has no max_tokens (default: the server's maxLineTokens)")
     infill.add_argument("--steps", type=int, default=None, help="denoising steps (default: the server's)")
 
     bench = sub.add_parser("bench", help="completion latency on a model (see also: bench overhead|kernels|checkpoint)")

@@ -14,6 +14,7 @@ from .engine.types import InfillRequest
 from .loader import ModelLoadError, load_model
 from .options import Options, SettingsError
 from .server import auth, create_server
+from .server.model_host import ModelHost
 from .server.tcp import serve_tcp
 from .syntax.languages import language_id_for_path
 from .syntax.snapshot import Snapshot
@@ -34,6 +35,7 @@ def serve(args) -> int:
         logging.getLogger("pygls").setLevel(logging.WARNING)   # pygls logs every message at INFO
     overrides = {k: v for k, v in (("model", args.model), ("device", args.device)) if v}
     settings = Options().merged(overrides)
+    model_host = remote_host(args.ray, args.ray_app) if getattr(args, "ray", None) else None
     if args.tcp:
         host, port = parse_host_port(args.tcp)
         try:
@@ -41,10 +43,28 @@ def serve(args) -> int:
             auth.check_bind(host, token)
         except auth.AuthError as exc:
             raise UserError(str(exc)) from None
-        asyncio.run(serve_tcp(host, port, settings, token))
+        asyncio.run(serve_tcp(host, port, settings, token, model_host))
     else:
-        create_server(settings).start_io()
+        create_server(settings, host=model_host).start_io()
     return 0
+
+
+REMOTE_WORKERS = 32   # infills the front keeps in flight to a Ray deployment (its replicas queue the rest)
+
+
+def remote_host(address: str, app: str) -> ModelHost:
+    """A model host whose engine is the Ray Serve deployment at `address`: the model, device and
+    replicas are the deployment's, so the clients' model and device options do not apply."""
+    # Imported here: Ray is an optional dependency (the "ray" extra), needed only with --ray.
+    from .serving.ray_serve import RemoteEngine  # noqa: PLC0415
+
+    def connect(model: str, device: str) -> RemoteEngine:
+        engine = RemoteEngine(address, app)
+        logging.getLogger(__name__).info("serving through Ray at %s (%s); the model/device options "
+                                         "(%s, %s) are the deployment's", address, app, model, device)
+        return engine
+
+    return ModelHost(connect=connect, workers=REMOTE_WORKERS)
 
 
 def parse_host_port(spec: str) -> tuple[str, int]:
@@ -136,12 +156,14 @@ def complete(args) -> int:
 
 
 def infill(args) -> int:
-    settings = cli_options(args).decode.decode_settings()
+    options = cli_options(args)
+    settings = options.decode.decode_settings()
+    default_max = args.max_tokens if args.max_tokens is not None else options.planner.max_line_tokens
     engine = load_engine(args)
     for number, raw in enumerate(sys.stdin, start=1):
         if not raw.strip():
             continue
-        reply = infill_line(engine, raw, number, args.max_tokens, settings, InfillRequest)
+        reply = infill_line(engine, raw, number, default_max, settings, InfillRequest)
         print(json.dumps(reply), flush=True)
     return 0
 

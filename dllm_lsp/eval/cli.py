@@ -15,7 +15,7 @@ from dllm_lsp.bench.environment import environment
 from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import CONFIDENCE_KINDS
 from dllm_lsp.loader import ModelLoadError, load_model, resolve_model_path
-from dllm_lsp.options import DecodeOptions
+from dllm_lsp.options import DecodeOptions, PlannerOptions
 
 from .infilling import MODES, evaluate
 from .tasks import benchmark_name, load_tasks, resolve_data, spread_subset
@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--max-tokens", type=int, default=None,
                    help="slot size when the length is unknown (default: the model's trained max slot, else 64)")
     h.add_argument("--steps", type=int, default=16, help="denoising step budget")
-    h.add_argument("--threshold", type=float, default=0.9, help="confidence to commit a token")
+    h.add_argument("--threshold", type=float, default=DecodeOptions().threshold,
+                   help="confidence to commit a token (default: the server's)")
     h.add_argument("--ends-in-order", action=argparse.BooleanOptionalAction, default=True,
                    help="a slot's end (pad) may only be decided at its first undecided position (the default); "
                         "--no-ends-in-order lets confident pads anywhere end the slot")
@@ -60,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--remask-below", type=float, default=None, metavar="C",
                    help="re-open committed tokens whose confidence was below C at the next step (the server's "
                         "`remaskBelow` option; default: never). docs/eval.md compares the settings")
-    h.add_argument("--context", type=int, default=1024, help="context tokens kept around the slot")
+    h.add_argument("--context", type=int, default=PlannerOptions().context_tokens,
+                   help="context tokens kept around the slot (default: the server's contextTokens)")
     h.add_argument("--timeout", type=float, default=10.0, help="seconds per program")
     h.add_argument("--workers", type=int, default=2, help="programs executed in parallel")
     h.add_argument("--threads", type=int, default=1,

@@ -28,9 +28,18 @@ class LoadKey:
     device: str
 
 
+def local_engine(model: str, device: str) -> Engine:
+    return Engine(load_model(model, device))
+
+
 class ModelHost:
-    def __init__(self) -> None:
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dllm-model")
+    """`connect(model, device)` makes the engine (default: load the model here). `workers` is how
+    many infills may run at once: 1 for a local model (one GPU, one request at a time); a remote
+    engine (a Ray Serve deployment, dllm_lsp/serving) takes one per request its replicas may serve."""
+
+    def __init__(self, connect: Callable[[str, str], Engine] = local_engine, workers: int = 1) -> None:
+        self._connect = connect
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dllm-model")
         self._engine: Engine | None = None
         self._key: LoadKey | None = None
         self._loading: asyncio.Future | None = None
@@ -69,7 +78,7 @@ class ModelHost:
 
     def _load_blocking(self, model: str, device: str) -> Engine:
         start = time.perf_counter()
-        engine = Engine(load_model(model, device))
+        engine = self._connect(model, device)
         log.info("loaded %s on %s in %.2fs", engine.denoiser.name, engine.denoiser.device, time.perf_counter() - start)
         return engine
 
@@ -115,6 +124,8 @@ class ModelHost:
         except asyncio.CancelledError:
             cancel.cancel()
             raise
+        except ModelLoadError as exc:   # a remote engine whose deployment or cluster went away
+            raise ModelUnavailable(str(exc)) from None
         self.last_latency_ms = result.latency_ms
         return result
 

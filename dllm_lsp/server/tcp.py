@@ -72,8 +72,9 @@ def cancel_pending(server) -> int:
     return len(pending)
 
 
-async def serve_tcp(host: str, port: int, settings: ServerSettings, token: str | None = None) -> None:
-    shared = ModelHost()
+async def serve_tcp(host: str, port: int, settings: ServerSettings, token: str | None = None,
+                    model_host: ModelHost | None = None) -> None:
+    shared = model_host or ModelHost()
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")

@@ -1,0 +1,82 @@
+"""A Ray cluster on this machine (loopback), for the tests and `dllm-lsp bench typing --ray-replicas`.
+
+`ray start --head --block` on a free port, in the foreground of a child process: ending that
+child stops exactly the Ray processes it started (never another cluster of the same user).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RayCluster:
+    def __init__(self, root: Path, cpus: int = 4) -> None:
+        self.root, self.cpus = Path(root), cpus
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0"}
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> "RayCluster":
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.log = open(self.root / "ray-start.log", "w")
+        self.proc = subprocess.Popen(
+            ["ray", "start", "--head", "--block", f"--port={self.port}", f"--num-cpus={self.cpus}", "--num-gpus=0",
+             "--include-dashboard=false", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
+             f"--temp-dir={self.root}"],
+            env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ray start exited with {self.proc.returncode}: "
+                                   f"{(self.root / 'ray-start.log').read_text()[-2000:]}")
+            done = subprocess.run(["ray", "status", f"--address={self.address}"], env=self.env,
+                                  capture_output=True, text=True, timeout=60)
+            if done.returncode == 0:
+                return
+            time.sleep(1.0)
+        raise TimeoutError(f"the Ray head at {self.address} did not come up in {timeout:.0f} s")
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)   # `ray start --block` stops its own processes
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=30)
+        self.log.close()
+
+    def dllm(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "dllm_lsp", *args], env=self.env, capture_output=True,
+                              text=True, timeout=timeout)
+
+    def kill_replica(self) -> str:
+        """Kill one replica actor of the deployment (as a node failure would); returns its name."""
+        script = (
+            "import ray\n"
+            f"ray.init(address={self.address!r}, logging_level='ERROR', log_to_driver=False)\n"
+            "names = sorted(a['name'] for a in ray.util.list_named_actors(all_namespaces=True)\n"
+            "               if 'dllm-lsp#DenoiserReplica' in a['name'])\n"
+            "ray.kill(ray.get_actor(names[0], namespace='serve'), no_restart=True)\n"
+            "print(names[0])\n")
+        done = subprocess.run([sys.executable, "-c", script], env=self.env, capture_output=True, text=True,
+                              timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr[-2000:])
+        return done.stdout.strip()

@@ -1,0 +1,298 @@
+"""Serving the denoiser beyond one machine with Ray Serve (`pip install "dllm-lsp[ray]"`).
+
+Ray Serve does the distribution: `DenoiserReplica` is a deployment whose replicas each load
+the model once and run infill requests (cancellable at a step boundary, streamed step by
+step); Serve places the replicas on the cluster's GPUs or CPUs, routes each request to one,
+autoscales on the number of ongoing requests, health-checks them and replaces the ones that
+die. No cluster code of ours.
+
+The LSP front (documents, trees, planning, post-processing, streaming, multi-site edits) stays
+in `dllm-lsp serve`; started with `--ray ADDRESS` it sends each infill request (the request, not
+a token canvas: the replica tokenizes, so the front needs no weights) to the deployment through
+`RemoteEngine`, which behaves like the local `Engine`: same `infill` call, step states for
+`$/progress`, `$/cancelRequest` and supersede cancel the Serve request (the replica stops its
+denoise at the next step), and a request whose replica died is sent again to another one.
+
+    dllm-lsp ray deploy --address HOST:PORT --model M [--device cuda] [--replicas N | --autoscale MIN:MAX]
+    dllm-lsp serve --stdio --ray HOST:PORT
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import ray
+from ray import serve
+from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+from ray.serve.exceptions import RayServeException
+from tokenizers import Tokenizer
+
+from dllm_lsp.engine.denoiser import SpecialTokens
+from dllm_lsp.engine.engine import Cancelled, CancelToken, Engine
+from dllm_lsp.engine.types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState
+from dllm_lsp.loader import ModelLoadError, load_model
+
+log = logging.getLogger(__name__)
+
+APP_NAME = "dllm-lsp"
+DEPLOYMENT = "DenoiserReplica"
+RETRIES = 3              # a request whose replica died is sent again this many times
+CANCEL_POLL_S = 0.02     # how often a waiting front checks its cancel token
+
+
+class RemoteUnavailable(ModelLoadError):
+    """The Ray cluster or the deployment cannot be reached, or no replica could serve."""
+
+
+@dataclass(frozen=True)
+class ReplicaConfig:
+    """How a deployment is laid out on the cluster (`dllm-lsp ray deploy`)."""
+
+    model: str = "default"
+    device: str = "auto"
+    replicas: int = 1
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    autoscale: tuple[int, int] | None = None       # (min, max) replicas, scaled on ongoing requests
+    target_ongoing_requests: float = 2.0
+    max_ongoing_requests: int = 8
+    context_tokens: int | None = None
+
+
+class DenoiserReplica:
+    """One replica: one engine on this replica's device, requests one at a time (the engine's lock)."""
+
+    def __init__(self, model: str, device: str, context_tokens: int | None = None) -> None:
+        self.engine = Engine(load_model(model, device))
+        if context_tokens:
+            self.engine.context_tokens = context_tokens
+        self.counts = {"requests": 0, "completed": 0, "cancelled": 0, "failed": 0}
+        self.replica_id = serve.get_replica_context().replica_id.unique_id
+
+    def info(self) -> dict:
+        denoiser = self.engine.denoiser
+        return {**denoiser.describe(), "max_context": denoiser.max_context, "special": denoiser.special,
+                "tokenizer": denoiser.tokenizer.to_str(), "replica": self.replica_id}
+
+    def stats(self) -> dict:
+        return {"replica": self.replica_id, **self.counts}
+
+    def check_health(self) -> None:
+        """Serve calls this every health_check_period_s; raising takes the replica out of rotation."""
+        if self.engine is None:
+            raise RuntimeError("engine not loaded")
+
+    async def infill(self, request: InfillRequest, settings: DecodeSettings, context_tokens: int | None,
+                     cache: CacheSettings) -> InfillResult:
+        self.counts["requests"] += 1
+        cancel = CancelToken()
+        job = asyncio.to_thread(self.engine.infill, request, settings, cancel, None,
+                                context_tokens=context_tokens, cache=cache)
+        return await self._finish(asyncio.ensure_future(job), cancel)
+
+    async def infill_stream(self, request: InfillRequest, settings: DecodeSettings, context_tokens: int | None,
+                            cache: CacheSettings):
+        """Yields ("step", StepState) after every denoising step, then ("result", InfillResult)."""
+        self.counts["requests"] += 1
+        cancel = CancelToken()
+        loop = asyncio.get_running_loop()
+        states: asyncio.Queue = asyncio.Queue()
+
+        def on_step(state: StepState) -> None:
+            loop.call_soon_threadsafe(states.put_nowait, state)
+
+        task = asyncio.ensure_future(asyncio.to_thread(self.engine.infill, request, settings, cancel, on_step,
+                                                       context_tokens=context_tokens, cache=cache))
+        try:
+            while not task.done() or not states.empty():
+                getter = asyncio.ensure_future(states.get())
+                done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                if getter in done:
+                    yield ("step", getter.result())
+                else:
+                    getter.cancel()
+            yield ("result", await self._finish(task, cancel))
+        except asyncio.CancelledError:
+            cancel.cancel()
+            self.counts["cancelled"] += 1
+            raise
+
+    async def _finish(self, task: asyncio.Future, cancel: CancelToken) -> InfillResult:
+        try:
+            result = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            # The caller cancelled (the editor moved on): stop the loop at its next step boundary.
+            cancel.cancel()
+            self.counts["cancelled"] += 1
+            raise
+        except Exception:
+            self.counts["failed"] += 1
+            raise
+        self.counts["completed"] += 1
+        return result
+
+
+def deployment_for(config: ReplicaConfig):
+    options = {
+        "name": DEPLOYMENT,
+        "ray_actor_options": {"num_cpus": config.num_cpus, "num_gpus": config.num_gpus},
+        "max_ongoing_requests": config.max_ongoing_requests,
+        "health_check_period_s": 10.0,
+        "health_check_timeout_s": 30.0,
+    }
+    if config.autoscale is not None:
+        low, high = config.autoscale
+        options["autoscaling_config"] = {"min_replicas": low, "max_replicas": high, "initial_replicas": low,
+                                         "target_ongoing_requests": config.target_ongoing_requests}
+    else:
+        options["num_replicas"] = config.replicas
+    return serve.deployment(**options)(DenoiserReplica).bind(config.model, config.device, config.context_tokens)
+
+
+def connect(address: str) -> None:
+    """Join the Ray cluster at `address` (HOST:PORT of its GCS, or "auto") as a driver."""
+    if ray.is_initialized():
+        return
+    try:
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False,
+                 configure_logging=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise RemoteUnavailable(f"cannot reach the Ray cluster at {address}: {exc}") from exc
+
+
+def deploy(address: str, config: ReplicaConfig, app_name: str = APP_NAME) -> dict:
+    """Start (or update) the deployment and wait until it serves; returns its model's description."""
+    connect(address)
+    handle = serve.run(deployment_for(config), name=app_name, route_prefix=None)
+    info = handle.info.remote().result(timeout_s=600)
+    return {k: v for k, v in info.items() if k not in ("tokenizer", "special")}
+
+
+def undeploy(address: str, app_name: str = APP_NAME) -> None:
+    connect(address)
+    serve.delete(app_name)
+
+
+class RemoteDenoiser:
+    """What the front needs of a model it does not hold: its name, tokenizer (for budgets) and limits."""
+
+    decoding = "remote"
+
+    def __init__(self, info: dict) -> None:
+        self.name = info["name"]
+        self.family = info["family"]
+        self.device = f"ray:{info['device']}"
+        self.max_context = int(info["max_context"])
+        self.special: SpecialTokens = info["special"]
+        self.tokenizer = Tokenizer.from_str(info["tokenizer"])
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids if text else []
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False) if ids else ""
+
+    def describe(self) -> dict:
+        return {"name": self.name, "family": self.family, "device": self.device, "backend": "ray"}
+
+
+class RemoteEngine:
+    """The front's engine when the model lives in a Ray Serve deployment: `infill` as Engine's."""
+
+    def __init__(self, address: str, app_name: str = APP_NAME, timeout_s: float = 120.0) -> None:
+        self.address, self.app_name, self.timeout_s = address, app_name, timeout_s
+        connect(address)
+        try:
+            self.handle = serve.get_deployment_handle(DEPLOYMENT, app_name=app_name)
+            info = self.handle.info.remote().result(timeout_s=timeout_s)
+        except (RayServeException, KeyError, ValueError, TimeoutError) as exc:
+            raise RemoteUnavailable(f"no {app_name!r} deployment serves on the Ray cluster at {address} "
+                                    f"(start one with `dllm-lsp ray deploy --address {address}`): {exc}") from exc
+        self.denoiser = RemoteDenoiser(info)
+        self.context_tokens = None
+
+    def infill(self, request: InfillRequest, settings: DecodeSettings = DecodeSettings(),
+               cancel: CancelToken | None = None, on_step: Callable[[StepState], None] | None = None, *,
+               context_tokens: int | None = None, cache: CacheSettings = CacheSettings()) -> InfillResult:
+        """Blocking, like Engine.infill: raises Cancelled when `cancel` fires, RemoteUnavailable when
+        no replica could serve after RETRIES tries."""
+        cancel = cancel or CancelToken()
+        args = (request, settings, context_tokens, cache)
+        last: Exception | None = None
+        for attempt in range(1, RETRIES + 1):
+            if cancel.cancelled:
+                raise Cancelled()
+            try:
+                if on_step is None:
+                    return self._call(args, cancel)
+                return self._stream(args, cancel, on_step)
+            except (ActorDiedError, ActorUnavailableError, RayActorError) as exc:
+                # The replica died under the request: Serve routes the retry to a live one.
+                last = exc
+                log.warning("replica lost during a request (try %d of %d): %s", attempt, RETRIES,
+                            str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                time.sleep(0.2 * attempt)
+            except RayServeException as exc:
+                raise RemoteUnavailable(f"the {self.app_name!r} deployment cannot serve: {exc}") from exc
+        raise RemoteUnavailable(f"no replica of {self.app_name!r} could serve the request after {RETRIES} tries: {last}")
+
+    def _call(self, args: tuple, cancel: CancelToken) -> InfillResult:
+        response = self.handle.infill.remote(*args)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            if cancel.cancelled:
+                response.cancel()
+                raise Cancelled()
+            try:
+                return response.result(timeout_s=CANCEL_POLL_S)
+            except TimeoutError:
+                if time.monotonic() > deadline:
+                    response.cancel()
+                    raise RemoteUnavailable(f"no answer from {self.app_name!r} within {self.timeout_s:.0f} s") from None
+
+    def _stream(self, args: tuple, cancel: CancelToken, on_step: Callable[[StepState], None]) -> InfillResult:
+        stream = self.handle.options(stream=True).infill_stream.remote(*args)
+        stop = threading.Event()
+
+        def watch() -> None:
+            # Iterating blocks between steps: a watcher turns a cancel into the Serve cancel.
+            while not stop.wait(CANCEL_POLL_S):
+                if cancel.cancelled:
+                    stream.cancel()
+                    return
+
+        watcher = threading.Thread(target=watch, daemon=True, name="dllm-ray-cancel")
+        watcher.start()
+        try:
+            for kind, payload in self._items(stream, cancel):
+                if kind == "step":
+                    on_step(payload)
+                else:
+                    return payload
+        finally:
+            stop.set()
+        raise RemoteUnavailable("the replica's stream ended without a result")
+
+    def _items(self, stream, cancel: CancelToken) -> Iterator[tuple[str, object]]:
+        try:
+            yield from stream
+        except (asyncio.CancelledError, ray.exceptions.TaskCancelledError):
+            raise Cancelled() from None
+        except RayServeException:
+            if cancel.cancelled:
+                raise Cancelled() from None
+            raise
+        if cancel.cancelled:
+            raise Cancelled()
+
+    def replica_stats(self, tries: int = 40) -> dict[str, dict]:
+        """Counters of every replica reached in `tries` calls (routing picks replicas at random)."""
+        seen: dict[str, dict] = {}
+        for _ in range(tries):
+            row = self.handle.stats.remote().result(timeout_s=30)
+            seen[row["replica"]] = row
+        return seen

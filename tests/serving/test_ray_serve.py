@@ -1,0 +1,154 @@
+"""The Ray Serve scale-out on this machine: a real Ray cluster on loopback (started and stopped
+here), two replicas of a tiny model deployed with `dllm-lsp ray deploy`, and the real LSP front
+(`dllm-lsp serve --stdio --ray ADDRESS`) in front of them: completions equal a local server's,
+streaming, a cancel that reaches the replica, a replica killed under load losing no request,
+and a clear error once the deployment is gone."""
+import asyncio
+import json
+import os
+import shutil
+import sys
+
+import pytest
+from lsprotocol import types
+
+from tests.server.lsp_harness import (
+    inline_params,
+    make_client,
+    open_doc,
+    raw_inline_params,
+    wait_loaded,
+    wait_until,
+)
+from dllm_lsp.serving.local_cluster import RayCluster
+
+pytestmark = pytest.mark.timeout(600)
+URI = "file:///ray/area.py"
+TEXT = "def area(width, height):\n    return \n"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if shutil.which("ray") is None and not os.environ.get("CI"):
+        pytest.skip("Ray is not installed (pip install 'dllm-lsp[ray]')")
+    with RayCluster(tmp_path_factory.mktemp("ray")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def deployed(cluster, tiny_model_dir):
+    done = cluster.dllm("ray", "deploy", "--address", cluster.address, "--model", str(tiny_model_dir), "--device",
+                        "cpu", "--replicas", "2", "--num-cpus", "0.5")
+    assert done.returncode == 0, done.stderr
+    info = json.loads(done.stdout.strip().splitlines()[-1])
+    assert info["name"] == tiny_model_dir.name and info["family"] == "embedded"
+    return cluster
+
+
+async def start_front(tmp_path, *extra: str, options: dict | None = None):
+    client, seen = make_client()
+    await client.start_io(sys.executable, "-m", "dllm_lsp", "serve", "--stdio", "--log-file",
+                          str(tmp_path / f"front{len(extra)}.log"), *extra)
+    await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities(),
+                                                         initialization_options=options or {}))
+    client.initialized(types.InitializedParams())
+    status = await wait_loaded(client, timeout=120)
+    return client, seen, status
+
+
+async def stop_front(client) -> None:
+    try:
+        await asyncio.wait_for(client.shutdown_async(None), timeout=10)
+        client.exit(None)
+    finally:
+        await asyncio.wait_for(client.stop(), timeout=10)
+
+
+def replica_counts(cluster) -> dict:
+    done = cluster.dllm("ray", "status", "--address", cluster.address)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)["replicas"]
+
+
+async def test_completions_through_the_replicas_equal_a_local_server(deployed, tiny_model_dir, tmp_path):
+    remote, _, status = await start_front(tmp_path, "--ray", deployed.address)
+    local, _, _ = await start_front(tmp_path, options={"model": str(tiny_model_dir), "device": "cpu"})
+    try:
+        assert status["loaded"] and status["device"] == "ray:cpu"
+        answers = []
+        for client in (remote, local):
+            open_doc(client, URI, TEXT)
+            answers.append(await client.text_document_inline_completion_async(inline_params(URI, 1, 11)))
+        assert answers[0].items and answers[0].items[0].insert_text == answers[1].items[0].insert_text
+        assert answers[0].items[0].range == answers[1].items[0].range
+    finally:
+        await stop_front(remote)
+        await stop_front(local)
+
+
+async def test_streaming_and_a_cancel_that_reaches_the_replica(deployed, tmp_path):
+    client, seen, _ = await start_front(tmp_path, "--ray", deployed.address,
+                                        options={"steps": 4, "streamIntervalMs": 0})
+    try:
+        open_doc(client, URI, TEXT)
+        params = {**raw_inline_params(URI, 1, 11), "partialResultToken": "ray-stream"}
+        result = await asyncio.wait_for(asyncio.wrap_future(
+            client.protocol.send_request("dllm/inlineCompletion", params)), timeout=60)
+        reports = [p for p in seen.progress if p.token == "ray-stream"]
+        assert reports, "no step was streamed from the replica"
+        assert result is not None
+
+        before = sum(r["cancelled"] for r in replica_counts(deployed).values())
+        long_text = "value = 1\n" * 300 + "def area(width, height):\n    \n"
+        open_doc(client, "file:///ray/long.py", long_text)
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+            settings={"dllm": {"steps": 256, "threshold": 1.0, "maxSpanTokens": 256}}))
+        future = client.protocol.send_request(
+            types.TEXT_DOCUMENT_INLINE_COMPLETION, inline_params("file:///ray/long.py", 301, 4), msg_id="ray-slow")
+        await asyncio.sleep(0.3)
+        client.protocol.notify("$/cancelRequest", types.CancelParams(id="ray-slow"))
+        with pytest.raises(Exception) as caught:
+            await asyncio.wait_for(asyncio.wrap_future(future), timeout=60)
+        assert getattr(caught.value, "code", None) == -32800
+        await wait_until(lambda: sum(r["cancelled"] for r in replica_counts(deployed).values()) > before, timeout=60,
+                         interval=0.5)
+    finally:
+        await stop_front(client)
+
+
+async def test_a_replica_killed_under_load_loses_no_request(deployed, tmp_path):
+    client, _, _ = await start_front(tmp_path, "--ray", deployed.address, options={"steps": 16, "threshold": 1.0})
+    try:
+        uris = [f"file:///ray/kill{i}.py" for i in range(8)]
+        for uri in uris:
+            open_doc(client, uri, "value = 2\n" * 100 + TEXT)
+        pending = [client.text_document_inline_completion_async(inline_params(uri, 101, 11)) for uri in uris]
+        killer = asyncio.create_task(asyncio.to_thread(deployed.kill_replica))
+        answers = await asyncio.wait_for(asyncio.gather(*pending), timeout=120)
+        killed = await killer
+        assert killed
+        assert all(a is not None for a in answers)            # every request answered
+        again = await client.text_document_inline_completion_async(inline_params(uris[0], 101, 11))
+        assert again is not None
+    finally:
+        await stop_front(client)
+
+
+async def test_no_deployment_left_is_a_clear_error(deployed, tmp_path):
+    client, _, _ = await start_front(tmp_path, "--ray", deployed.address)
+    try:
+        open_doc(client, URI, TEXT)
+        assert await client.text_document_inline_completion_async(inline_params(URI, 1, 11)) is not None
+        assert deployed.dllm("ray", "delete", "--address", deployed.address).returncode == 0
+        with pytest.raises(Exception) as caught:
+            await asyncio.wait_for(client.text_document_inline_completion_async(inline_params(URI, 1, 11)), 180)
+        assert getattr(caught.value, "code", None) == -32803 and "dllm-lsp" in str(caught.value)
+    finally:
+        await stop_front(client)
+    fresh, _, status = await start_front(tmp_path, "--ray", deployed.address)
+    try:
+        assert not status["loaded"] and "no 'dllm-lsp' deployment serves" in status["error"]
+    finally:
+        await stop_front(fresh)
+    done = deployed.dllm("ray", "status", "--address", deployed.address)
+    assert done.returncode == 1 and "dllm-lsp ray deploy" in done.stderr
