@@ -24,9 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from dllm_lsp.kernels.unmask_select import unmask_select
-
-from .denoise import Cancelled, DenoiseOutcome, choose_commits, collapse_after_pad, confidence_of, hold_back_early_ends
+from .denoise import Cancelled, DenoiseOutcome, choose_commits, collapse_after_pad, hold_back_early_ends, propose
 from .denoiser import Canvas, SpecialTokens
 from .types import CacheSettings, DecodeSettings
 
@@ -105,6 +103,11 @@ def decode_blockwise(port: BlockDiffusionPort, canvas: Canvas, settings: DecodeS
     return DenoiseOutcome(full, span, loop.steps, canvas)
 
 
+def _covered(start: int, bs: int, t0: int, width: int) -> tuple[int, int]:
+    """The span offsets [a, b) that the block at `start` covers (the span starts at position t0)."""
+    return max(start, t0) - t0, min(start + bs, t0 + width) - t0
+
+
 def _prefix(ids: list[int], ranges, k: int, span_row: torch.Tensor, offsets, widths, special: SpecialTokens) -> list[int]:
     """Canvas tokens before slot k, with the earlier slots' decoded tokens (cut at their end)."""
     out: list[int] = []
@@ -167,15 +170,14 @@ class _Loop:
                         break
                     self._step(cache, seq, start, t0, todo, masked, slot_of, collapse, settings.steps - step, report)
                 if (masked & active).any():
-                    # The step budget ran out with holes left in this (sub-)block: fill them greedily.
-                    logits = port.block_logits(cache, seq[:, start:start + bs], start)
+                    # The step budget ran out with holes left (ends held back): fill them greedily.
+                    a, b = _covered(start, bs, t0, width)
+                    best = port.block_logits(cache, seq[:, start:start + bs], start)[:, t0 + a - start:t0 + b - start]
                     self.steps += 1
-                    span_rows = self._span_rows(logits, start, t0, width)
-                    left = masked & active
-                    span = seq[:, t0:total]
-                    span[left] = span_rows.argmax(-1)[left]
-                    seq[:, t0:total] = span
-                    masked &= ~left
+                    left = (masked & active)[:, a:b]
+                    window = seq[:, t0 + a:t0 + b]          # a view: the writes land in seq
+                    window[left] = best.argmax(-1)[left]
+                    masked[:, a:b] &= ~left
             if newlines is not None:
                 # End of line: a row whose span has a line break is finished (the rest becomes pad).
                 span = seq[:, t0:total]
@@ -190,14 +192,6 @@ class _Loop:
             start += bs
         return seq[:, t0:total]
 
-    def _span_rows(self, logits: torch.Tensor, start: int, t0: int, width: int) -> torch.Tensor:
-        """Block logits [B, bs, V] -> [B, width, V] over the span (rows outside the block are -inf)."""
-        batch, bs, vocab = logits.shape
-        out = torch.full((batch, width, vocab), -math.inf, device=logits.device)
-        lo, hi = max(start, t0), min(start + bs, t0 + width)
-        out[:, lo - t0:hi - t0] = logits[:, lo - start:hi - start]
-        return out
-
     def _step(self, cache, seq, start, t0, todo, masked, slot_of, collapse, steps_left, report) -> None:
         port, settings = self.port, self.settings
         if self.should_stop():
@@ -206,14 +200,13 @@ class _Loop:
         batch, width = masked.shape
         logits = port.block_logits(cache, seq[:, start:start + bs], start)
         self.steps += 1
-        lo, hi = max(start, t0), min(start + bs, t0 + width)
-        rows = logits[:, lo - start:hi - start]                      # the block's span rows [B, R, V]
-        sel = unmask_select(rows.reshape(-1, rows.shape[-1]), settings.temperature, self.generator)
-        score = confidence_of(settings.confidence, sel.prob, sel.margin, sel.entropy).float().view(batch, -1)
+        a, b = _covered(start, bs, t0, width)
+        rows = logits[:, t0 + a - start:t0 + b - start]              # the block's span rows [B, b-a, V]
+        token, score = propose(rows.reshape(-1, rows.shape[-1]), settings, self.generator)
         conf = torch.full((batch, width), -math.inf, device=seq.device)
         proposal = torch.full((batch, width), port.special.mask_id, dtype=torch.long, device=seq.device)
-        conf[:, lo - t0:hi - t0] = score
-        proposal[:, lo - t0:hi - t0] = sel.token.view(batch, -1)
+        conf[:, a:b] = score.view(batch, -1)
+        proposal[:, a:b] = token.view(batch, -1)
         conf = torch.where(todo, conf, -math.inf)
         if settings.ends_in_order:
             commit = choose_commits(hold_back_early_ends(conf, proposal, todo, slot_of, self.end_ids, 1),

@@ -531,3 +531,15 @@ def test_block_bidirectional_families_use_the_dual_cache(layout, block_loaded):
     exact = denoiser.session(canvas, 1, CacheSettings("none")).logits(ids[None])
     assert dual.full_passes == 1
     assert torch.allclose(first, exact, atol=TOL) and torch.allclose(second, exact, atol=TOL)
+
+
+def test_block_budget_left_holes_are_filled_greedily():
+    """An end held back (not yet at its slot's frontier) when a block's step budget runs out is
+    filled by one greedy pass, so every position is decided."""
+    from dllm_lsp.engine.denoiser import SpecialTokens
+
+    special = SpecialTokens(mask_id=9, pad_id=8, eos_id=8)
+    canvas = Canvas(torch.tensor([1, 2, 3, 4] + [9] * 4), [(4, 8)])
+    port = ScriptedPort({1: 8}, 10, special)
+    out = decode_blockwise(port, canvas, DecodeSettings(steps=1, confidence="margin", threshold=1.5))
+    assert out.span_ids[0].tolist() == [5, 8, 5, 5] and out.steps == 2
