@@ -30,12 +30,15 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
+
+from dllm_lsp.serving.local_cluster import RayCluster
 
 from .environment import environment, percentiles
 
@@ -306,12 +309,13 @@ async def wait_loaded(client: LanguageClient, timeout: float = 300.0) -> dict:
         await asyncio.sleep(0.1)
 
 
-async def run_clients(n: int, options: dict, args, files: list[Path], log) -> dict:
+async def run_clients(n: int, options: dict, args, files: list[Path], log, serve_args: list[str] = ()) -> dict:
     port = free_port()
-    cmd = [sys.executable, "-m", "dllm_lsp", "serve", "--tcp", f"127.0.0.1:{port}", "--log-level", "WARNING"]
-    if args.model:
+    cmd = [sys.executable, "-m", "dllm_lsp", "serve", "--tcp", f"127.0.0.1:{port}", "--log-level", "WARNING",
+           *serve_args]
+    if args.model and not serve_args:
         cmd += ["--model", args.model]
-    if args.device:
+    if args.device and not serve_args:
         cmd += ["--device", args.device]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     typists: list[Typist] = []
@@ -398,6 +402,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=None, help="write the JSON here")
     p.add_argument("--plot", type=Path, default=None, help="write the PNG here")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--ray-replicas", default=None, metavar="N,M",
+                   help="instead of the variants: start a Ray cluster on this machine and compare fronts "
+                        "(serve --ray) over deployments of N, M, ... replicas of --model")
     return p.parse_args(argv)
 
 
@@ -425,6 +432,8 @@ async def bench(args, log) -> dict:
     missing = [str(f) for f in files if not f.is_file()]
     if missing:
         raise ValueError(f"source files not found: {', '.join(missing)}")
+    if args.ray_replicas:
+        return await bench_ray(args, clients, files, log)
     variants = variants_of(args.variant)
     result = {
         "benchmark": "typing replay through the real server (TCP), keystroke -> inline suggestion",
@@ -439,6 +448,34 @@ async def bench(args, log) -> dict:
         for name, options in variants.items():
             log(f"{name}: {n} client(s)")
             result["variants"].setdefault(name, []).append(await run_clients(n, options, args, files, log))
+    return result
+
+
+async def bench_ray(args, clients: list[int], files: list[Path], log) -> dict:
+    """The typing replay against Ray Serve deployments of 1, 2, ... replicas, side by side."""
+    counts = [int(c) for c in args.ray_replicas.split(",") if c.strip()]
+    if not counts or min(counts) < 1:
+        raise ValueError("--ray-replicas needs positive counts")
+    result = {
+        "benchmark": "typing replay through the LSP front (TCP) and a Ray Serve deployment on this machine",
+        "settings": {"clients": clients, "keystrokes_per_client": args.keystrokes, "speed": args.speed,
+                     "seed": args.seed, "model": args.model, "files": [str(f) for f in files],
+                     "ray_replicas": counts, "pace": vars(Pace(speed=args.speed))},
+        "environment": {**environment(args.device), "cpus": os.cpu_count()},
+        "variants": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="dllm-ray-") as tmp, RayCluster(Path(tmp), cpus=max(4, max(counts))) as ray:
+        for n in clients:
+            for replicas in counts:
+                deployed = ray.dllm("ray", "deploy", "--address", ray.address, "--model", args.model or "default",
+                                    "--device", args.device or "cpu", "--replicas", str(replicas),
+                                    "--num-cpus", "0.5", timeout=600)
+                if deployed.returncode != 0:
+                    raise RuntimeError(f"dllm-lsp ray deploy failed: {deployed.stderr.strip()[-500:]}")
+                name = f"ray-{replicas}-replica{'s' if replicas > 1 else ''}"
+                log(f"{name}: {n} client(s)")
+                row = await run_clients(n, {}, args, files, log, serve_args=["--ray", ray.address])
+                result["variants"].setdefault(name, []).append(row)
     return result
 
 
