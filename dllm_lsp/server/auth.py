@@ -50,6 +50,7 @@ def load_token(token_file: str | None, environ: dict[str, str] | None = None) ->
 
 def is_loopback(host: str) -> bool:
     """True when every address `host` names is a loopback address (127.0.0.0/8, ::1, localhost)."""
+    host = host.strip("[]")
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:

@@ -90,6 +90,8 @@ async def serve_tcp(host: str, port: int, settings: ServerSettings, token: str |
         finally:
             server.protocol.writer = _Discard()
             cancelled = cancel_pending(server)
+            if server._thread_pool is not None:   # pygls' pool for this connection's thread handlers
+                server._thread_pool.shutdown(wait=False, cancel_futures=True)
             if not writer.is_closing():
                 writer.close()
             log.info("client %s disconnected%s", peer, f"; cancelled {cancelled} pending request(s)" if cancelled else "")
