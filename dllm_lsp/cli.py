@@ -18,6 +18,7 @@ BENCH_MODES = {
     "kernels": "dllm_lsp.bench.kernels",
     "checkpoint": "dllm_lsp.bench.checkpoint_latency",
     "typing": "dllm_lsp.bench.typing",
+    "block": "dllm_lsp.bench.block_latency",
 }
 
 

@@ -43,6 +43,7 @@ BENCHES = (
     BenchItem("kernels", 240.0, 25.0),
     BenchItem("checkpoint", 180.0, 25.0),
     BenchItem("latency", 60.0, 15.0),
+    BenchItem("block", 150.0, 20.0),         # SDAR-8B-shaped block diffusion vs AR (issue 15)
 )
 
 
@@ -322,6 +323,9 @@ class Job:
             if item.name == "kernels":
                 args = ["bench", "kernels", "--device", device, "--out", str(out)]
                 args += ["--quick"] if self.opts.quick else ["--profile"]
+            elif item.name == "block":
+                args = ["bench", "block", "--device", device, "--out", str(out)]
+                args += ["--quick"] if self.opts.quick else []
             elif item.name == "checkpoint":
                 args = ["bench", "checkpoint", "--device", device, "--out", str(out)]
                 args += ["--quick"] if self.opts.quick else []

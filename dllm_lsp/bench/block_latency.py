@@ -1,0 +1,138 @@
+"""`dllm-lsp bench block`: block-diffusion completion latency against an autoregressive decode of
+the same weights, at equal tokens.
+
+A randomly initialised model of SDAR-8B's shape (Qwen3-8B layers: 36 x 4096, GQA 32/8, qk-norm,
+vocabulary 151936) in bf16 fills a 32-token span after a 2,048-token context, block by block
+(blocks of 4, `engine.blockwise.decode_blockwise`, each finished block appended to the exact KV
+cache) with a fixed number of denoising steps per block (1, 2 and 4: 4, 2 and 1 tokens per
+pass), against the same weights decoding the same 32 tokens left to right (a causal prefill,
+then one token per pass with a KV cache). Random weights time like trained ones; quality needs
+the real checkpoints (docs/models.md).
+
+    dllm-lsp bench block [--device cuda] [--context 2048] [--span 32] [--runs 5] [--out FILE] [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from dllm_lsp.checkpoints.block_denoiser import SDAR_8B_SHAPE, random_block_denoiser
+from dllm_lsp.checkpoints.block_model import BlockConfig, block_causal_mask
+from dllm_lsp.engine.blockwise import decode_blockwise
+from dllm_lsp.engine.denoiser import Canvas
+from dllm_lsp.engine.types import DecodeSettings
+
+from .environment import environment
+
+TINY = BlockConfig(vocab_size=1024, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, ffn_dim=128,
+                   rope_theta=10000.0, norm_eps=1e-6, qk_norm=True)
+STEPS_PER_BLOCK = (1, 2, 4)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_ms(fn, device: torch.device, runs: int) -> float:
+    fn()   # warm-up: allocations, kernel selection
+    samples = []
+    for _ in range(runs):
+        sync(device)
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        samples.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(samples)
+
+
+def fixed_steps(steps: int) -> DecodeSettings:
+    # Threshold 1.0 is never reached: each step commits exactly block/steps tokens; no early end.
+    return DecodeSettings(steps=steps, threshold=1.0, pad_collapse_threshold=2.0, ends_in_order=False,
+                          floor_from_left=False)
+
+
+@torch.no_grad()
+def autoregressive(port, context: torch.Tensor, new_tokens: int) -> torch.Tensor:
+    """Greedy left to right on the port's weights: one causal prefill, then one token per pass."""
+    model, device = port.model, port.device
+    ids = context[None].to(device)
+    positions = torch.arange(ids.shape[1], device=device)
+    hidden, kv = model(ids, positions, None, block_causal_mask(positions, positions, 1))
+    out = []
+    token = model.head(hidden[:, -1:]).float().argmax(-1)
+    for i in range(new_tokens):
+        out.append(token)
+        pos = torch.tensor([ids.shape[1] + i], device=device)
+        hidden, new = model(token, pos, kv, None)
+        kv = [(torch.cat([k0, k1], 2), torch.cat([v0, v1], 2)) for (k0, v0), (k1, v1) in zip(kv, new)]
+        token = model.head(hidden[:, -1:]).float().argmax(-1)
+    return torch.cat(out, 1)
+
+
+def run(device: torch.device, cfg: BlockConfig, context: int, span: int, runs: int) -> dict:
+    port = random_block_denoiser(cfg, device, torch.bfloat16 if device.type == "cuda" else torch.float32)
+    g = torch.Generator().manual_seed(0)
+    ctx = torch.randint(0, port.vocab_limit - 8, (context,), generator=g)
+    canvas = Canvas(torch.cat([ctx, torch.full((span,), port.special.mask_id)]), [(context, context + span)])
+    rows = {}
+    for steps in STEPS_PER_BLOCK:
+        if steps > port.block_size:
+            continue
+        settings = fixed_steps(steps)
+        outcome = decode_blockwise(port, canvas, settings)
+        rows[f"block{port.block_size}_steps{steps}"] = {
+            "median_ms": round(median_ms(lambda s=settings: decode_blockwise(port, canvas, s), device, runs), 3),
+            "denoising_steps": outcome.steps, "tokens": span}
+    ar_ms = median_ms(lambda: autoregressive(port, ctx, span), device, runs)
+    for row in rows.values():
+        row["speedup_vs_autoregressive"] = round(ar_ms / row["median_ms"], 3)
+    params = sum(p.numel() for p in port.model.parameters())
+    return {"diffusion": rows, "autoregressive": {"median_ms": round(ar_ms, 3), "forward_passes": span + 1,
+                                                   "tokens": span},
+            "parameters": params}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="dllm-lsp bench block", description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="auto")
+    p.add_argument("--context", type=int, default=None, help="context tokens (default 2048; 48 with --quick)")
+    p.add_argument("--span", type=int, default=32)
+    p.add_argument("--runs", type=int, default=None, help="timed repetitions (default 5; 2 with --quick)")
+    p.add_argument("--quick", action="store_true", help="a tiny shape: checks the code path (CPU)")
+    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args(sys.argv[1:] if argv is None else argv)
+    device = torch.device("cuda" if a.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if a.device == "auto" else a.device))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("dllm-lsp bench block: no CUDA device", file=sys.stderr)
+        return 1
+    if a.span < 1 or (a.context is not None and a.context < 1) or (a.runs is not None and a.runs < 1):
+        print("dllm-lsp bench block: --span, --context and --runs must be positive", file=sys.stderr)
+        return 1
+    cfg = TINY if a.quick else SDAR_8B_SHAPE
+    context = a.context or (48 if a.quick else 2048)
+    runs = a.runs or (2 if a.quick else 5)
+    figures = run(device, cfg, context, a.span, runs)
+    result = {
+        "benchmark": "block-diffusion infill vs autoregressive decode, same random weights, equal tokens",
+        "shape": "tiny (quick)" if a.quick else "SDAR-8B (Qwen3-8B layers), random bf16 weights",
+        "settings": {"context": context, "span": a.span, "runs": runs, "block_size": 4,
+                     "steps_per_block": list(STEPS_PER_BLOCK)},
+        "environment": environment(str(device)),
+        **figures,
+        "meaningful": device.type == "cuda" and not a.quick,
+    }
+    text = json.dumps(result, indent=1)
+    if a.out:
+        a.out.write_text(text + "\n")
+    if a.json or not a.out:
+        print(text)
+    return 0
