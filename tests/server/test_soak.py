@@ -152,6 +152,7 @@ def test_a_client_that_leaves_takes_its_work_with_it(tmp_path, tiny_model_dir):
         started = time.monotonic()
         assert "result" in staying.response(staying.inline("file:///tmp/staying.py", 4, 11))
         waited = time.monotonic() - started
+        print(f"after a disconnect with 6 requests pending: the next client's completion took {waited:.3f}s")
         assert waited < 2.0, f"the next client waited {waited:.2f}s behind work for a client that left"
         staying.close()
     finally:
