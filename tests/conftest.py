@@ -26,3 +26,14 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def sample_sources(tmp_path_factory) -> Path:
+    """A folder of real Python files (this package's own modules) to build corpora from."""
+    from dllm_lsp.arch.tiny import sample_corpus
+
+    folder = tmp_path_factory.mktemp("sources")
+    for i, text in enumerate(sample_corpus()):
+        (folder / f"m{i}.py").write_text(text)
+    return folder

@@ -17,7 +17,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -26,8 +25,8 @@ from dllm_lsp.checkpoints.block_denoiser import SDAR_8B_SHAPE, random_block_deno
 from dllm_lsp.checkpoints.block_model import BlockConfig, block_causal_mask
 from dllm_lsp.engine.blockwise import decode_blockwise
 from dllm_lsp.engine.denoiser import Canvas
-from dllm_lsp.engine.types import DecodeSettings
 
+from .checkpoint_latency import fixed_steps, timed
 from .environment import environment
 
 TINY = BlockConfig(vocab_size=1024, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, ffn_dim=128,
@@ -35,27 +34,8 @@ TINY = BlockConfig(vocab_size=1024, dim=64, n_layers=2, n_heads=4, n_kv_heads=2,
 STEPS_PER_BLOCK = (1, 2, 4)
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def median_ms(fn, device: torch.device, runs: int) -> float:
-    fn()   # warm-up: allocations, kernel selection
-    samples = []
-    for _ in range(runs):
-        sync(device)
-        t0 = time.perf_counter()
-        fn()
-        sync(device)
-        samples.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(samples)
-
-
-def fixed_steps(steps: int) -> DecodeSettings:
-    # Threshold 1.0 is never reached: each step commits exactly block/steps tokens; no early end.
-    return DecodeSettings(steps=steps, threshold=1.0, pad_collapse_threshold=2.0, ends_in_order=False,
-                          floor_from_left=False)
+    return statistics.median(timed(fn, device, runs))
 
 
 @torch.no_grad()

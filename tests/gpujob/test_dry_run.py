@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from dllm_lsp.arch.tiny import sample_corpus
 from dllm_lsp.eval.tasks import default_data_dir
 from dllm_lsp.gpujob.cli import main
 
@@ -19,12 +18,9 @@ MINUTES = 2.5
 
 
 @pytest.fixture(scope="module")
-def job(tmp_path_factory):
+def job(tmp_path_factory, sample_sources):
     root = tmp_path_factory.mktemp("gpujob")
-    src = root / "src"
-    src.mkdir()
-    for i, text in enumerate(sample_corpus()):
-        (src / f"m{i}.py").write_text(text)
+    src = sample_sources
     out = root / "job"
     rc = main(["run", "--out", str(out), "--minutes", str(MINUTES), "--device", "cpu", "--preset", "tiny-test",
                "--quick", "--folder", str(src), "--corpus-license", "MIT", "--corpus-max-mb", "1",

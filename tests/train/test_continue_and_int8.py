@@ -46,12 +46,9 @@ def test_int8_without_scales_is_refused(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def first_run(tmp_path_factory):
+def first_run(tmp_path_factory, sample_sources):
     root = tmp_path_factory.mktemp("cont")
-    src = root / "src"
-    src.mkdir()
-    for i, text in enumerate(sample_corpus()):
-        (src / f"m{i}.py").write_text(text)
+    src = sample_sources
     work, out = root / "work", root / "first"
     assert main(["all", "--work", str(work), "--out", str(out), "--folder", str(src), "--assume-license", "MIT",
                  "--val-percent", "20", "--preset", "tiny-test", "--steps", "5", "--eval-every", "5",

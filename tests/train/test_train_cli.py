@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from dllm_lsp.arch.tiny import sample_corpus
 from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import InfillRequest
 from dllm_lsp.loader import load_model
@@ -14,12 +13,9 @@ from dllm_lsp.train.cli import main
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> tuple[Path, Path]:
+def trained(tmp_path_factory, sample_sources) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("train")
-    src = root / "src"
-    src.mkdir()
-    for i, text in enumerate(sample_corpus()):
-        (src / f"m{i}.py").write_text(text)
+    src = sample_sources
     work, out = root / "work", root / "model"
     rc = main(["all", "--work", str(work), "--out", str(out), "--folder", str(src), "--assume-license", "MIT",
                "--val-percent", "20", "--preset", "tiny-test", "--steps", "6", "--eval-every", "3",
