@@ -9,8 +9,8 @@ and every later request goes unanswered while the server stays alive. Here:
   MAX_FRAME_BYTES is refused with one log line and a -32700 error (id null), and the reader
   resynchronises on the next `Content-Length` header, discarding what lies between;
 - a body that is not UTF-8 or not JSON gets -32700 (id null), never an "Error in server" popup;
-  a body shorter than its Content-Length (the next frame's header read as part of it) is split
-  at that header and both frames are served;
+  a body shorter than its Content-Length is split at the next frame's header read into it, or,
+  when nothing more comes for BODY_STALL_S and what came is a whole JSON message, served as is;
 - a batch (JSON array) and a request with an unusable id (object, array, bool, null) get
   JSON-RPC 2.0 answers (-32600, id null where the id is unusable); a request may omit `params`;
 - lone UTF-16 surrogates (`"\\ud800"`) in strings become U+FFFD (one UTF-16 unit either way, so
@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 MAX_FRAME_BYTES = 64 * 1024 * 1024      # one message; a bigger Content-Length is refused
 MAX_HEADER_LINE = 8 * 1024              # longer "lines" between frames are skipped in pieces
 CHUNK = 64 * 1024
+BODY_STALL_S = 1.0                      # a body that stops this long short of its length is looked at
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -57,21 +58,31 @@ class FramingError:
 class FrameReader:
     """Frames from a byte source: `read()` returns the next chunk, b"" at end of stream."""
 
-    def __init__(self, read: Callable[[], Awaitable[bytes]], max_frame: int = MAX_FRAME_BYTES) -> None:
+    def __init__(self, read: Callable[[], Awaitable[bytes]], max_frame: int = MAX_FRAME_BYTES,
+                 stall_s: float = BODY_STALL_S) -> None:
         self._read = read
         self._buf = bytearray()
         self._eof = False
+        self._reading: asyncio.Future | None = None   # a read outlives a timeout: its bytes are never lost
         self.max_frame = max_frame
+        self.stall_s = stall_s
 
     def unread(self, data: bytes) -> None:
         """Put bytes back in front of the stream (the next frame found inside a short body)."""
         self._buf[:0] = data
 
-    async def _fill(self) -> bool:
+    async def _fill(self, timeout: float | None = None) -> bool | None:
+        """Read one more chunk: True, False at end of stream, None when `timeout` passed first."""
         if self._eof:
             return False
+        if self._reading is None:
+            self._reading = asyncio.ensure_future(self._read())
+        done, _ = await asyncio.wait({self._reading}, timeout=timeout)
+        if not done:
+            return None
+        reading, self._reading = self._reading, None
         try:
-            chunk = await self._read()
+            chunk = reading.result()
         except (ConnectionError, OSError) as exc:
             log.info("connection read failed: %s", exc)
             chunk = b""
@@ -104,12 +115,38 @@ class FrameReader:
                 return None
 
     async def _exactly(self, n: int) -> bytes | None:
+        waited = False
         while len(self._buf) < n:
-            if not await self._fill():
+            got = await self._fill(timeout=self.stall_s)
+            if got is None:
+                # Nothing came for a while inside a body: if what came is already a whole JSON
+                # message, the Content-Length was too big and the client waits for an answer.
+                # (A prefix of a JSON object is never itself valid JSON, so a slow sender is safe.)
+                if self._complete_json():
+                    body = bytes(self._buf)
+                    self._buf.clear()
+                    log.warning("frame body stopped %d bytes short of its Content-Length (%d): served the %d "
+                                "bytes that came", n - len(body), n, len(body))
+                    return body
+                if not waited:
+                    log.info("waiting for %d more bytes of a %d-byte frame body", n - len(self._buf), n)
+                    waited = True
+                continue
+            if not got:
                 return None
         body = bytes(self._buf[:n])
         del self._buf[:n]
         return body
+
+    def _complete_json(self) -> bool:
+        data = bytes(self._buf).strip()
+        if not data or data[:1] not in (b"{", b"[") or data[-1:] not in (b"}", b"]"):
+            return False
+        try:
+            json.loads(data)
+        except ValueError:
+            return False
+        return True
 
     async def next(self) -> bytes | FramingError | None:
         """The next body, a FramingError for a frame that was refused, or None at end of stream."""

@@ -43,6 +43,12 @@ def case_body_shorter_than_content_length(c: RawClient) -> None:
     assert "result" in c.response("short")        # and the short frame itself is served
 
 
+def case_body_shorter_than_content_length_and_nothing_follows(c: RawClient) -> None:
+    body = json.dumps({**STATUS, "id": "alone"}).encode()
+    c.raw(b"Content-Length: %d\r\n\r\n" % (len(body) + 40) + body)
+    assert "result" in c.response("alone", timeout=15)   # served once the stream stalls
+
+
 def case_body_longer_than_content_length(c: RawClient) -> None:
     body = json.dumps({**STATUS, "id": "long"}).encode()
     c.raw(b"Content-Length: %d\r\n\r\n" % (len(body) - 10) + body)
