@@ -154,7 +154,9 @@ def test_a_client_that_leaves_takes_its_work_with_it(tmp_path, tiny_model_dir):
         assert "result" in staying.response(staying.inline("file:///tmp/staying.py", 4, 11))
         waited = time.monotonic() - started
         print(f"after a disconnect with 6 requests pending: the next client's completion took {waited:.3f}s")
-        assert waited < 2.0, f"the next client waited {waited:.2f}s behind work for a client that left"
+        # Before: it waited for all six (over 30 s here); now at most one denoise step of theirs.
+        # The bound is loose for a loaded 2-core machine (measured 0.06-1.4 s).
+        assert waited < 5.0, f"the next client waited {waited:.2f}s behind work for a client that left"
         staying.close()
     finally:
         stop(proc)
