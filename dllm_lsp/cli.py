@@ -33,6 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(serve, default=None)
     serve.add_argument("--log-file", help="write the server log here (stderr otherwise)")
     serve.add_argument("--log-level", default="INFO")
+    serve.add_argument("--batching", action=argparse.BooleanOptionalAction, default=True,
+                       help="concurrent requests share denoising steps (default); --no-batching runs them one by one")
+    serve.add_argument("--prefix-cache", type=int, default=None, metavar="N",
+                       help="context caches the embedded model keeps across requests (default 8; 0: none)")
     serve.add_argument("--ray", metavar="ADDRESS", help="send infills to the Ray Serve deployment on the Ray "
                                                          "cluster at ADDRESS (dllm-lsp ray deploy; docs/deploy.md)")
     serve.add_argument("--ray-app", default="dllm-lsp", help="the Serve application name (with --ray)")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import sys
@@ -14,7 +15,7 @@ from .engine.types import InfillRequest
 from .loader import ModelLoadError, load_model
 from .options import Options, SettingsError
 from .server import auth, create_server
-from .server.model_host import ModelHost
+from .server.model_host import ModelHost, local_engine
 from .server.tcp import serve_tcp
 from .syntax.languages import language_id_for_path
 from .syntax.snapshot import Snapshot
@@ -35,7 +36,11 @@ def serve(args) -> int:
         logging.getLogger("pygls").setLevel(logging.WARNING)   # pygls logs every message at INFO
     overrides = {k: v for k, v in (("model", args.model), ("device", args.device)) if v}
     settings = Options().merged(overrides)
-    model_host = remote_host(args.ray, args.ray_app) if getattr(args, "ray", None) else None
+    if getattr(args, "ray", None):
+        model_host = remote_host(args.ray, args.ray_app)
+    else:
+        model_host = ModelHost(connect=functools.partial(local_engine, batching=args.batching,
+                                                         prefix_cache=args.prefix_cache))
     if args.tcp:
         host, port = parse_host_port(args.tcp)
         try:

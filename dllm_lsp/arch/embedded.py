@@ -227,5 +227,28 @@ class EmbeddedModel(nn.Module):
             x, h = add_rms_norm(layer.mlp(x), h, next_norm.weight, next_norm.eps)
         return F.linear(x, self.embed.weight)
 
+    @torch.no_grad()
+    def span_logits_padded(self, span_ids: torch.Tensor, positions: torch.Tensor, context: list[KV],
+                           key_valid: torch.Tensor) -> torch.Tensor:
+        """One denoising step of several requests at once (the step scheduler's batched forward).
+
+        span_ids / positions [R, S]: each row one request's span, right-padded to the longest;
+        context: per layer keys/values [R, Hkv, N, D], each row's context right-padded to the
+        longest; key_valid [R, N + S]: which context and span keys of a row are real. A row's
+        span attends to its own real context and span keys only, so its logits are the ones
+        `span_logits` gives it alone (up to float rounding); padded rows are garbage, ignored.
+        """
+        h = self.embed(span_ids)
+        cos, sin = self.rotary.cos_sin(positions, h.dtype)
+        mask = key_valid[:, None, None, :]
+        gqa = self.cfg.n_heads != self.cfg.n_kv_heads
+        for layer, (k_ctx, v_ctx) in zip(self.layers, context):
+            q, k, v = layer.attn.project(layer.input_norm(h), cos, sin)
+            y = F.scaled_dot_product_attention(q, torch.cat([k_ctx, k], 2), torch.cat([v_ctx, v], 2),
+                                               attn_mask=mask, enable_gqa=gqa)
+            h = h + layer.attn.out(y)
+            h = h + layer.mlp(layer.post_attn_norm(h))
+        return self.head(h)
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -1,7 +1,9 @@
 """The fixed-length denoising loop, and the step pieces every engine loop is built from.
 
-Step API (public, shared with engine/variable_length.py): `propose` (a token and a confidence
-per span row), `choose_commits`, `hold_back_early_ends`, `collapse_after_pad`.
+Step API (public, shared with engine/variable_length.py and engine/blockwise.py): `propose` (a
+token and a confidence per span row), `choose_commits`, `hold_back_early_ends`,
+`collapse_after_pad`; `FixedLengthRun` holds one request's loop state so the step scheduler
+(engine/batching.py) can advance many requests one step at a time.
 
 Each step: logits at every span position, pick a token and a confidence per still-masked
 position, commit those above the threshold (at least enough to finish within the step
@@ -55,6 +57,112 @@ def commit_count_floor(masked_left: torch.Tensor, steps_left: int) -> torch.Tens
     return torch.ceil(masked_left.float() / max(steps_left, 1)).long()
 
 
+class FixedLengthRun:
+    """One request's fixed-length denoising, one step at a time: the state of `denoise`'s loop.
+
+    `denoise` drives it alone (`step(session.logits(ids))` until done); the step scheduler
+    (engine/batching.py) drives many at once, computing their logits in one batched forward
+    pass where the model can, so requests join and leave at step boundaries.
+    """
+
+    def __init__(self, denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings,
+                 on_step: Callable[[int, torch.Tensor, torch.Tensor, float], None] | None = None,
+                 cache: CacheSettings = CacheSettings()) -> None:
+        device = denoiser.device
+        self.denoiser, self.canvas, self.settings, self.on_step = denoiser, canvas, settings, on_step
+        self.special = special = denoiser.special
+        self.batch = settings.n
+        self.span_pos = canvas.span_positions().to(device)
+        self.slot_of = canvas.span_slot_index().to(device)
+        self.n_span = self.span_pos.numel()
+        self.ids = canvas.ids.to(device)[None].repeat(self.batch, 1)
+        self.masked = torch.ones(self.batch, self.n_span, dtype=torch.bool, device=device)
+        self.committed_conf = torch.zeros(self.batch, self.n_span, device=device)
+        self.end_ids = torch.tensor(special.end_ids or (-1,), device=device)
+        self.pad_fill = special.end_ids[0] if special.end_ids else special.mask_id
+        self.generator = (torch.Generator(device=device).manual_seed(settings.seed)
+                          if settings.temperature > 0 else None)
+        # An end decided in order closes its slot however confident it was: everything before it is decided.
+        self.collapse_threshold = -math.inf if settings.ends_in_order else settings.pad_collapse_threshold
+        self.n_slots = len(canvas.slot_ranges)
+        self.session = denoiser.session(canvas, self.batch, cache)   # the prefill happens here
+        self.step_index = 0        # loop iterations (the step budget counts these)
+        self.steps = 0             # forward passes run
+        self.filled = False
+
+    @property
+    def done(self) -> bool:
+        return self.filled
+
+    @property
+    def needs_greedy_fill(self) -> bool:
+        """The step budget ran out with holes left (remasking, or ends held back)."""
+        return self.step_index >= self.settings.steps and bool(self.masked.any())
+
+    def wants_logits(self) -> bool:
+        """Whether this run needs another forward pass (a step, or the final greedy fill)."""
+        if self.filled:
+            return False
+        if self.step_index < self.settings.steps and self.masked.any():
+            return True
+        if self.needs_greedy_fill:
+            return True
+        self.filled = True
+        return False
+
+    def advance(self, logits: torch.Tensor) -> None:
+        """Apply logits [B, S, V] of the current canvas (`self.ids`): one step, or the greedy fill."""
+        if self.needs_greedy_fill:
+            rows = self.masked.nonzero(as_tuple=True)
+            span_now = self.ids[:, self.span_pos]
+            span_now[rows] = logits[rows].argmax(-1)
+            self.ids[:, self.span_pos] = span_now
+            self.masked[:] = False
+            self.steps += 1
+            self.filled = True
+            return
+        settings, special, masked = self.settings, self.special, self.masked
+        batch, n_span, step = self.batch, self.n_span, self.step_index
+        logits[..., special.mask_id] = -math.inf           # a mask is never an answer
+        self.steps += 1
+        self.step_index += 1
+        # Select over every span row (S is small) rather than gathering the masked ones: no
+        # data-dependent shapes, so no host sync on a GPU.
+        token, score = propose(logits.reshape(batch * n_span, -1), settings, self.generator)
+        conf = torch.where(masked, score.view(batch, n_span), -math.inf)
+        proposal = token.view(batch, n_span)
+        slot_of, end_ids, n_slots = self.slot_of, self.end_ids, self.n_slots
+        if settings.ends_in_order:
+            commit = choose_commits(hold_back_early_ends(conf, proposal, masked, slot_of, end_ids, n_slots),
+                                    masked, settings, steps_left=settings.steps - step)
+            # An end right after this step's commits is in order too: a confident one closes the slot now.
+            at_frontier = hold_back_early_ends(conf, proposal, masked & ~commit, slot_of, end_ids, n_slots)
+            commit |= masked & torch.isin(proposal, end_ids) & (at_frontier >= settings.threshold)
+        else:
+            commit = choose_commits(conf, masked, settings, steps_left=settings.steps - step)
+        span_now = self.ids[:, self.span_pos]
+        span_now = torch.where(commit, proposal, span_now)
+        self.committed_conf = torch.where(commit, conf, self.committed_conf)
+        masked &= ~commit
+        if settings.remask_below is not None and step + 1 < settings.steps:
+            # Error correction: re-open committed tokens the model has since lost faith in.
+            reopen = ~masked & ~commit & (self.committed_conf < settings.remask_below)
+            span_now = torch.where(reopen, torch.full_like(span_now, special.mask_id), span_now)
+            masked |= reopen
+        span_now, self.masked = collapse_after_pad(
+            span_now, masked, commit, conf, slot_of, end_ids, self.pad_fill, self.collapse_threshold,
+            n_slots=n_slots,
+        )
+        self.ids[:, self.span_pos] = span_now
+        if self.on_step is not None:
+            finite = conf[commit]
+            mean_conf = float(finite.float().mean()) if finite.numel() else 0.0
+            self.on_step(self.steps, span_now, self.masked.clone(), mean_conf)
+
+    def outcome(self) -> DenoiseOutcome:
+        return DenoiseOutcome(self.ids, self.ids[:, self.span_pos], self.steps, self.canvas)
+
+
 def denoise(
     denoiser: Denoiser,
     canvas: Canvas,
@@ -67,74 +175,14 @@ def denoise(
 
     `on_step(step, span_ids [B,S], still_masked [B,S], mean_confidence)` runs after each step.
     """
-    device = denoiser.device
-    special = denoiser.special
-    batch = settings.n
-    span_pos = canvas.span_positions().to(device)
-    slot_of = canvas.span_slot_index().to(device)
-    n_span = span_pos.numel()
-    ids = canvas.ids.to(device)[None].repeat(batch, 1)
-    masked = torch.ones(batch, n_span, dtype=torch.bool, device=device)
-    committed_conf = torch.zeros(batch, n_span, device=device)
-    end_ids = torch.tensor(special.end_ids or (-1,), device=device)
-    pad_fill = special.end_ids[0] if special.end_ids else special.mask_id
-    generator = torch.Generator(device=device).manual_seed(settings.seed) if settings.temperature > 0 else None
-
     if should_stop():
         raise Cancelled()
-    # An end decided in order closes its slot however confident it was: everything before it is decided.
-    collapse_threshold = -math.inf if settings.ends_in_order else settings.pad_collapse_threshold
-    n_slots = len(canvas.slot_ranges)
-    session = denoiser.session(canvas, batch, cache)
-    steps = 0
-    for step in range(settings.steps):
-        if not masked.any():
-            break
-        if should_stop():
+    run = FixedLengthRun(denoiser, canvas, settings, on_step, cache)
+    while run.wants_logits():
+        if should_stop() and not run.needs_greedy_fill:
             raise Cancelled()
-        logits = session.logits(ids)                       # [B, S, V]
-        logits[..., special.mask_id] = -math.inf           # a mask is never an answer
-        steps += 1
-        # Select over every span row (S is small) rather than gathering the masked ones: no
-        # data-dependent shapes, so no host sync on a GPU.
-        token, score = propose(logits.reshape(batch * n_span, -1), settings, generator)
-        conf = torch.where(masked, score.view(batch, n_span), -math.inf)
-        proposal = token.view(batch, n_span)
-        if settings.ends_in_order:
-            commit = choose_commits(hold_back_early_ends(conf, proposal, masked, slot_of, end_ids, n_slots),
-                                    masked, settings, steps_left=settings.steps - step)
-            # An end right after this step's commits is in order too: a confident one closes the slot now.
-            at_frontier = hold_back_early_ends(conf, proposal, masked & ~commit, slot_of, end_ids, n_slots)
-            commit |= masked & torch.isin(proposal, end_ids) & (at_frontier >= settings.threshold)
-        else:
-            commit = choose_commits(conf, masked, settings, steps_left=settings.steps - step)
-        span_now = ids[:, span_pos]
-        span_now = torch.where(commit, proposal, span_now)
-        committed_conf = torch.where(commit, conf, committed_conf)
-        masked &= ~commit
-        if settings.remask_below is not None and step + 1 < settings.steps:
-            # Error correction: re-open committed tokens the model has since lost faith in.
-            reopen = ~masked & ~commit & (committed_conf < settings.remask_below)
-            span_now = torch.where(reopen, torch.full_like(span_now, special.mask_id), span_now)
-            masked |= reopen
-        span_now, masked = collapse_after_pad(
-            span_now, masked, commit, conf, slot_of, end_ids, pad_fill, collapse_threshold,
-            n_slots=n_slots,
-        )
-        ids[:, span_pos] = span_now
-        if on_step is not None:
-            finite = conf[commit]
-            mean_conf = float(finite.float().mean()) if finite.numel() else 0.0
-            on_step(steps, span_now, masked.clone(), mean_conf)
-    if masked.any():
-        # The step budget ran out with holes left (remasking, or ends held back): fill greedily.
-        logits = session.logits(ids)
-        rows = masked.nonzero(as_tuple=True)
-        span_now = ids[:, span_pos]
-        span_now[rows] = logits[rows].argmax(-1)
-        ids[:, span_pos] = span_now
-        steps += 1
-    return DenoiseOutcome(ids, ids[:, span_pos], steps, canvas)
+        run.advance(run.session.logits(run.ids))           # [B, S, V]
+    return run.outcome()
 
 
 def first_in_slot(flags: torch.Tensor, slot_of: torch.Tensor, n_slots: int) -> tuple[torch.Tensor, torch.Tensor]:

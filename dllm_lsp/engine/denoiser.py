@@ -94,6 +94,11 @@ class Denoiser(ABC):
         grows and shrinks its slots with expand/delete tokens (DreamOn), else "fixed"."""
         return "variable_length" if self.special.expand_id is not None else "fixed"
 
+    def batch_logits(self, sessions: list, ids: list[torch.Tensor]) -> list[torch.Tensor] | None:
+        """Logits of several requests' current canvases in one forward pass, or None when this
+        model has no batched forward (the step scheduler then asks each session in turn)."""
+        return None
+
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids if text else []
 

@@ -6,8 +6,11 @@ tail of each canvas piece changes, so the tokens before it are reused.
 
 Options that change per request (decode settings, context budget, cache mode) are arguments of
 `infill`, never state of the shared engine: two clients with different settings can share one.
-Thread-safe for one caller at a time; the server runs it on a single worker thread so the event
-loop stays free while the model denoises.
+
+Thread-safe for any number of callers. Fixed-length (masked-diffusion) requests go to the step
+scheduler (batching.py): concurrent requests share denoising steps, joining and leaving at step
+boundaries. Other loops (block-wise, variable-length) run one request at a time under the
+model lock. `batching=False` runs every request alone under that lock (the comparison baseline).
 """
 from __future__ import annotations
 
@@ -17,9 +20,10 @@ from collections.abc import Callable
 
 import torch
 
+from .batching import StepScheduler
 from .blockwise import decode_blockwise
 from .canvas import CanvasTooSmall, build_canvas
-from .denoise import Cancelled, DenoiseOutcome, denoise
+from .denoise import Cancelled, DenoiseOutcome, FixedLengthRun, denoise
 from .denoiser import Canvas, Denoiser
 from .token_cache import IncrementalEncoder
 from .types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState
@@ -52,10 +56,14 @@ class CancelToken:
 
 
 class Engine:
-    def __init__(self, denoiser: Denoiser, context_tokens: int = DEFAULT_CONTEXT_TOKENS) -> None:
+    def __init__(self, denoiser: Denoiser, context_tokens: int = DEFAULT_CONTEXT_TOKENS,
+                 batching: bool = True) -> None:
         self.denoiser = denoiser
         self.context_tokens = context_tokens     # the default budget when a request names none
-        self._lock = threading.Lock()
+        self.batching = batching
+        self.scheduler = StepScheduler(denoiser)
+        self._lock = threading.Lock()            # the tokenizer cache
+        self._model_lock = threading.Lock()      # loops that run one request at a time
         self._encoders: dict[str, IncrementalEncoder] = {}
 
     def encode_piece(self, text: str, role: str) -> list[int]:
@@ -85,19 +93,25 @@ class Engine:
         """Fill every slot of `request`. Raises Cancelled if `cancel` fires mid-way, CanvasTooSmall
         when the slots leave no room for context."""
         loop = LOOPS[self.denoiser.decoding]
-        with self._lock, torch.inference_mode():
-            t0 = time.perf_counter()
+        t0 = time.perf_counter()
+        with self._lock:
             canvas = self.canvas(request, context_tokens)
-            step_cb = None
-            if on_step is not None:
-                def step_cb(step: int, span: torch.Tensor, masked: torch.Tensor, mean_conf: float) -> None:
-                    texts = self.decode_slots(canvas, span, masked)
-                    on_step(StepState(step, settings.steps, texts, mean_conf, int(masked[0].sum())))
-            should_stop = (lambda: cancel.cancelled) if cancel is not None else (lambda: False)
-            outcome = loop(self.denoiser, canvas, settings, should_stop, step_cb, cache)
+        step_cb = None
+        if on_step is not None:
+            def step_cb(step: int, span: torch.Tensor, masked: torch.Tensor, mean_conf: float) -> None:
+                texts = self.decode_slots(canvas, span, masked)
+                on_step(StepState(step, settings.steps, texts, mean_conf, int(masked[0].sum())))
+        should_stop = (lambda: cancel.cancelled) if cancel is not None else (lambda: False)
+        if loop is denoise and self.batching:
+            outcome = self.scheduler.run(
+                lambda: FixedLengthRun(self.denoiser, canvas, settings, step_cb, cache), should_stop)
+        else:
+            with self._model_lock, torch.inference_mode():
+                outcome = loop(self.denoiser, canvas, settings, should_stop, step_cb, cache)
+        with torch.inference_mode():
             candidates = self.decode_slots(outcome.canvas, outcome.span_ids, None)
             committed = self.real_tokens(outcome.span_ids[0])
-            latency_ms = (time.perf_counter() - t0) * 1000
+        latency_ms = (time.perf_counter() - t0) * 1000
         return InfillResult(candidates=candidates, steps=outcome.steps, tokens_committed=committed,
                             latency_ms=latency_ms)
 

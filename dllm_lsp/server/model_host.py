@@ -10,6 +10,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from dllm_lsp.engine.batching import DEFAULT_MAX_BATCH
 from dllm_lsp.engine.engine import CancelToken, Engine
 from dllm_lsp.engine.types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState
 from dllm_lsp.pipeline import CompletionPlan
@@ -28,16 +29,22 @@ class LoadKey:
     device: str
 
 
-def local_engine(model: str, device: str) -> Engine:
-    return Engine(load_model(model, device))
+def local_engine(model: str, device: str, batching: bool = True, prefix_cache: int | None = None) -> Engine:
+    """`prefix_cache`: context caches the embedded model keeps (None: its default; 0: none)."""
+    engine = Engine(load_model(model, device), batching=batching)
+    if prefix_cache is not None and hasattr(engine.denoiser, "prefix_cache_entries"):
+        engine.denoiser.prefix_cache_entries = prefix_cache
+    return engine
 
 
 class ModelHost:
     """`connect(model, device)` makes the engine (default: load the model here). `workers` is how
-    many infills may run at once: 1 for a local model (one GPU, one request at a time); a remote
-    engine (a Ray Serve deployment, dllm_lsp/serving) takes one per request its replicas may serve."""
+    many infills may be in flight at once: the engine's step scheduler lets concurrent requests
+    share denoising steps (engine/batching.py), and a remote engine (a Ray Serve deployment,
+    dllm_lsp/serving) spreads them over its replicas."""
 
-    def __init__(self, connect: Callable[[str, str], Engine] = local_engine, workers: int = 1) -> None:
+    def __init__(self, connect: Callable[[str, str], Engine] = local_engine,
+                 workers: int = DEFAULT_MAX_BATCH) -> None:
         self._connect = connect
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dllm-model")
         self._engine: Engine | None = None
@@ -140,6 +147,7 @@ class ModelHost:
             "loading": self._loading is not None and not self._loading.done(),
             "error": self.error,
             "lastLatencyMs": self.last_latency_ms,
+            "batching": engine.scheduler.stats() if engine is not None and getattr(engine, "batching", False) else None,
         }
 
     def shutdown(self) -> None:

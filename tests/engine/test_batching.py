@@ -1,0 +1,139 @@
+"""The step scheduler: concurrent requests share denoising steps (one padded forward pass for
+the embedded model, steps taken in turn for the open checkpoints), join and leave at step
+boundaries, and each keeps its own result, budget and cancellation."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from dllm_lsp.checkpoints.tiny import write_tiny_checkpoint
+from dllm_lsp.engine.denoise import Cancelled, FixedLengthRun
+from dllm_lsp.engine.engine import CancelToken, Engine
+from dllm_lsp.engine.types import DecodeSettings, InfillRequest, Slot
+from dllm_lsp.loader import load_model
+
+REQUESTS = [
+    InfillRequest.single("def area(width, height):\n    return ", "\n\nprint(area(2, 3))\n", 12),
+    InfillRequest.single("import os\n" * 30 + "path = os.path.join(", ")\n", 6, single_line=True),
+    InfillRequest(["class Stack:\n    def push(self, x):\n", "\n    def pop(self):\n", "\n"], [Slot(9), Slot(5)]),
+    InfillRequest.single("x = 1\n", "", 20),
+]
+SLOW = DecodeSettings(steps=16, threshold=1.0)   # no early commits: every request takes all its steps
+
+
+@pytest.fixture(scope="module")
+def denoiser(tiny_model_dir):
+    return load_model(tiny_model_dir, "cpu")
+
+
+def test_one_padded_forward_gives_each_request_its_own_logits(denoiser):
+    engine = Engine(denoiser)
+    canvases = [engine.canvas(r) for r in REQUESTS]
+    sessions = [denoiser.session(c, n) for c, n in zip(canvases, (1, 2, 1, 3))]
+    ids = [c.ids[None].repeat(n, 1) for c, n in zip(canvases, (1, 2, 1, 3))]
+    for row in ids[1]:                       # a partly filled canvas: committed tokens in the span
+        row[canvases[1].span_positions()[:2]] = torch.tensor([40, 41])
+    batched = denoiser.batch_logits(sessions, ids)
+    assert batched is not None and len(batched) == 4
+    for session, canvas_ids, got in zip(sessions, ids, batched):
+        want = session.logits(canvas_ids)
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
+
+
+def test_concurrent_requests_share_steps_and_get_what_they_get_alone(denoiser):
+    alone = Engine(denoiser, batching=False)
+    want = [alone.infill(r, SLOW).candidates for r in REQUESTS]
+    engine = Engine(denoiser)
+    results: list = [None] * len(REQUESTS)
+    start = threading.Barrier(len(REQUESTS))
+
+    def client(i: int) -> None:
+        start.wait()
+        results[i] = engine.infill(REQUESTS[i], SLOW).candidates
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(REQUESTS))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert results == want
+    stats = engine.scheduler.stats()
+    assert stats["largestBatch"] >= 2
+    assert stats["forwardPasses"] < stats["requestSteps"]    # steps were shared
+
+
+def test_a_cancelled_request_leaves_at_a_step_boundary_and_the_others_finish(denoiser):
+    engine = Engine(denoiser)
+    cancel = CancelToken()
+    steps_seen: list[int] = []
+
+    def on_step(state):
+        steps_seen.append(state.step)
+        if state.step == 3:
+            cancel.cancel()
+
+    outcome: dict = {}
+
+    def victim():
+        try:
+            engine.infill(REQUESTS[0], SLOW, cancel, on_step)
+        except Cancelled:
+            outcome["victim"] = "cancelled"
+
+    def other():
+        outcome["other"] = engine.infill(REQUESTS[3], SLOW).steps
+
+    threads = [threading.Thread(target=victim), threading.Thread(target=other)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert outcome == {"victim": "cancelled", "other": 16}
+    assert max(steps_seen) == 3                 # no step after the cancel
+
+
+def test_a_request_that_fails_fails_alone(denoiser):
+    engine = Engine(denoiser)
+    good = engine.scheduler.submit(lambda: _run(engine, REQUESTS[0]), lambda: False)
+    bad = engine.scheduler.submit(_broken, lambda: False)
+    assert bad.exception(timeout=60).args == ("no canvas",)
+    assert good.result(timeout=60).steps >= 1
+
+
+def _run(engine, request):
+    return FixedLengthRun(engine.denoiser, engine.canvas(request), SLOW)
+
+
+def _broken():
+    raise ValueError("no canvas")
+
+
+def test_open_checkpoints_take_their_steps_in_turn(tmp_path):
+    denoiser = load_model(write_tiny_checkpoint(tmp_path / "dream", "dream"), "cpu")
+    assert denoiser.batch_logits([], []) is None
+    requests = [InfillRequest.single("def f(x):\n    return ", "\n", 8), InfillRequest.single("a = [", "]\n", 6)]
+    want = [Engine(denoiser, batching=False).infill(r, SLOW).candidates for r in requests]
+    engine = Engine(denoiser)
+    futures = []
+    for r in requests:
+        canvas = engine.canvas(r)
+        futures.append(engine.scheduler.submit(
+            lambda c=canvas: FixedLengthRun(denoiser, c, SLOW),
+            lambda: False))
+    got = [engine.decode_slots(f.result(timeout=120).canvas, f.result().span_ids, None) for f in futures]
+    assert got == want
+    assert engine.scheduler.stats()["forwardPasses"] == engine.scheduler.stats()["requestSteps"]
+
+
+def test_prefix_caches_of_two_documents_survive_each_other(denoiser):
+    engine = Engine(denoiser)
+    a = InfillRequest.single("def first_document():\n    value = 1\n    return ", "\n", 6)
+    b = InfillRequest.single("class SecondDocument:\n    name = 'x'\n    def f(self):\n        ", "\n", 6)
+    engine.infill(a, DecodeSettings(steps=2))
+    engine.infill(b, DecodeSettings(steps=2))
+    typed = InfillRequest.single(a.prefix + "v", "\n", 6)     # back in the first document, one key later
+    engine.infill(typed, DecodeSettings(steps=2))
+    assert denoiser.last_reused_tokens >= len(denoiser.encode(a.prefix)) - 2
