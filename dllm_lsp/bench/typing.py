@@ -26,6 +26,7 @@ import json
 import math
 import os
 import random
+import shlex
 import socket
 import subprocess
 import sys
@@ -295,11 +296,21 @@ async def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 60.0
     raise TimeoutError(f"the server did not listen on port {port} within {timeout:.0f} s")
 
 
+def plain(value):
+    """pygls hands back JSON objects as named tuples: turn them (nested too) into dicts."""
+    if hasattr(value, "_asdict"):
+        return {k: plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
 async def wait_loaded(client: LanguageClient, timeout: float = 300.0) -> dict:
     deadline = time.monotonic() + timeout
     while True:
-        status = await client.protocol.send_request_async(STATUS_METHOD, {})
-        status = status._asdict() if hasattr(status, "_asdict") else dict(status)
+        status = plain(await client.protocol.send_request_async(STATUS_METHOD, {}))
         if status.get("error"):
             raise RuntimeError(f"the model failed to load: {status['error']}")
         if status.get("loaded") and not status.get("loading"):
@@ -313,9 +324,10 @@ async def run_clients(n: int, options: dict, args, files: list[Path], log, serve
     port = free_port()
     cmd = [sys.executable, "-m", "dllm_lsp", "serve", "--tcp", f"127.0.0.1:{port}", "--log-level", "WARNING",
            *serve_args]
-    if args.model and not serve_args:
+    remote = "--ray" in serve_args
+    if args.model and not remote:
         cmd += ["--model", args.model]
-    if args.device and not serve_args:
+    if args.device and not remote:
         cmd += ["--device", args.device]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     typists: list[Typist] = []
@@ -333,8 +345,7 @@ async def run_clients(n: int, options: dict, args, files: list[Path], log, serve
         t0 = time.perf_counter()
         await asyncio.gather(*(t.run() for t in typists))
         wall = time.perf_counter() - t0
-        final = await typists[0].client.protocol.send_request_async(STATUS_METHOD, {})
-        final = final._asdict() if hasattr(final, "_asdict") else dict(final)
+        final = plain(await typists[0].client.protocol.send_request_async(STATUS_METHOD, {}))
     finally:
         for t in typists:
             await t.close()
@@ -356,6 +367,7 @@ async def run_clients(n: int, options: dict, args, files: list[Path], log, serve
         "requests_per_s": round(sum(s.answered for s in stats) / max(wall, 1e-9), 2),
         "latency": percentiles(latencies) if latencies else None,
         "typed_through_hits": final.get("typedThroughHits"), "prefetch_hits": final.get("prefetchHits"),
+        "server_batching": final.get("batching"),
         "model": status.get("model"),
     }
     log(f"  {n} client(s): p50 {row['latency']['p50_ms'] if row['latency'] else '-'} ms, "
@@ -395,6 +407,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--variant", action="append", default=[], metavar="NAME=JSON",
                    help="server options (initializationOptions) to compare, e.g. 'no-reuse={...}' "
                         "(default: one variant, the server's defaults)")
+    p.add_argument("--serve-variant", action="append", default=[], metavar="NAME=ARGS",
+                   help="a server started with these extra `dllm-lsp serve` arguments, e.g. "
+                        "'serial=--no-batching' or 'no-reuse=--prefix-cache 0' (compared side by side)")
     p.add_argument("--model", default=None)
     p.add_argument("--device", default=None)
     p.add_argument("--file", action="append", type=Path, default=[], help="source file to type (default: stdlib files)")
@@ -409,10 +424,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def variants_of(specs: list[str]) -> dict[str, dict]:
-    if not specs:
-        return {"default": {}}
-    out = {}
+def variants_of(specs: list[str], serve_specs: list[str] = ()) -> dict[str, tuple[dict, list[str]]]:
+    """NAME -> (initializationOptions, extra `serve` arguments) of each variant to compare."""
+    out: dict[str, tuple[dict, list[str]]] = {}
+    for spec in serve_specs:
+        name, _, raw = spec.partition("=")
+        if not name:
+            raise ValueError(f"--serve-variant wants NAME=ARGS, not {spec!r}")
+        out[name] = ({}, shlex.split(raw))
+    if not specs and not out:
+        return {"default": ({}, [])}
     for spec in specs:
         name, _, raw = spec.partition("=")
         try:
@@ -421,7 +442,7 @@ def variants_of(specs: list[str]) -> dict[str, dict]:
             raise ValueError(f"--variant {name}: not JSON: {exc}") from None
         if not name or not isinstance(options, dict):
             raise ValueError(f"--variant wants NAME=JSON-object, not {spec!r}")
-        out[name] = options
+        out[name] = (options, [])
     return out
 
 
@@ -435,7 +456,7 @@ async def bench(args, log) -> dict:
         raise ValueError(f"source files not found: {', '.join(missing)}")
     if args.ray_replicas:
         return await bench_ray(args, clients, files, log)
-    variants = variants_of(args.variant)
+    variants = variants_of(args.variant, args.serve_variant)
     result = {
         "benchmark": "typing replay through the real server (TCP), keystroke -> inline suggestion",
         "settings": {"clients": clients, "keystrokes_per_client": args.keystrokes, "speed": args.speed,
@@ -446,9 +467,10 @@ async def bench(args, log) -> dict:
     }
     # Variants interleave per client count, so a noisy machine hits them alike.
     for n in clients:
-        for name, options in variants.items():
+        for name, (options, serve_args) in variants.items():
             log(f"{name}: {n} client(s)")
-            result["variants"].setdefault(name, []).append(await run_clients(n, options, args, files, log))
+            row = await run_clients(n, options, args, files, log, serve_args=serve_args)
+            result["variants"].setdefault(name, []).append(row)
     return result
 
 

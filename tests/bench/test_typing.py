@@ -17,8 +17,10 @@ def test_typing_the_segments_back_restores_the_file():
 
 
 def test_variants_parse_and_refuse_non_objects():
-    assert variants_of([]) == {"default": {}}
-    assert variants_of(['a={"steps": 2}', "b="]) == {"a": {"steps": 2}, "b": {}}
+    assert variants_of([]) == {"default": ({}, [])}
+    assert variants_of(['a={"steps": 2}', "b="]) == {"a": ({"steps": 2}, []), "b": ({}, [])}
+    assert variants_of([], ["serial=--no-batching --prefix-cache 0"]) == {
+        "serial": ({}, ["--no-batching", "--prefix-cache", "0"])}
     for bad in ("a=[1]", "=1", "a={"):
         try:
             variants_of([bad])
@@ -30,10 +32,11 @@ def test_variants_parse_and_refuse_non_objects():
 def test_two_clients_two_variants_every_keystroke_answered_or_superseded(tiny_model_dir, tmp_path):
     out, png = tmp_path / "typing.json", tmp_path / "typing.png"
     rc = main(["--clients", "1,2", "--keystrokes", "25", "--speed", "4", "--model", str(tiny_model_dir),
-               "--variant", "default=", "--variant", 'two-steps={"steps": 2}', "--out", str(out), "--plot", str(png)])
+               "--variant", 'two-steps={"steps": 2}', "--serve-variant", "serial=--no-batching",
+               "--out", str(out), "--plot", str(png)])
     assert rc == 0
     result = json.loads(out.read_text())
-    assert set(result["variants"]) == {"default", "two-steps"}
+    assert set(result["variants"]) == {"serial", "two-steps"}
     for rows in result["variants"].values():
         assert [r["clients"] for r in rows] == [1, 2]
         for r in rows:
@@ -41,6 +44,8 @@ def test_two_clients_two_variants_every_keystroke_answered_or_superseded(tiny_mo
             assert r["answered"] + r["superseded"] + r["failed"] + r["unanswered"] == r["keystrokes"]
             assert r["unanswered"] == 0 and r["failed"] == 0
             assert r["answered"] > 0 and r["latency"]["p50_ms"] > 0
+    batched = result["variants"]["two-steps"][1]["server_batching"]
+    assert batched["requestSteps"] > 0 and result["variants"]["serial"][1]["server_batching"] is None
     assert result["environment"]["python"] and png.read_bytes()[:4] == b"\x89PNG"
 
 
