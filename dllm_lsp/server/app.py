@@ -80,12 +80,16 @@ class DllmLanguageServer(LanguageServer):
         """(Re)load the model when the options name another model or device than the loaded one.
         Every other option is read per request: nothing of the loaded model is reconfigured."""
         model = self.options.model
-        if self.host.needs_load(model.model, model.device):
-            self.load_task = asyncio.ensure_future(load_with_progress(self))
+        if self.host.needs_load(model.model, model.device) or self.host.loading:
+            # The load starts now (or is already under way for another connection); progress is
+            # reported around it once this client accepts a token. A request arriving meanwhile
+            # (an editor opening a file at start-up) waits for it.
+            loading = self.host.start_load(model.model, model.device)
+            self.load_task = asyncio.ensure_future(load_with_progress(self, loading))
 
 
-async def load_with_progress(ls: DllmLanguageServer) -> None:
-    """Load the configured model, reported as work-done progress; a failure is shown, not fatal."""
+async def load_with_progress(ls: DllmLanguageServer, loading: asyncio.Future) -> None:
+    """Report the load in progress as work-done progress; a failure is shown, not fatal."""
     token: str | None = None
     model = ls.options.model
     caps = ls.client_capabilities.window
@@ -100,7 +104,7 @@ async def load_with_progress(ls: DllmLanguageServer) -> None:
             token = None
     message = "model failed to load"
     try:
-        engine = await ls.host.load(model.model, model.device)
+        engine = await asyncio.shield(loading)
         info = engine.denoiser.describe()
         message = f"loaded {info['name']} ({info['family']}) on {info['device']}"
     except ModelLoadError as exc:

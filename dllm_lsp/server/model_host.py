@@ -19,6 +19,9 @@ from dllm_lsp.loader import ModelLoadError, load_model
 log = logging.getLogger(__name__)
 
 
+LOAD_WAIT_S = 300.0   # how long a request waits for a load in progress (a 7B checkpoint from disk)
+
+
 class ModelUnavailable(Exception):
     """No model is loaded: it failed to load (the message says why) or none was asked for."""
 
@@ -52,23 +55,33 @@ class ModelHost:
         self._loading: asyncio.Future | None = None
         self.error: str | None = None
         self.last_latency_ms: float | None = None
+        self.load_wait_s = LOAD_WAIT_S
 
     @property
     def engine(self) -> Engine | None:
         return self._engine
 
+    @property
+    def loading(self) -> bool:
+        """A load is under way."""
+        return self._loading is not None and not self._loading.done()
+
     def needs_load(self, model: str, device: str) -> bool:
         return self._key != LoadKey(model, device)
 
-    async def load(self, model: str, device: str) -> Engine:
-        """Load `model` on `device` (replacing the current one). Raises ModelLoadError.
-        Callers asking for the model being loaded, or already loaded, share that load (TCP
-        connections arriving together load the model once)."""
+    def start_load(self, model: str, device: str) -> asyncio.Future:
+        """Start loading `model` on `device` now (synchronously: a request arriving right after
+        sees the load in progress and waits for it). Callers asking for the model being loaded,
+        or already loaded, share that load (TCP connections arriving together load it once)."""
         key = LoadKey(model, device)
         if key != self._key or self._loading is None or (self._loading.done() and self._engine is None):
             self._key = key
             self._loading = asyncio.ensure_future(self._load(model, device))
-        return await asyncio.shield(self._loading)
+        return self._loading
+
+    async def load(self, model: str, device: str) -> Engine:
+        """Load `model` on `device` (replacing the current one). Raises ModelLoadError."""
+        return await asyncio.shield(self.start_load(model, device))
 
     async def _load(self, model: str, device: str) -> Engine:
         loop = asyncio.get_running_loop()
@@ -90,10 +103,14 @@ class ModelHost:
         return engine
 
     async def ready_engine(self) -> Engine:
-        """The engine, waiting for a load in progress; ModelUnavailable when there is none."""
+        """The engine, waiting for a load in progress (up to `load_wait_s`); ModelUnavailable when
+        there is none, the load failed, or it takes longer than that."""
         if self._loading is not None and not self._loading.done():
             try:
-                await asyncio.shield(self._loading)
+                await asyncio.wait_for(asyncio.shield(self._loading), timeout=self.load_wait_s)
+            except asyncio.TimeoutError:
+                raise ModelUnavailable(f"the model is still loading after {self.load_wait_s:.0f} s; "
+                                       "try again when dllm/status says loaded") from None
             except Exception:
                 pass
         if self._engine is None:

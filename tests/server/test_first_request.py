@@ -1,0 +1,83 @@
+"""The first completion after start-up: a request sent right after `initialized` (what an editor
+does when it opens a file at start-up) waits for the model load instead of failing, over stdio
+with the work-done-progress handshake in between and over TCP; a load that fails fails it."""
+import asyncio
+import sys
+
+from lsprotocol import types
+
+from dllm_lsp.server.model_host import ModelHost
+
+from .lsp_harness import inline_params, make_client, open_doc, start_server, stop_server
+
+URI = "file:///start/area.py"
+TEXT = "def area(width, height):\n    return \n"
+
+
+async def test_a_request_right_after_initialized_waits_for_the_load(tmp_path, tiny_model_dir):
+    client, seen, _ = await start_server(tmp_path, {"model": str(tiny_model_dir), "device": "cpu"})
+    try:
+        open_doc(client, URI, TEXT)
+        answer = await asyncio.wait_for(client.text_document_inline_completion_async(inline_params(URI, 1, 11)), 120)
+        assert answer is not None and answer.items
+        assert seen.created_tokens   # the load was still reported as progress
+    finally:
+        await stop_server(client)
+
+
+async def test_a_request_over_tcp_right_after_initialized_waits_too(tmp_path, tiny_model_dir, unused_tcp_port):
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "dllm_lsp", "serve", "--tcp", f"127.0.0.1:{unused_tcp_port}", "--log-file",
+        str(tmp_path / "tcp.log"))
+    client, _ = make_client()
+    try:
+        for _ in range(200):
+            try:
+                await client.start_tcp("127.0.0.1", unused_tcp_port)
+                break
+            except OSError:
+                await asyncio.sleep(0.1)
+        await client.initialize_async(types.InitializeParams(
+            capabilities=types.ClientCapabilities(),
+            initialization_options={"model": str(tiny_model_dir), "device": "cpu"}))
+        client.initialized(types.InitializedParams())
+        open_doc(client, URI, TEXT)
+        answer = await asyncio.wait_for(client.text_document_inline_completion_async(inline_params(URI, 1, 11)), 120)
+        assert answer is not None and answer.items
+    finally:
+        try:
+            await asyncio.wait_for(client.shutdown_async(None), 10)
+            client.exit(None)
+            await asyncio.wait_for(client.stop(), 10)
+        finally:
+            proc.terminate()
+            await proc.wait()
+
+
+async def test_a_request_waiting_on_a_load_that_fails_gets_its_error(tmp_path):
+    client, _, _ = await start_server(tmp_path, {"model": str(tmp_path / "no-such-model"), "device": "cpu"})
+    try:
+        open_doc(client, URI, TEXT)
+        try:
+            await asyncio.wait_for(client.text_document_inline_completion_async(inline_params(URI, 1, 11)), 60)
+        except Exception as exc:
+            assert getattr(exc, "code", None) == -32803 and "does not exist" in str(exc)
+        else:
+            raise AssertionError("a request without a model was answered")
+    finally:
+        await stop_server(client)
+
+
+async def test_the_wait_for_a_load_is_bounded():
+    host = ModelHost()
+    host.load_wait_s = 0.2
+    never = asyncio.get_running_loop().create_future()
+    host._loading = never            # a load that does not finish (a stuck disk, say)
+    try:
+        await host.ready_engine()
+    except Exception as exc:
+        assert "still loading after 0 s" in str(exc)
+    else:
+        raise AssertionError("waited forever")
+    finally:
+        never.cancel()
