@@ -228,27 +228,38 @@ class EmbeddedModel(nn.Module):
         return F.linear(x, self.embed.weight)
 
     @torch.no_grad()
-    def span_logits_padded(self, span_ids: torch.Tensor, positions: torch.Tensor, context: list[KV],
-                           key_valid: torch.Tensor) -> torch.Tensor:
+    def span_logits_ragged(self, spans: list[torch.Tensor], positions: list[torch.Tensor],
+                           contexts: list[list[KV]]) -> list[torch.Tensor]:
         """One denoising step of several requests at once (the step scheduler's batched forward).
 
-        span_ids / positions [R, S]: each row one request's span, right-padded to the longest;
-        context: per layer keys/values [R, Hkv, N, D], each row's context right-padded to the
-        longest; key_valid [R, N + S]: which context and span keys of a row are real. A row's
-        span attends to its own real context and span keys only, so its logits are the ones
-        `span_logits` gives it alone (up to float rounding); padded rows are garbage, ignored.
+        spans[r] [B_r, S_r] at positions[r] [S_r] against contexts[r] (that request's cached keys
+        and values). Every row of every request goes through the projections, the MLPs and the LM
+        head together, as one sequence (the weights are read once for all of them); attention is
+        each request's own, over its own context and span, so nothing is padded or copied and
+        each request gets the logits `span_logits` gives it alone (up to float rounding).
         """
-        h = self.embed(span_ids)
-        cos, sin = self.rotary.cos_sin(positions, h.dtype)
-        mask = key_valid[:, None, None, :]
-        gqa = self.cfg.n_heads != self.cfg.n_kv_heads
-        for layer, (k_ctx, v_ctx) in zip(self.layers, context):
-            q, k, v = layer.attn.project(layer.input_norm(h), cos, sin)
-            y = F.scaled_dot_product_attention(q, torch.cat([k_ctx, k], 2), torch.cat([v_ctx, v], 2),
-                                               attn_mask=mask, enable_gqa=gqa)
-            h = h + layer.attn.out(y)
+        shapes = [tuple(s.shape) for s in spans]
+        h = self.embed(torch.cat([s.reshape(-1) for s in spans]))[None]            # [1, T, dim]
+        flat_pos = torch.cat([p.repeat(b) for p, (b, _) in zip(positions, shapes)])
+        cos, sin = self.rotary.cos_sin(flat_pos, h.dtype)
+        heads, kv_heads, d = self.cfg.n_heads, self.cfg.n_kv_heads, self.cfg.head_dim
+        for i, layer in enumerate(self.layers):
+            q, k, v = layer.attn.project(layer.input_norm(h), cos, sin)             # [1, H, T, D]
+            parts, off = [], 0
+            for (b, n), ctx in zip(shapes, contexts):
+                def rows(t: torch.Tensor, nh: int) -> torch.Tensor:
+                    return t[0, :, off:off + b * n].reshape(nh, b, n, d).transpose(0, 1)   # [B, H, S, D]
+                y = span_attention(rows(q, heads), ctx[i][0], ctx[i][1], rows(k, kv_heads), rows(v, kv_heads))
+                parts.append(y.transpose(0, 1).reshape(heads, b * n, d))
+                off += b * n
+            h = h + layer.attn.out(torch.cat(parts, 1)[None])
             h = h + layer.mlp(layer.post_attn_norm(h))
-        return self.head(h)
+        logits = self.head(h)[0]
+        out, off = [], 0
+        for b, n in shapes:
+            out.append(logits[off:off + b * n].view(b, n, -1))
+            off += b * n
+        return out
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

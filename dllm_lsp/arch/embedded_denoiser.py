@@ -3,7 +3,7 @@
 Context keys/values are kept for the last few canvases (PREFIX_CACHE_ENTRIES, least recently
 used out): with several documents (or clients) typing at once each keeps its own prefix, and a
 new request reuses the entry sharing its longest prefix. Several requests' denoising steps run
-as one padded forward pass (`batch_logits`, driven by the engine's step scheduler).
+as one forward pass (`batch_logits`, driven by the engine's step scheduler).
 """
 from __future__ import annotations
 
@@ -71,7 +71,6 @@ class EmbeddedDenoiser(Denoiser):
         self._prefix_caches: list[PrefixCache] = []   # most recently used last
         self.prefix_cache_entries = PREFIX_CACHE_ENTRIES   # 0: recompute every context (a baseline)
         self._lock = threading.Lock()
-        self._padded: tuple[tuple[int, ...], list[KV], torch.Tensor] | None = None
         self.last_reused_tokens = 0
 
     @classmethod
@@ -120,47 +119,12 @@ class EmbeddedDenoiser(Denoiser):
         return kv
 
     def batch_logits(self, sessions: list[EmbeddedSession], ids: list[torch.Tensor]) -> list[torch.Tensor] | None:
-        """Every session's span logits from one forward pass: spans and contexts right-padded to the
-        longest, padding masked out. The padded contexts are built once per set of sessions (a
-        request joining or leaving rebuilds them), not once per step."""
+        """Every session's span logits from one forward pass (`EmbeddedModel.span_logits_ragged`)."""
         if len(sessions) < 2 or any(s.context is None for s in sessions):
             return None   # one request, or the bidirectional layout (no context cache): nothing to batch
-        rows = [(s, i[b]) for s, i in zip(sessions, ids) for b in range(i.shape[0])]
-        key = tuple(id(s) for s, _ in rows)
-        if self._padded is None or self._padded[0] != key:
-            self._padded = (key, *self._pad_contexts([s for s, _ in rows]))
-        _, context, ctx_valid = self._padded
-        width = max(s.span_positions.numel() for s, _ in rows)
-        span_ids = torch.full((len(rows), width), self.special.mask_id, dtype=torch.long, device=self.device)
-        positions = torch.zeros(len(rows), width, dtype=torch.long, device=self.device)
-        span_valid = torch.zeros(len(rows), width, dtype=torch.bool, device=self.device)
-        for r, (s, row_ids) in enumerate(rows):
-            n = s.span_positions.numel()
-            span_ids[r, :n] = row_ids[s.span_positions]
-            positions[r, :n] = s.span_positions
-            span_valid[r, :n] = True
-        logits = self.model.span_logits_padded(span_ids, positions, context, torch.cat([ctx_valid, span_valid], 1))
-        out, r = [], 0
-        for s, i in zip(sessions, ids):
-            out.append(logits[r:r + i.shape[0], :s.span_positions.numel()])
-            r += i.shape[0]
-        return out
-
-    def _pad_contexts(self, sessions: list[EmbeddedSession]) -> tuple[list[KV], torch.Tensor]:
-        longest = max(s.context[0][0].shape[2] for s in sessions)
-        valid = torch.zeros(len(sessions), longest, dtype=torch.bool, device=self.device)
-        for r, s in enumerate(sessions):
-            valid[r, :s.context[0][0].shape[2]] = True
-        padded: list[KV] = []
-        for layer in range(self.model.cfg.n_layers):
-            k0 = sessions[0].context[layer][0]
-            keys = k0.new_zeros(len(sessions), k0.shape[1], longest, k0.shape[3])
-            values = torch.zeros_like(keys)
-            for r, s in enumerate(sessions):
-                k, v = s.context[layer]
-                keys[r, :, :k.shape[2]], values[r, :, :v.shape[2]] = k[0], v[0]
-            padded.append((keys, values))
-        return padded, valid
+        spans = [i[:, s.span_positions] for s, i in zip(sessions, ids)]
+        return self.model.span_logits_ragged(spans, [s.span_positions for s in sessions],
+                                             [s.context for s in sessions])
 
     def _empty_kv(self) -> list[KV]:
         cfg = self.model.cfg

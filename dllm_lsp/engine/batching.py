@@ -4,8 +4,8 @@ One thread owns the model for fixed-length (masked-diffusion) decoding. Every it
 admits the requests that arrived (their context prefill runs then), drops the ones cancelled
 or superseded since the last step (before they cost another step), hands back the finished
 ones, and advances every other request by one step: one forward pass over all of them where
-the model has a batched forward (`Denoiser.batch_logits`: the embedded model pads spans and
-contexts), else one pass per request in turn. Requests join and leave at step boundaries and
+the model has a batched forward (`Denoiser.batch_logits`: the embedded model runs every row
+through its weights together, attention per request), else one pass per request in turn. Requests join and leave at step boundaries and
 each keeps its own canvas, cache, step budget, stop rules, sampling and cancellation, so no
 request waits behind another's whole denoise.
 """

@@ -1,4 +1,4 @@
-"""The step scheduler: concurrent requests share denoising steps (one padded forward pass for
+"""The step scheduler: concurrent requests share denoising steps (one forward pass for
 the embedded model, steps taken in turn for the open checkpoints), join and leave at step
 boundaries, and each keeps its own result, budget and cancellation."""
 from __future__ import annotations
@@ -28,7 +28,9 @@ def denoiser(tiny_model_dir):
     return load_model(tiny_model_dir, "cpu")
 
 
-def test_one_padded_forward_gives_each_request_its_own_logits(denoiser):
+@pytest.mark.parametrize("kernels", ["reference", "triton"])
+def test_one_forward_gives_each_request_its_own_logits(denoiser, kernels, monkeypatch):
+    monkeypatch.setenv("DLLM_LSP_KERNELS", kernels)   # triton: the kernels in the interpreter
     engine = Engine(denoiser)
     canvases = [engine.canvas(r) for r in REQUESTS]
     sessions = [denoiser.session(c, n) for c, n in zip(canvases, (1, 2, 1, 3))]
