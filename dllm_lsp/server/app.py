@@ -140,12 +140,16 @@ def did_open(ls: DllmLanguageServer, params: types.DidOpenTextDocumentParams) ->
 def did_change(ls: DllmLanguageServer, params: types.DidChangeTextDocumentParams) -> None:
     uri = params.text_document.uri
     document = ls.workspace.get_text_document(uri)
+    before = ls.trees.text_of(uri)
     ls.trees.change(uri, params.content_changes, document)
     ls.multisite.history.record(uri, document.source)
+    if before is not None:   # an accepted suggestion starts the next completion now (prefetch)
+        ls.completions.document_changed(uri, before, ls.trees.get(uri, ls.workspace)[0], ls.options)
 
 
 def did_close(ls: DllmLanguageServer, params: types.DidCloseTextDocumentParams) -> None:
     ls.trees.close(params.text_document.uri)
+    ls.completions.forget(params.text_document.uri)
     ls.multisite.history.forget(params.text_document.uri)
 
 
@@ -177,7 +181,8 @@ async def streamed_inline_completion(ls: DllmLanguageServer, raw: Any) -> types.
 
 
 def status(ls: DllmLanguageServer, params: Any) -> dict:
-    return {**ls.host.status(), "contextTokens": ls.options.planner.context_tokens}
+    # typedThroughHits / prefetch* / rebased / dropped: this connection's (docs/protocol.md)
+    return {**ls.host.status(), "contextTokens": ls.options.planner.context_tokens, **ls.completions.counters}
 
 
 def shutdown(ls: DllmLanguageServer, params: Any) -> None:

@@ -2,9 +2,21 @@
 
 Shared by inline completion, classic completion and the streamed request; a newer request for
 the same document cancels an older one still denoising.
+
+Typing is the workload, so three things keep the model out of the way:
+- **one version per request**: a completion is planned and finished on the snapshot it was
+  asked for; if the document changed while the model denoised, it is moved onto the current
+  version when that is exact (rebase.py) and dropped otherwise, never shown misplaced;
+- **typed-through reuse**: while the user types the characters the last suggestion goes on
+  with, the next request is answered from it, without a model call;
+- **prefetch after accept**: an edit that inserts the last suggestion (the editor accepted it)
+  starts the next completion at the new cursor at once, and the request that follows waits
+  for that run instead of starting another.
 """
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from collections.abc import Callable
 
 from lsprotocol import types
@@ -16,6 +28,8 @@ from dllm_lsp.engine.engine import CancelToken
 from dllm_lsp.engine.types import StepState
 from dllm_lsp.options import Options
 from dllm_lsp.pipeline import Completion, CompletionPlan, plan
+from dllm_lsp.rebase import rebase
+from dllm_lsp.syntax.snapshot import Snapshot
 
 from .documents import DocumentTrees
 from .model_host import ModelHost
@@ -28,11 +42,22 @@ class Superseded(JsonRpcRequestCancelled):
     """A newer request for the same document took this one's place."""
 
 
+@dataclasses.dataclass
+class Prefetch:
+    text: str                 # the document version it was started on
+    offset: int               # its cursor
+    task: asyncio.Task
+
+
 class CompletionService:
     def __init__(self, host: ModelHost, trees: DocumentTrees) -> None:
         self.host = host
         self.trees = trees
         self._running: dict[str, CancelToken] = {}
+        self._shown: dict[str, Completion] = {}       # the last completion answered, per document
+        self._prefetch: dict[str, Prefetch] = {}
+        self.counters = {"typedThroughHits": 0, "prefetchStarted": 0, "prefetchHits": 0, "rebased": 0,
+                         "dropped": 0}
 
     async def complete(self, uri: str, position: types.Position, workspace: Workspace, options: Options,
                        on_step: StepCallback | None = None) -> Completion | None:
@@ -40,6 +65,50 @@ class CompletionService:
         if not options.planner.language_enabled(language_id):
             return None
         offset = offset_in_text(snapshot.text, position, document.position_codec)
+        if on_step is None:   # a streamed request wants to watch the model: always run it
+            reused = self._typed_through(uri, snapshot, offset)
+            if reused is not None:
+                self.counters["typedThroughHits"] += 1
+                return reused
+            prefetched = self._prefetch.pop(uri, None)
+            if prefetched is not None:
+                if prefetched.text == snapshot.text and prefetched.offset == offset:
+                    self.counters["prefetchHits"] += 1
+                    try:
+                        completion = await asyncio.shield(prefetched.task)
+                    except Cancelled:
+                        completion = None
+                    return self._settle(uri, completion, workspace)
+                prefetched.task.cancel()
+        completion = await self._run(uri, snapshot, offset, options, on_step)
+        return self._settle(uri, completion, workspace)
+
+    def document_changed(self, uri: str, before: str, snapshot: Snapshot, options: Options) -> None:
+        """After an edit: if it inserted the last suggestion (accepted), compute the next one now."""
+        shown = self._shown.get(uri)
+        if shown is None or shown.snapshot.text != before:
+            return
+        accepted = before[:shown.start] + shown.text + before[shown.end:]
+        if snapshot.text != accepted or not shown.text:
+            return
+        offset = shown.start + len(shown.text)
+        old = self._prefetch.pop(uri, None)
+        if old is not None:
+            old.task.cancel()
+        self.counters["prefetchStarted"] += 1
+        task = asyncio.ensure_future(self._run(uri, snapshot, offset, options, None))
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())   # a failed prefetch is nobody's error
+        self._prefetch[uri] = Prefetch(snapshot.text, offset, task)
+
+    def forget(self, uri: str) -> None:
+        """The document closed: nothing of it is reused."""
+        self._shown.pop(uri, None)
+        prefetched = self._prefetch.pop(uri, None)
+        if prefetched is not None:
+            prefetched.task.cancel()
+
+    async def _run(self, uri: str, snapshot: Snapshot, offset: int, options: Options,
+                   on_step: StepCallback | None) -> Completion | None:
         completion_plan = plan(snapshot, offset, options, self.trees.others(uri))
         token = self._supersede(uri)
         step = None if on_step is None else (lambda state: on_step(completion_plan, state))
@@ -47,10 +116,45 @@ class CompletionService:
             result = await self.host.run_plan(completion_plan, token, step)
         except Cancelled:
             raise Superseded("superseded by a newer request for the same document") from None
+        except asyncio.CancelledError:
+            token.cancel()
+            raise
         finally:
             if self._running.get(uri) is token:
                 del self._running[uri]
         return completion_plan.finish(result)
+
+    def _typed_through(self, uri: str, snapshot: Snapshot, offset: int) -> Completion | None:
+        shown = self._shown.get(uri)
+        if shown is None:
+            return None
+        moved = rebase(shown.text, shown.start, shown.end, shown.snapshot.text, snapshot.text)
+        if moved is None or moved.typed_through == 0 or moved.end != offset:
+            return None
+        completion = dataclasses.replace(shown, start=moved.start, end=moved.end, snapshot=snapshot)
+        self._shown[uri] = completion
+        return completion
+
+    def _settle(self, uri: str, completion: Completion | None, workspace: Workspace) -> Completion | None:
+        """The completion on the document as it is now (moved when exact, else dropped)."""
+        if completion is None:
+            self._shown.pop(uri, None)
+            return None
+        try:
+            current = self.trees.get(uri, workspace)[0]
+        except Exception:        # closed meanwhile: nothing to show it in
+            self._shown.pop(uri, None)
+            return None
+        if current.text != completion.snapshot.text:
+            moved = rebase(completion.text, completion.start, completion.end, completion.snapshot.text, current.text)
+            if moved is None:
+                self.counters["dropped"] += 1
+                self._shown.pop(uri, None)
+                return None
+            self.counters["rebased"] += 1
+            completion = dataclasses.replace(completion, start=moved.start, end=moved.end, snapshot=current)
+        self._shown[uri] = completion
+        return completion
 
     def _supersede(self, uri: str) -> CancelToken:
         previous = self._running.get(uri)

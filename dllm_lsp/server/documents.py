@@ -49,6 +49,11 @@ class DocumentTrees:
         if parsed.text != current.source:
             self._parsed[uri] = ParsedDocument(current.source, self._language[uri])
 
+    def text_of(self, uri: str) -> str | None:
+        """The text of the parsed twin (before an edit is mirrored onto it: the previous version)."""
+        parsed = self._parsed.get(uri)
+        return parsed.text if parsed is not None else None
+
     def get(self, uri: str, workspace: Workspace) -> tuple[Snapshot, TextDocument, str]:
         """The document's current snapshot (text + tree), pygls' document and the language id as
         the client named it; InvalidParams if the document is not open."""

@@ -299,6 +299,10 @@ class Connection:
                 self.send(error_message(None, PARSE_ERROR, f"Parse error: {item.reason}"))
                 continue
             self.dispatch(item)
+            # Let the handler just started run to its first real wait before the next message is
+            # handled: a completion request plans on the document as it was when the request came,
+            # not after a didChange read in the same chunk (pygls starts async handlers as tasks).
+            await asyncio.sleep(0)
         return self.exit_code
 
     def dispatch(self, body: bytes) -> None:

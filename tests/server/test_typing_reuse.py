@@ -1,0 +1,122 @@
+"""Typing through the real server (stdio): a suggestion typed through is reused without a model
+call, an accepted one starts the next completion ahead of its request, and an edit that arrives
+while the model denoises moves the result (when exact) or drops it (never shown misplaced)."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import pytest_asyncio
+from lsprotocol import types
+
+from dllm_lsp.bench.typing import plain
+
+from .lsp_harness import inline_params, open_doc, start_server, stop_server, wait_loaded
+
+SOURCE = "import os\n\n\ndef area(width, height):\n    return \n\n\nprint(area(2, 3))\n"
+LINE, COL = 4, 11
+pytestmark = [pytest.mark.timeout(300), pytest.mark.asyncio(loop_scope="module")]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client(tmp_path_factory, tiny_model_dir):
+    client, _, _ = await start_server(tmp_path_factory.mktemp("typing"),
+                                      {"model": str(tiny_model_dir), "device": "cpu", "companionEdits": False})
+    assert (await wait_loaded(client))["loaded"]
+    yield client
+    await stop_server(client)
+
+
+def change(client, uri: str, version: int, line: int, col: int, end_col: int, text: str,
+           end_line: int | None = None) -> None:
+    end = types.Position(line if end_line is None else end_line, end_col)
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+        content_changes=[types.TextDocumentContentChangePartial(
+            range=types.Range(types.Position(line, col), end), text=text)]))
+
+
+async def status(client) -> dict:
+    return plain(await client.protocol.send_request_async("dllm/status", {}))
+
+
+async def suggest(client, uri: str, line: int, col: int):
+    answer = await client.text_document_inline_completion_async(inline_params(uri, line, col))
+    return answer.items[0] if answer.items else None
+
+
+async def test_typing_through_a_suggestion_reuses_it_without_the_model(client):
+    uri = "file:///typing/through.py"
+    open_doc(client, uri, SOURCE)
+    first = await suggest(client, uri, LINE, COL)
+    assert first is not None and len(first.insert_text) >= 3, first
+    before = await status(client)
+    text = first.insert_text
+    change(client, uri, 2, LINE, COL, COL, text[0])          # the user types the suggestion's first char
+    again = await suggest(client, uri, LINE, COL + 1)
+    after = await status(client)
+    assert again.insert_text == text
+    assert (again.range.start.character, again.range.end.character) == (COL, COL + 1)
+    assert after["typedThroughHits"] == before["typedThroughHits"] + 1
+    assert after["batching"]["requestSteps"] == before["batching"]["requestSteps"]   # no model step ran
+    change(client, uri, 3, LINE, COL + 1, COL + 1, "#")       # typing departs from it: the model runs again
+    await suggest(client, uri, LINE, COL + 2)
+    assert (await status(client))["batching"]["requestSteps"] > after["batching"]["requestSteps"]
+
+
+async def test_an_accepted_suggestion_starts_the_next_completion_ahead(client):
+    uri = "file:///typing/accept.py"
+    open_doc(client, uri, SOURCE)
+    first = await suggest(client, uri, LINE, COL)
+    assert first is not None
+    before = await status(client)
+    r = first.range
+    change(client, uri, 2, r.start.line, r.start.character, r.end.character, first.insert_text)   # accept
+    assert "\n" not in first.insert_text
+    await suggest(client, uri, LINE, r.start.character + len(first.insert_text))
+    after = await status(client)
+    assert after["prefetchStarted"] == before["prefetchStarted"] + 1
+    assert after["prefetchHits"] == before["prefetchHits"] + 1
+
+
+SLOW = [{"steps": 64, "threshold": 1.0, "maxLineTokens": n} for n in (64, 48, 40, 56)]
+
+
+async def slow_settings_that_show_something(client, uri: str) -> dict:
+    """Slow decode settings under which the tiny random model's line at `uri` is shown (not every
+    gibberish line parses). The document is left open, as it was probed: the same text, the same
+    other documents, the same cached context, so the real request computes the same line."""
+    for settings in SLOW:
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"dllm": settings}))
+        open_doc(client, uri, SOURCE)
+        found = await suggest(client, uri, LINE, COL)
+        client.text_document_did_close(types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri)))
+        if found is not None:
+            open_doc(client, uri, SOURCE)
+            return settings
+    raise AssertionError("no slow setting shows a completion")
+
+
+async def test_an_edit_during_denoising_moves_the_result_or_drops_it(client):
+    try:
+        uri = "file:///typing/moved.py"
+        await slow_settings_that_show_something(client, uri)
+        before = await status(client)
+        pending = asyncio.ensure_future(client.text_document_inline_completion_async(inline_params(uri, LINE, COL)))
+        await asyncio.sleep(0.01)
+        change(client, uri, 2, 0, 0, 0, "# a comment\n")            # a line above: the result moves down
+        moved = (await pending).items
+        middle = await status(client)
+        assert moved and moved[0].range.start.line == LINE + 1, middle
+        assert middle["rebased"] == before["rebased"] + 1
+
+        uri = "file:///typing/dropped.py"
+        await slow_settings_that_show_something(client, uri)
+        pending = asyncio.ensure_future(client.text_document_inline_completion_async(inline_params(uri, LINE, COL)))
+        await asyncio.sleep(0.01)
+        change(client, uri, 2, LINE, 10, 0, ";", end_line=LINE + 1)   # an edit across the cursor
+        assert not (await pending).items
+        assert (await status(client))["dropped"] == middle["dropped"] + 1
+    finally:
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+            settings={"dllm": {"steps": 8, "threshold": 0.9, "maxLineTokens": 32}}))
