@@ -70,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
 def add_model_args(parser: argparse.ArgumentParser, default: str | None = "default") -> None:
     parser.add_argument("--model", default=default, help="model folder, or a shipped model's name")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default: $DLLM_LSP_THREADS, else 1; docs/cli.md says why)")
 
 
 def main(argv: list[str] | None = None) -> int:

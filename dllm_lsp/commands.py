@@ -5,8 +5,11 @@ import asyncio
 import functools
 import json
 import logging
+import os
 import sys
 from pathlib import Path
+
+import torch
 
 from . import pipeline
 from .bench.latency import run_latency_bench
@@ -27,7 +30,36 @@ class UserError(Exception):
     """A problem with the user's input: printed as one line, exit status 1."""
 
 
+DEFAULT_THREADS = 1
+THREADS_ENV = "DLLM_LSP_THREADS"
+
+
+def apply_threads(args) -> int:
+    """Set torch's CPU thread count deliberately: --threads, else $DLLM_LSP_THREADS, else 1.
+
+    Completion is a chain of small matrix products (a span of 32 rows through a small model):
+    with several threads they mostly wait on each other, and on a machine that also runs an
+    editor, a language server's neighbours and a build, torch's default (every core) makes the
+    latency swing by seconds. One thread measured fastest and steadiest here (docs/cli.md);
+    raise it for a big model on an otherwise idle many-core CPU.
+    """
+    value = getattr(args, "threads", None)
+    if value is None:
+        raw = os.environ.get(THREADS_ENV, "").strip()
+        if raw:
+            if not raw.isdigit() or int(raw) < 1:
+                raise UserError(f"{THREADS_ENV} must be a positive integer, not {raw!r}")
+            value = int(raw)
+        else:
+            value = DEFAULT_THREADS
+    if value < 1:
+        raise UserError(f"--threads must be at least 1, not {value}")
+    torch.set_num_threads(value)
+    return value
+
+
 def serve(args) -> int:
+    apply_threads(args)
     logging.basicConfig(
         filename=args.log_file, level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -130,6 +162,7 @@ def cli_options(args) -> Options:
 
 
 def complete(args) -> int:
+    apply_threads(args)
     path, line, col = parse_location(args.location)
     text = read_source(path)
     offset = offset_for(text, line, col)
@@ -161,6 +194,7 @@ def complete(args) -> int:
 
 
 def infill(args) -> int:
+    apply_threads(args)
     options = cli_options(args)
     settings = options.decode.decode_settings()
     default_max = args.max_tokens if args.max_tokens is not None else options.planner.max_line_tokens
@@ -196,6 +230,7 @@ def infill_line(engine, raw: str, number: int, default_max: int, settings, reque
 
 
 def bench(args) -> int:
+    apply_threads(args)
     engine = load_engine(args)
     figures = run_latency_bench(engine, runs=args.runs)
     text = json.dumps(figures, indent=2)

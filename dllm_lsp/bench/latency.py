@@ -1,6 +1,8 @@
 """`dllm-lsp bench`: end-to-end completion latency of a model (engine only)."""
 from __future__ import annotations
 
+import torch
+
 from dllm_lsp.engine.types import DecodeSettings, InfillRequest
 
 from .environment import environment, percentiles
@@ -29,7 +31,8 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8) -> dict:
     return {
         "benchmark": "completion latency (engine, warm prefix cache)",
         "model": engine.denoiser.describe(),
-        "settings": {"steps": steps, "runs": runs, "context_tokens": engine.context_tokens},
+        "settings": {"steps": steps, "runs": runs, "context_tokens": engine.context_tokens,
+                     "torch_threads": torch.get_num_threads()},
         "environment": environment(str(engine.denoiser.device)),
         "cases": cases,
     }
