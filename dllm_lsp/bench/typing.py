@@ -345,7 +345,12 @@ async def run_clients(n: int, options: dict, args, files: list[Path], log, serve
         t0 = time.perf_counter()
         await asyncio.gather(*(t.run() for t in typists))
         wall = time.perf_counter() - t0
-        final = plain(await typists[0].client.protocol.send_request_async(STATUS_METHOD, {}))
+        # Counters are per connection (typed-through, prefetch, ...): summed over the clients.
+        finals = [plain(await t.client.protocol.send_request_async(STATUS_METHOD, {})) for t in typists]
+        final = dict(finals[0])
+        for key in ("typedThroughHits", "prefetchStarted", "prefetchHits", "rebased", "dropped"):
+            if all(isinstance(f.get(key), int) for f in finals):
+                final[key] = sum(f[key] for f in finals)
     finally:
         for t in typists:
             await t.close()
@@ -367,6 +372,8 @@ async def run_clients(n: int, options: dict, args, files: list[Path], log, serve
         "requests_per_s": round(sum(s.answered for s in stats) / max(wall, 1e-9), 2),
         "latency": percentiles(latencies) if latencies else None,
         "typed_through_hits": final.get("typedThroughHits"), "prefetch_hits": final.get("prefetchHits"),
+        "prefetch_started": final.get("prefetchStarted"), "rebased": final.get("rebased"),
+        "dropped": final.get("dropped"),
         "server_batching": final.get("batching"),
         "model": status.get("model"),
     }
