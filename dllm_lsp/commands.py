@@ -112,8 +112,12 @@ def parse_host_port(spec: str) -> tuple[str, int]:
 
 
 def load_engine(args):
+    """The engine for the one-shot commands (complete, infill, bench). They send one request at a
+    time, so the cross-request step scheduler has nothing to batch; without it no background
+    thread is left running torch when the process exits (that aborted `complete` at exit now and
+    then: "terminate called without an active exception")."""
     try:
-        return Engine(load_model(args.model, args.device))
+        return Engine(load_model(args.model, args.device), batching=False)
     except ModelLoadError as exc:
         raise UserError(str(exc)) from None
 
