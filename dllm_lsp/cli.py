@@ -35,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="INFO")
     serve.add_argument("--batching", action=argparse.BooleanOptionalAction, default=True,
                        help="concurrent requests share denoising steps (default); --no-batching runs them one by one")
+    serve.add_argument("--max-models", type=int, default=2, metavar="N",
+                       help="models held at once for connections that ask for different ones (default 2)")
     serve.add_argument("--prefix-cache", type=int, default=None, metavar="N",
                        help="context caches the embedded model keeps across requests (default 8; 0: none)")
     serve.add_argument("--ray", metavar="ADDRESS", help="send infills to the Ray Serve deployment on the Ray "

@@ -71,8 +71,10 @@ def serve(args) -> int:
     if getattr(args, "ray", None):
         model_host = remote_host(args.ray, args.ray_app)
     else:
+        if args.max_models < 1:
+            raise UserError(f"--max-models must be at least 1, not {args.max_models}")
         model_host = ModelHost(connect=functools.partial(local_engine, batching=args.batching,
-                                                         prefix_cache=args.prefix_cache))
+                                                         prefix_cache=args.prefix_cache), max_models=args.max_models)
     if args.tcp:
         host, port = parse_host_port(args.tcp)
         try:

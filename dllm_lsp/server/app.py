@@ -29,7 +29,7 @@ from .completions import CompletionService
 from .documents import DocumentTrees
 from .errors import RequestFailed, answered
 from .items import completion_list, inline_list
-from .model_host import ModelHost
+from .model_host import HostView, ModelHost, ModelUnavailable
 from .params import StreamParams, decode
 from .protocol import DllmProtocol
 from .streaming import StreamReporter
@@ -49,7 +49,8 @@ class DllmLanguageServer(LanguageServer):
         super().__init__("dllm-lsp", __version__, protocol_cls=protocol_cls)
         self.options: Options = options or Options()
         self.owns_host = host is None   # a TCP connection borrows the process-wide model
-        self.host: ModelHost = host or ModelHost()
+        # This connection's view of the (possibly shared) models: its options choose its model.
+        self.host: HostView = (host or ModelHost()).view()
         self.trees = DocumentTrees()
         self.completions = CompletionService(self.host, self.trees)
         self.multisite = MultisiteService(self.host)   # its edit history feeds dllm/nextEdits
@@ -84,7 +85,11 @@ class DllmLanguageServer(LanguageServer):
             # The load starts now (or is already under way for another connection); progress is
             # reported around it once this client accepts a token. A request arriving meanwhile
             # (an editor opening a file at start-up) waits for it.
-            loading = self.host.start_load(model.model, model.device)
+            try:
+                loading = self.host.start_load(model.model, model.device)
+            except ModelUnavailable as exc:   # more models than the server holds
+                self.show(types.MessageType.Error, str(exc))
+                return
             self.load_task = asyncio.ensure_future(load_with_progress(self, loading))
 
 

@@ -1,14 +1,16 @@
-"""Owns the loaded model: loads it off the event loop, runs every denoise on one worker
-thread (the GPU serves one request at a time), and remembers why a load failed."""
+"""Owns the loaded models: loads them off the event loop, shares them between connections
+(each uses the model its options name; at most `max_models` at once), runs infills on worker
+threads (the engine's step scheduler batches them), and remembers why a load failed."""
 from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dllm_lsp.engine.batching import DEFAULT_MAX_BATCH
 from dllm_lsp.engine.engine import CancelToken, Engine
@@ -40,61 +42,163 @@ def local_engine(model: str, device: str, batching: bool = True, prefix_cache: i
     return engine
 
 
+DEFAULT_MAX_MODELS = 2   # models one server holds at once (connections asking for others share them)
+
+
+@dataclass(eq=False)
+class Slot:
+    """One loaded (or loading) model and the connections using it."""
+
+    key: LoadKey
+    loading: asyncio.Future
+    engine: Engine | None = None
+    error: str | None = None
+    users: set[int] = field(default_factory=set)
+    last_used: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        return self.loading.done() and self.engine is None
+
+    @property
+    def why(self) -> str | None:
+        """Why the load failed (read from the load itself: its done-callback may not have run yet)."""
+        if self.error or not self.loading.done():
+            return self.error
+        if self.loading.cancelled():
+            return "the load was cancelled"
+        exc = self.loading.exception()
+        return str(exc) if exc is not None else None
+
+
 class ModelHost:
-    """`connect(model, device)` makes the engine (default: load the model here). `workers` is how
+    """The models of a server, shared by all its connections.
+
+    Each connection (a `HostView`, `view()`) uses the model its own options name; connections
+    naming the same (model, device) share one load and one engine, so one client's options
+    never change another's model. At most `max_models` are held: loading another evicts the
+    least recently used model no connection uses any more, and is refused with a clear error
+    when every held model is in use (memory stays bounded by max_models models).
+
+    `connect(model, device)` makes an engine (default: load the model here). `workers` is how
     many infills may be in flight at once: the engine's step scheduler lets concurrent requests
     share denoising steps (engine/batching.py), and a remote engine (a Ray Serve deployment,
-    dllm_lsp/serving) spreads them over its replicas."""
+    dllm_lsp/serving) spreads them over its replicas. Calls without a user act for user 0 (the
+    CLI, tests, a stdio server).
+    """
 
     def __init__(self, connect: Callable[[str, str], Engine] = local_engine,
-                 workers: int = DEFAULT_MAX_BATCH) -> None:
+                 workers: int = DEFAULT_MAX_BATCH, max_models: int = DEFAULT_MAX_MODELS) -> None:
         self._connect = connect
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dllm-model")
-        self._engine: Engine | None = None
-        self._key: LoadKey | None = None
-        self._loading: asyncio.Future | None = None
-        self.error: str | None = None
+        self.max_models = max(1, max_models)
+        self._slots: dict[tuple[str, str], Slot] = {}
+        self._uses: dict[int, Slot] = {}
+        self._refused: dict[int, str] = {}       # user -> why its model was not loaded (max_models)
+        self._ids = itertools.count(1)
         self.last_latency_ms: float | None = None
         self.load_wait_s = LOAD_WAIT_S
 
+    def view(self) -> "HostView":
+        """A connection's handle: its own model choice over the shared pool."""
+        return HostView(self, next(self._ids))
+
+    # -- per user -------------------------------------------------------------------------------
+
+    def _slot(self, user: int) -> Slot | None:
+        return self._uses.get(user)
+
+    def engine_of(self, user: int = 0) -> Engine | None:
+        slot = self._slot(user)
+        return slot.engine if slot is not None else None
+
     @property
     def engine(self) -> Engine | None:
-        return self._engine
+        return self.engine_of(0)
+
+    def is_loading(self, user: int = 0) -> bool:
+        slot = self._slot(user)
+        return slot is not None and not slot.loading.done()
 
     @property
     def loading(self) -> bool:
-        """A load is under way."""
-        return self._loading is not None and not self._loading.done()
+        return self.is_loading(0)
 
-    def needs_load(self, model: str, device: str) -> bool:
-        return self._key != LoadKey(model, device)
+    def needs_load(self, model: str, device: str, user: int = 0) -> bool:
+        slot = self._slot(user)
+        return slot is None or slot.key != LoadKey(model, device) or slot.failed
 
-    def start_load(self, model: str, device: str) -> asyncio.Future:
-        """Start loading `model` on `device` now (synchronously: a request arriving right after
-        sees the load in progress and waits for it). Callers asking for the model being loaded,
-        or already loaded, share that load (TCP connections arriving together load it once)."""
+    def start_load(self, model: str, device: str, user: int = 0) -> asyncio.Future:
+        """Start loading `model` on `device` for `user` now (synchronously: a request arriving right
+        after sees the load in progress and waits for it). A model already loaded or loading is
+        shared, not loaded again. Raises ModelUnavailable when it would exceed max_models."""
         key = LoadKey(model, device)
-        if key != self._key or self._loading is None or (self._loading.done() and self._engine is None):
-            self._key = key
-            self._loading = asyncio.ensure_future(self._load(model, device))
-        return self._loading
+        slot = self._slots.get((model, device))
+        if slot is None or slot.failed:
+            if slot is None:
+                try:
+                    self._make_room(user)
+                except ModelUnavailable as exc:
+                    self.release(user)
+                    self._refused[user] = str(exc)
+                    raise
+            slot = Slot(key, asyncio.ensure_future(self._load(model, device)))
+            self._slots[(model, device)] = slot
+            slot.loading.add_done_callback(lambda f, s=slot: self._loaded(s, f))
+        self._use(user, slot)
+        return slot.loading
 
-    async def load(self, model: str, device: str) -> Engine:
-        """Load `model` on `device` (replacing the current one). Raises ModelLoadError."""
-        return await asyncio.shield(self.start_load(model, device))
+    async def load(self, model: str, device: str, user: int = 0) -> Engine:
+        """Load `model` on `device` for `user`. Raises ModelLoadError or ModelUnavailable."""
+        return await asyncio.shield(self.start_load(model, device, user))
+
+    def release(self, user: int) -> None:
+        """The connection closed: its model stays loaded until another one needs the room."""
+        slot = self._uses.pop(user, None)
+        if slot is not None:
+            slot.users.discard(user)
+
+    def _use(self, user: int, slot: Slot) -> None:
+        self.release(user)
+        self._refused.pop(user, None)
+        slot.users.add(user)
+        slot.last_used = time.monotonic()
+        self._uses[user] = slot
+
+    def _make_room(self, user: int) -> None:
+        """Evict models no connection uses (least recently used first) until one more fits."""
+        mine = self._uses.get(user)
+        def idle(slot: Slot) -> bool:
+            return not (slot.users - {user}) and slot.loading.done()
+        while len(self._slots) >= self.max_models:
+            candidates = [s for s in self._slots.values() if idle(s) or s.failed]
+            if not candidates:
+                held = ", ".join(f"{s.key.model} on {s.key.device}" for s in self._slots.values())
+                raise ModelUnavailable(
+                    f"this server holds at most {self.max_models} model(s) ({held}), all in use by other "
+                    "connections: use one of them, or start the server with a larger --max-models")
+            victim = min(candidates, key=lambda s: (s is not mine, s.last_used))
+            del self._slots[(victim.key.model, victim.key.device)]
+            for u in list(victim.users):
+                self._uses.pop(u, None)
+            log.info("unloaded %s on %s to make room", victim.key.model, victim.key.device)
+
+    def _loaded(self, slot: Slot, future: asyncio.Future) -> None:
+        if future.cancelled():
+            slot.error = "the load was cancelled"
+        elif future.exception() is not None:
+            slot.error = str(future.exception())
+        else:
+            slot.engine = future.result()
 
     async def _load(self, model: str, device: str) -> Engine:
         loop = asyncio.get_running_loop()
         try:
-            engine = await loop.run_in_executor(self._executor, self._load_blocking, model, device)
-        except ModelLoadError as exc:
-            self._engine, self.error = None, str(exc)
+            return await loop.run_in_executor(self._executor, self._load_blocking, model, device)
+        except ModelLoadError:
             raise
         except Exception as exc:  # anything unexpected still leaves the server running
-            self._engine, self.error = None, f"{type(exc).__name__}: {exc}"
-            raise ModelLoadError(self.error) from exc
-        self._engine, self.error = engine, None
-        return engine
+            raise ModelLoadError(f"{type(exc).__name__}: {exc}") from exc
 
     def _load_blocking(self, model: str, device: str) -> Engine:
         start = time.perf_counter()
@@ -102,20 +206,24 @@ class ModelHost:
         log.info("loaded %s on %s in %.2fs", engine.denoiser.name, engine.denoiser.device, time.perf_counter() - start)
         return engine
 
-    async def ready_engine(self) -> Engine:
-        """The engine, waiting for a load in progress (up to `load_wait_s`); ModelUnavailable when
-        there is none, the load failed, or it takes longer than that."""
-        if self._loading is not None and not self._loading.done():
+    async def ready_engine(self, user: int = 0) -> Engine:
+        """`user`'s engine, waiting for a load in progress (up to `load_wait_s`); ModelUnavailable
+        when there is none, the load failed, or it takes longer than that."""
+        slot = self._slot(user)
+        if slot is not None and not slot.loading.done():
             try:
-                await asyncio.wait_for(asyncio.shield(self._loading), timeout=self.load_wait_s)
+                await asyncio.wait_for(asyncio.shield(slot.loading), timeout=self.load_wait_s)
             except asyncio.TimeoutError:
                 raise ModelUnavailable(f"the model is still loading after {self.load_wait_s:.0f} s; "
                                        "try again when dllm/status says loaded") from None
             except Exception:
                 pass
-        if self._engine is None:
-            raise ModelUnavailable(f"no model loaded: {self.error or 'the model has not been loaded yet'}")
-        return self._engine
+        if slot is None or slot.engine is None:
+            reason = (slot.why if slot is not None and slot.why else
+                      self._refused.get(user, "the model has not been loaded yet"))
+            raise ModelUnavailable(f"no model loaded: {reason}")
+        slot.last_used = time.monotonic()
+        return slot.engine
 
     async def infill(
         self,
@@ -126,19 +234,20 @@ class ModelHost:
         *,
         context_tokens: int | None = None,
         cache: CacheSettings = CacheSettings(),
+        user: int = 0,
     ) -> InfillResult:
         """Run one infill on the worker thread with this request's own options (the engine is
         shared by every connection and never reconfigured). If the awaiting task is cancelled,
         the loop is told to stop at its next step boundary before the cancellation propagates."""
-        engine = await self.ready_engine()
+        engine = await self.ready_engine(user)
         run = functools.partial(engine.infill, request, settings, cancel, on_step,
                                 context_tokens=context_tokens, cache=cache)
         return await self._run(run, cancel)
 
     async def run_plan(self, plan: CompletionPlan, cancel: CancelToken,
-                       on_step: Callable[[StepState], None] | None = None) -> InfillResult:
+                       on_step: Callable[[StepState], None] | None = None, user: int = 0) -> InfillResult:
         """Run a completion plan (its request, decode settings, budget and cache mode)."""
-        engine = await self.ready_engine()
+        engine = await self.ready_engine(user)
         return await self._run(functools.partial(plan.run, engine, cancel, on_step), cancel)
 
     async def _run(self, call: Callable[[], InfillResult], cancel: CancelToken) -> InfillResult:
@@ -153,19 +262,65 @@ class ModelHost:
         self.last_latency_ms = result.latency_ms
         return result
 
-    def status(self) -> dict:
-        engine = self._engine
-        info = engine.denoiser.describe() if engine else {"name": self._key.model if self._key else None}
+    def status(self, user: int = 0) -> dict:
+        slot = self._slot(user)
+        engine = slot.engine if slot is not None else None
+        info = engine.denoiser.describe() if engine else {"name": slot.key.model if slot else None}
         return {
             "model": info.get("name"),
             "family": info.get("family"),
             "device": info.get("device"),
             "loaded": engine is not None,
-            "loading": self._loading is not None and not self._loading.done(),
-            "error": self.error,
+            "loading": slot is not None and not slot.loading.done(),
+            "error": slot.why if slot is not None else self._refused.get(user),
             "lastLatencyMs": self.last_latency_ms,
             "batching": engine.scheduler.stats() if engine is not None and getattr(engine, "batching", False) else None,
+            "modelsLoaded": sum(1 for s in self._slots.values() if s.engine is not None),
+            "maxModels": self.max_models,
         }
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class HostView:
+    """One connection's handle on the shared ModelHost: the same calls, for its own model."""
+
+    def __init__(self, host: ModelHost, user: int) -> None:
+        self.host, self.user = host, user
+
+    @property
+    def engine(self) -> Engine | None:
+        return self.host.engine_of(self.user)
+
+    @property
+    def loading(self) -> bool:
+        return self.host.is_loading(self.user)
+
+    def needs_load(self, model: str, device: str) -> bool:
+        return self.host.needs_load(model, device, self.user)
+
+    def start_load(self, model: str, device: str) -> asyncio.Future:
+        return self.host.start_load(model, device, self.user)
+
+    async def load(self, model: str, device: str) -> Engine:
+        return await self.host.load(model, device, self.user)
+
+    async def ready_engine(self) -> Engine:
+        return await self.host.ready_engine(self.user)
+
+    async def infill(self, *args, **kwargs) -> InfillResult:
+        return await self.host.infill(*args, **kwargs, user=self.user)
+
+    async def run_plan(self, plan: CompletionPlan, cancel: CancelToken,
+                       on_step: Callable[[StepState], None] | None = None) -> InfillResult:
+        return await self.host.run_plan(plan, cancel, on_step, user=self.user)
+
+    def status(self) -> dict:
+        return self.host.status(self.user)
+
+    def release(self) -> None:
+        self.host.release(self.user)
+
+    def shutdown(self) -> None:
+        self.host.shutdown()

@@ -90,6 +90,7 @@ async def serve_tcp(host: str, port: int, settings: ServerSettings, token: str |
         finally:
             server.protocol.writer = _Discard()
             cancelled = cancel_pending(server)
+            server.host.release()   # its model may be unloaded when another one needs the room
             if server._thread_pool is not None:   # pygls' pool for this connection's thread handlers
                 server._thread_pool.shutdown(wait=False, cancel_futures=True)
             if not writer.is_closing():

@@ -3,10 +3,15 @@ does when it opens a file at start-up) waits for the model load instead of faili
 with the work-done-progress handshake in between and over TCP; a load that fails fails it."""
 import asyncio
 import sys
+import threading
+
+import pytest
 
 from lsprotocol import types
 
-from dllm_lsp.server.model_host import ModelHost
+from dllm_lsp.arch.tiny import write_tiny_model
+from dllm_lsp.loader import ModelLoadError
+from dllm_lsp.server.model_host import ModelHost, ModelUnavailable
 
 from .lsp_harness import inline_params, make_client, open_doc, start_server, stop_server
 
@@ -69,15 +74,40 @@ async def test_a_request_waiting_on_a_load_that_fails_gets_its_error(tmp_path):
 
 
 async def test_the_wait_for_a_load_is_bounded():
-    host = ModelHost()
+    stuck = threading.Event()
+
+    def slow_connect(model: str, device: str):
+        stuck.wait(30)          # a load that does not finish in time (a stuck disk, say)
+        raise ModelLoadError("gave up")
+
+    host = ModelHost(connect=slow_connect)
     host.load_wait_s = 0.2
-    never = asyncio.get_running_loop().create_future()
-    host._loading = never            # a load that does not finish (a stuck disk, say)
+    host.start_load("some-model", "cpu")
     try:
-        await host.ready_engine()
-    except Exception as exc:
-        assert "still loading after 0 s" in str(exc)
-    else:
-        raise AssertionError("waited forever")
+        with pytest.raises(ModelUnavailable, match="still loading after 0 s"):
+            await host.ready_engine()
     finally:
-        never.cancel()
+        stuck.set()
+        host.shutdown()
+
+
+async def test_connections_keep_their_own_models_and_share_equal_ones(tiny_model_dir, tmp_path):
+    """Per-connection model options over one pool: equal choices share a load, another model is
+    loaded beside it, and beyond max_models a model still in use is never evicted (a clear refusal)."""
+    other = write_tiny_model(tmp_path / "other", seed=1)
+    third = write_tiny_model(tmp_path / "third", seed=2)
+    host = ModelHost(max_models=2)
+    a, b, c, d = host.view(), host.view(), host.view(), host.view()
+    try:
+        first = await a.load(str(tiny_model_dir), "cpu")
+        assert await b.load(str(tiny_model_dir), "cpu") is first          # shared, loaded once
+        second = await c.load(str(other), "cpu")
+        assert second is not first and a.engine is first and c.engine is second
+        with pytest.raises(ModelUnavailable, match="at most 2 model"):
+            d.start_load(str(third), "cpu")                                # both in use: refused
+        assert "at most 2 model" in d.status()["error"]
+        c.release()                                                        # the other model's user left
+        assert await d.load(str(third), "cpu") is not second               # ... so it makes room
+        assert a.engine is first and host.status()["maxModels"] == 2
+    finally:
+        host.shutdown()
