@@ -11,9 +11,11 @@ request waits behind another's whole denoise.
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import queue
 import threading
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -40,7 +42,7 @@ class StepScheduler:
     def __init__(self, denoiser: Denoiser, max_batch: int = DEFAULT_MAX_BATCH) -> None:
         self.denoiser = denoiser
         self.max_batch = max_batch
-        self._incoming: queue.SimpleQueue[Job] = queue.SimpleQueue()
+        self._incoming: queue.SimpleQueue[Job | None] = queue.SimpleQueue()   # None: stop
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         # Counters for status and benchmarks: forward passes, and the request-steps they served.
@@ -55,8 +57,18 @@ class StepScheduler:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="dllm-steps", daemon=True)
                 self._thread.start()
+                # Stop the thread before the interpreter tears torch down: a daemon thread still
+                # inside torch at exit can abort the process ("terminate called ...").
+                atexit.register(_close_at_exit, weakref.ref(self))
         self._incoming.put(job)
         return job.future
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Finish the requests in hand, then stop the thread (new submits start it again)."""
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            self._incoming.put(None)
+            thread.join(timeout)
 
     def run(self, make_run: Callable[[], FixedLengthRun], should_stop: Callable[[], bool]) -> DenoiseOutcome:
         return self.submit(make_run, should_stop).result()
@@ -65,14 +77,24 @@ class StepScheduler:
 
     def _loop(self) -> None:
         active: list[Job] = []
+        closing = False
         while True:
             if not active:
-                active.append(self._incoming.get())      # idle: wait for work
+                if closing:
+                    return
+                job = self._incoming.get()               # idle: wait for work
+                if job is None:
+                    return
+                active.append(job)
             while len(active) < self.max_batch:
                 try:
-                    active.append(self._incoming.get_nowait())
+                    job = self._incoming.get_nowait()
                 except queue.Empty:
                     break
+                if job is None:
+                    closing = True
+                    break
+                active.append(job)
             with torch.inference_mode():
                 active = [job for job in active if self._admit(job)]
                 stepping = [job for job in active if self._still_running(job)]
@@ -129,3 +151,9 @@ class StepScheduler:
     def stats(self) -> dict:
         return {"forwardPasses": self.forward_passes, "requestSteps": self.request_steps,
                 "largestBatch": self.largest_batch}
+
+
+def _close_at_exit(ref: weakref.ref) -> None:
+    scheduler = ref()
+    if scheduler is not None:
+        scheduler.close(timeout=5.0)

@@ -139,3 +139,12 @@ def test_prefix_caches_of_two_documents_survive_each_other(denoiser):
     typed = InfillRequest.single(a.prefix + "v", "\n", 6)     # back in the first document, one key later
     engine.infill(typed, DecodeSettings(steps=2))
     assert denoiser.last_reused_tokens >= len(denoiser.encode(a.prefix)) - 2
+
+
+def test_close_finishes_the_work_in_hand_and_a_later_request_starts_it_again(denoiser):
+    engine = Engine(denoiser)
+    first = engine.scheduler.submit(lambda: _run(engine, REQUESTS[0]), lambda: False)
+    engine.scheduler.close()
+    assert first.done() and first.result().steps >= 1
+    assert not engine.scheduler._thread.is_alive()
+    assert engine.infill(REQUESTS[3], DecodeSettings(steps=2)).steps >= 1   # started again
