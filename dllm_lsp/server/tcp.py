@@ -19,11 +19,12 @@ from typing import Any
 from lsprotocol import types
 from pygls.protocol.language_server import lsp_method
 
+from dllm_lsp.options import Options
+
 from . import auth
 from .app import create_server
 from .model_host import ModelHost
 from .protocol import DllmProtocol
-from .settings import ServerSettings
 from .transport import CHUNK, Connection, FrameReader
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ def cancel_pending(server) -> int:
     return len(pending)
 
 
-async def serve_tcp(host: str, port: int, settings: ServerSettings, token: str | None = None,
+async def serve_tcp(host: str, port: int, settings: Options, token: str | None = None,
                     model_host: ModelHost | None = None) -> None:
     shared = model_host or ModelHost()
 
