@@ -10,9 +10,17 @@ finish() runs, in order:
   5. trailing whitespace and empty results are dropped;
   6. the file's tree-sitter parse must not get worse (more ERROR/MISSING nodes) than without the
      completion; a worse one is cut back line by line, or dropped. Only the enclosing statement is
-     reparsed (see planner.syntax.check_region), which keeps this step well under a millisecond.
+     reparsed (see planner.syntax.check_region), which keeps this step well under a millisecond;
+  7. Python only: the interpreter's own parser (`ast.parse`) reads the whole edited file, and its
+     first syntax error must not come earlier than the file's own first error (none, if the file
+     parsed). This catches what a region check cannot see (a completion that closes a docstring
+     breaks everything after it) and what tree-sitter's grammar accepts but CPython does not
+     (`while lo <1: hi:`). Files over PYTHON_CHECK_MAX_CHARS skip it (the parse grows with size).
 """
 from __future__ import annotations
+
+import ast
+import warnings
 
 from dllm_lsp.syntax.languages import facts_for
 from dllm_lsp.planner.lines import indent_width, leading_ws, line_bounds, render_indent
@@ -226,6 +234,7 @@ class _ParseCheck:
         self.plan = plan
         self.snapshot = plan.snapshot
         self.baseline: int | None = None
+        self.python_baseline: object = _UNSET
 
     def __call__(self, insert: str) -> bool:
         snapshot, plan = self.snapshot, self.plan
@@ -236,4 +245,47 @@ class _ParseCheck:
             self.baseline = parse_errors(snapshot.language_id, snapshot.text[self.lo: self.hi])
         text = snapshot.text
         edited = text[self.lo: plan.replace_start] + insert + text[plan.replace_end: self.hi]
-        return parse_errors(snapshot.language_id, edited) <= self.baseline
+        if parse_errors(snapshot.language_id, edited) > self.baseline:
+            return False
+        if snapshot.language_id != "python" or len(text) > PYTHON_CHECK_MAX_CHARS:
+            return True
+        if self.python_baseline is _UNSET:
+            self.python_baseline = python_error_offset(text)
+        edited_file = text[:plan.replace_start] + insert + text[plan.replace_end:]
+        found = python_error_offset(edited_file)
+        if found is None or found is _UNKNOWN:
+            return True
+        if self.python_baseline is None:
+            return False                    # the file parsed; with the completion it does not
+        if self.python_baseline is _UNKNOWN:
+            return True
+        # The file's own error, moved by the edit (an error inside the replaced text: at its start).
+        original = self.python_baseline
+        if original >= plan.replace_end:
+            original += len(insert) - (plan.replace_end - plan.replace_start)
+        elif original > plan.replace_start:
+            original = plan.replace_start
+        return found >= original
+
+
+PYTHON_CHECK_MAX_CHARS = 256_000
+_UNSET, _UNKNOWN = object(), object()
+
+
+def python_error_offset(text: str) -> int | object | None:
+    """The character offset of CPython's first syntax error in `text`, None when it parses, or
+    _UNKNOWN when the parser cannot say (null bytes, nesting too deep for it)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")      # SyntaxWarning: invalid escape sequences and the like
+            ast.parse(text)
+    except SyntaxError as exc:
+        if exc.lineno is None:
+            return 0
+        starts = [0]
+        for line in text.split("\n")[:exc.lineno - 1]:
+            starts.append(starts[-1] + len(line) + 1)
+        return starts[min(exc.lineno - 1, len(starts) - 1)] + max((exc.offset or 1) - 1, 0)
+    except (ValueError, RecursionError, MemoryError):
+        return _UNKNOWN
+    return None
