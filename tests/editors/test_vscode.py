@@ -55,7 +55,7 @@ def test_ghost_text_then_tab_accepts(vscode, tmp_path, editor_model):
     })
     assert seen["ghost"] == expected, seen
     # The server streams (dllm/inlineCompletion): the ghost text was redrawn as the denoiser went.
-    assert len(seen["ghostHistory"]) >= 2, seen["ghostHistory"]
+    assert len(seen["ghostHistory"]) >= 2, (seen["ghostHistory"], seen.get("log"))
     assert "cpu" in seen["statusBar"], seen["statusBar"]
     assert seen.get("accepted"), seen
     saved = (vscode.workspace / "demo.txt").read_text(encoding="utf-8")

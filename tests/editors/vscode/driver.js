@@ -75,8 +75,31 @@ async function runCommand(page, title) {
   await page.keyboard.press("Enter");
 }
 
+// Records every ghost text the page renders, however briefly (a streamed completion of a small
+// model can redraw faster than any polling sees): a MutationObserver reads it after each change.
+async function watchGhosts(page) {
+  await page.evaluate(() => {
+    const read = () => {
+      const editor = document.querySelector(".monaco-editor.focused") || document.querySelector(".monaco-editor");
+      if (!editor) return null;
+      const inline = [...editor.querySelectorAll(".view-lines .ghost-text-decoration, .view-lines .ghost-text-decoration-preview")]
+        .map((e) => e.textContent).join("");
+      const blocks = [...editor.querySelectorAll(".ghost-text .view-line")].map((e) => e.textContent);
+      if (!inline && !blocks.length) return null;
+      return [inline, ...blocks].join("\n").replace(/\u00a0/g, " ");
+    };
+    window.__dllmGhosts = [];
+    new MutationObserver(() => {
+      const ghost = read();
+      const all = window.__dllmGhosts;
+      if (ghost && all[all.length - 1] !== ghost) all.push(ghost);
+    }).observe(document.body, { subtree: true, childList: true, characterData: true });
+  });
+}
+
 async function complete(page, out) {
   await goTo(page, scenario.line, scenario.column);
+  await watchGhosts(page);
   await page.keyboard.type(scenario.typed, { delay: 40 });
   // Every distinct ghost text seen, in order: a streamed completion shows more than one.
   const seen = [];
@@ -91,7 +114,15 @@ async function complete(page, out) {
     if (ghost && ghost === scenario.expectGhost) break;
     await new Promise((r) => setTimeout(r, 25));
   }
-  out.ghostHistory = seen;
+  // What the observer saw after the last keystroke's stream began: the ghost texts of the final
+  // cursor position (earlier positions' ghosts are dropped: they end with the typed text's tail).
+  const observed = await page.evaluate(() => window.__dllmGhosts || []);
+  const finalStates = [];
+  for (const g of observed) {
+    if (scenario.expectGhost && (scenario.expectGhost.startsWith(g) || g === scenario.expectGhost)) finalStates.push(g);
+  }
+  out.ghostHistory = finalStates.length > seen.length ? finalStates : seen;
+  out.ghostObserved = observed;
   out.ghost = ghost;
   out.statusBar = await statusBarText(page);
   if (scenario.screenshot) {
