@@ -20,7 +20,8 @@ from .options import Options, SettingsError
 from .server import auth, create_server
 from .server.model_host import ModelHost, local_engine
 from .server.tcp import serve_tcp
-from .syntax.languages import language_id_for_path
+from .postprocess import strip_markers
+from .syntax.languages import language_id_for_path, language_name
 from .syntax.snapshot import Snapshot
 
 MAX_FILE_BYTES = 8 * 1024 * 1024
@@ -60,10 +61,13 @@ def apply_threads(args) -> int:
 
 def serve(args) -> int:
     apply_threads(args)
-    logging.basicConfig(
-        filename=args.log_file, level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    try:
+        logging.basicConfig(
+            filename=args.log_file, level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
+    except OSError as exc:
+        raise UserError(f"cannot write the log file {args.log_file}: {os_reason(exc)}") from None
     if logging.getLogger().level > logging.DEBUG:
         logging.getLogger("pygls").setLevel(logging.WARNING)   # pygls logs every message at INFO
     overrides = {k: v for k, v in (("model", args.model), ("device", args.device)) if v}
@@ -82,7 +86,10 @@ def serve(args) -> int:
             auth.check_bind(host, token)
         except auth.AuthError as exc:
             raise UserError(str(exc)) from None
-        asyncio.run(serve_tcp(host, port, settings, token, model_host))
+        try:
+            asyncio.run(serve_tcp(host, port, settings, token, model_host))
+        except OSError as exc:   # the port is taken, the host is not this machine's, ...
+            raise UserError(f"cannot listen on {host}:{port}: {os_reason(exc)}") from None
     else:
         create_server(settings, host=model_host).start_io()
     return 0
@@ -104,6 +111,13 @@ def remote_host(address: str, app: str) -> ModelHost:
         return engine
 
     return ModelHost(connect=connect, workers=REMOTE_WORKERS)
+
+
+def os_reason(exc: OSError) -> str:
+    """An OSError's reason without the paths and tuples asyncio and open() wrap around it."""
+    if isinstance(exc.errno, int) and exc.errno > 0:
+        return os.strerror(exc.errno).lower()
+    return str(exc.strerror or exc)
 
 
 def parse_host_port(spec: str) -> tuple[str, int]:
@@ -160,10 +174,13 @@ def offset_for(text: str, line: int, col: int) -> int:
 def cli_options(args) -> Options:
     """The options schema's defaults with the CLI's flags applied (a flag left out keeps the
     default the server would use, so `complete` and an editor agree)."""
-    given = {"model": args.model, "device": args.device, "steps": getattr(args, "steps", None)}
+    steps = getattr(args, "steps", None)
+    given = {"model": args.model, "device": args.device, "steps": steps}
     try:
         return Options().merged({k: v for k, v in given.items() if v is not None})
     except SettingsError as exc:
+        if steps is not None and str(exc).startswith("steps"):
+            raise UserError(f"--{exc}, not {steps}") from None
         raise UserError(str(exc)) from None
 
 
@@ -175,11 +192,18 @@ def complete(args) -> int:
     language = args.language or language_id_for_path(str(path))
     options = cli_options(args)
     engine = load_engine(args)
+    if args.language and language_name(args.language) is None:
+        print(f"dllm-lsp: warning: no grammar for language {args.language!r}: completing with line rules only",
+              file=sys.stderr)
     # The same pipeline as the server's: planner, companion import slot, one context budget.
-    plan = pipeline.plan(Snapshot.parse(text, language), offset, options)
+    try:
+        plan = pipeline.plan(Snapshot.parse(text, language), offset, options)
+    except pipeline.PlanError as exc:
+        raise UserError(str(exc)) from None
     result = plan.run(engine)
     found = plan.finish(result)
     completion = found.text if found is not None else ""
+    why = None if found is not None else no_completion_reason(plan, result)
     if args.json:
         span = plan.span
         start_line = text.count("\n", 0, span.replace_start) + 1
@@ -193,10 +217,30 @@ def complete(args) -> int:
         if found is not None and found.companion is not None:
             reply["companion"] = {"import": found.companion.statement,
                                   "line": text.count("\n", 0, found.companion.offset) + 1}
+        if why is not None:
+            reply["reason"] = why
         print(json.dumps(reply))
+    elif why is not None:   # nothing on stdout (not an empty line): say why on stderr
+        print(f"dllm-lsp: no completion: {why}", file=sys.stderr)
     else:
         print(completion)
     return 0
+
+
+def no_completion_reason(plan, result) -> str:
+    """Why the editor would show nothing for `result`, in words (post-processing returned None)."""
+    raw = result.text
+    if plan.companion is not None:
+        raw = plan.companion.main_result(result).text
+    raw = strip_markers(raw)
+    if plan.span.single_line:
+        raw = raw.split("\n", 1)[0]
+    if not raw.strip():
+        return "nothing to complete here (the model wrote nothing at this position)"
+    typed = plan.span.typed_prefix
+    if typed and not raw.startswith(typed):
+        return f"the model's guess does not continue the typed {typed!r}"
+    return "the model's guess did not parse here, or only repeated the text after the cursor"
 
 
 def infill(args) -> int:
@@ -237,6 +281,8 @@ def infill_line(engine, raw: str, number: int, default_max: int, settings, reque
 
 def bench(args) -> int:
     apply_threads(args)
+    if args.runs < 1:
+        raise UserError(f"--runs must be at least 1, not {args.runs}")
     engine = load_engine(args)
     figures = run_latency_bench(engine, runs=args.runs)
     text = json.dumps(figures, indent=2)

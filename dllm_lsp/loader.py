@@ -13,9 +13,10 @@ from .arch.embedded import MODEL_TYPE
 from .arch.embedded_denoiser import EmbeddedDenoiser
 from .checkpoints import load_checkpoint
 from .engine.denoiser import Denoiser
+from .cli_errors import one_line
 from .model_folder import ModelLoadError, load_json_file
 
-__all__ = ["ModelLoadError", "load_model", "resolve_device", "resolve_model_path", "read_config"]
+__all__ = ["ModelLoadError", "load_model", "resolve_device", "resolve_model_path", "read_config", "shipped_model_names"]
 
 
 def resolve_device(device: str | None) -> torch.device:
@@ -46,6 +47,14 @@ def default_model_path() -> Path:
     raise ModelLoadError(f"no model is shipped in {root}; pass --model with a model folder")
 
 
+def shipped_model_names() -> list[str]:
+    """The models shipped in models/ (folders with a config.json), by name."""
+    root = shipped_models_dir()
+    if not root.is_dir():
+        return []
+    return sorted(child.name for child in root.iterdir() if (child / "config.json").is_file())
+
+
 def resolve_model_path(spec: str | Path | None) -> Path:
     if spec in (None, "", "default"):
         return default_model_path()
@@ -54,7 +63,10 @@ def resolve_model_path(spec: str | Path | None) -> Path:
         shipped = shipped_models_dir() / str(spec)
         if (shipped / "config.json").is_file():
             return shipped
-        raise ModelLoadError(f"model folder {path} does not exist")
+        names = shipped_model_names()
+        known = f"; shipped models: {', '.join(names)}" if names else "; no model is shipped"
+        raise ModelLoadError(f"model folder {path} does not exist and is not a shipped model's name "
+                             f"(pass a model folder{known})")
     if not path.is_dir():
         raise ModelLoadError(f"model path {path} is not a folder")
     return path
@@ -82,9 +94,10 @@ def load_model(spec: str | Path | None = None, device: str | None = "auto") -> D
     except ModelLoadError:
         raise
     except torch.cuda.OutOfMemoryError as exc:
-        raise ModelLoadError(f"the GPU ran out of memory loading {folder.name}: {exc}") from exc
+        raise ModelLoadError(f"the GPU ran out of memory loading {folder.name}: {one_line(exc)}") from exc
     except Exception as exc:  # corrupt weights, shape mismatches, broken tokenizer files
-        raise ModelLoadError(f"could not load {folder}: {type(exc).__name__}: {exc}") from exc
+        # One line: some of these (torch's state-dict errors) run to a line per tensor.
+        raise ModelLoadError(f"could not load {folder}: {type(exc).__name__}: {one_line(exc)}") from exc
 
 
 def load_embedded(folder: Path, device: torch.device) -> Denoiser:

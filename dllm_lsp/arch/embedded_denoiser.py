@@ -16,6 +16,7 @@ from tokenizers import Tokenizer
 
 from dllm_lsp.engine.denoiser import Canvas, Denoiser, SpecialTokens
 from dllm_lsp.engine.types import CacheSettings
+from dllm_lsp.model_folder import check_weights_match
 
 from .embedded import KV, EmbeddedConfig, EmbeddedModel
 from .weight_storage import load_weights
@@ -79,6 +80,7 @@ class EmbeddedDenoiser(Denoiser):
         with torch.device("meta"):
             model = EmbeddedModel(cfg)
         state = load_weights(folder / "model.safetensors", device, dtype)   # bf16, fp32 or int8 on disk
+        check_weights_match({name: tuple(t.shape) for name, t in model.state_dict().items()}, state, folder)
         model.load_state_dict(state, strict=True, assign=True)
         tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         return cls(model.to(device), tokenizer, folder.name)

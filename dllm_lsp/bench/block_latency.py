@@ -92,10 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda" if a.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if a.device == "auto" else a.device))
     if device.type == "cuda" and not torch.cuda.is_available():
-        print("dllm-lsp bench block: no CUDA device", file=sys.stderr)
+        print("dllm-lsp bench block: error: no CUDA device", file=sys.stderr)
         return 1
     if a.span < 1 or (a.context is not None and a.context < 1) or (a.runs is not None and a.runs < 1):
-        print("dllm-lsp bench block: --span, --context and --runs must be positive", file=sys.stderr)
+        print("dllm-lsp bench block: error: --span, --context and --runs must be positive", file=sys.stderr)
         return 1
     cfg = TINY if a.quick else SDAR_8B_SHAPE
     context = a.context or (48 if a.quick else 2048)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import time
 from pathlib import Path
@@ -17,7 +18,8 @@ from pathlib import Path
 from dllm_lsp import pipeline
 from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import InfillResult
-from dllm_lsp.loader import load_model
+from dllm_lsp.cli_errors import report as report_error
+from dllm_lsp.loader import ModelLoadError, load_model
 from dllm_lsp.options import Options
 from dllm_lsp.syntax.document import ParsedDocument
 
@@ -110,8 +112,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", help="also write the JSON figures here")
     args = parser.parse_args(argv)
-    text = Path(args.file).read_text(encoding="utf-8") if args.file else synthetic_python()
-    denoiser = load_model(args.model, "cpu")
+    prog = "dllm-lsp bench overhead"
+    if args.requests < 1:
+        return report_error(prog, f"--requests must be at least 1, not {args.requests}")
+    try:
+        text = Path(args.file).read_text(encoding="utf-8") if args.file else synthetic_python()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = os.strerror(exc.errno).lower() if getattr(exc, "errno", None) else "not UTF-8 text"
+        return report_error(prog, f"cannot read --file {args.file}: {reason}")
+    try:
+        denoiser = load_model(args.model, "cpu")
+    except ModelLoadError as exc:
+        return report_error(prog, exc)
     figures = run_overhead(text, denoiser, args.requests)
     report = {
         "benchmark": "server overhead per request (model excluded)",

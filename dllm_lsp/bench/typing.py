@@ -39,6 +39,7 @@ from pathlib import Path
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
+from dllm_lsp.cli_errors import report as report_error
 from dllm_lsp.serving.local_cluster import RayCluster
 
 from .environment import environment, percentiles
@@ -515,8 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = asyncio.run(bench(args, log))
     except (ValueError, RuntimeError, TimeoutError, OSError) as exc:
-        print(f"dllm-lsp bench typing: {exc}", file=sys.stderr)
-        return 1
+        return report_error("dllm-lsp bench typing", exc)
     text = json.dumps(result, indent=1)
     if args.out:
         args.out.write_text(text + "\n")

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from dllm_lsp.bench.environment import environment
+from dllm_lsp.cli_errors import report as report_error
 from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import CONFIDENCE_KINDS
 from dllm_lsp.loader import ModelLoadError, load_model, resolve_model_path
@@ -87,8 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = replace(decode.decode_settings(), ends_in_order=a.ends_in_order, floor_from_left=a.floor_from_left)
         denoiser = load_model(a.model, a.device)
     except (ValueError, ModelLoadError) as exc:
-        print(f"dllm-lsp eval: {exc}", file=sys.stderr)
-        return 2
+        return report_error("dllm-lsp eval", exc)
     unknown = a.max_tokens or trained_max_slot(resolve_model_path(a.model))
     engine = Engine(denoiser, context_tokens=a.context)
     log = None if a.json else (lambda msg: print(msg, file=sys.stderr))

@@ -18,6 +18,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from dllm_lsp.cli_errors import report as report_error
 from dllm_lsp.eval.tasks import default_data_dir
 from dllm_lsp.kernels.dispatch import KERNEL_NAMES
 
@@ -145,7 +146,7 @@ def stage(a) -> int:
     source = default_data_dir()
     files = sorted(source.glob("*.jsonl*")) if source.is_dir() else []
     if not files:
-        print(f"dllm-lsp gpujob: no benchmark data in {source}", file=sys.stderr)
+        print(f"dllm-lsp gpujob: error: no benchmark data in {source}", file=sys.stderr)
         return 1
     for file in [*files, source / "LICENSE"]:
         if file.is_file():
@@ -186,5 +187,4 @@ def main(argv: list[str] | None = None) -> int:
             print(path)
         return 0
     except (ValueError, OSError) as exc:
-        print(f"dllm-lsp gpujob: {exc}", file=sys.stderr)
-        return 1
+        return report_error("dllm-lsp gpujob", exc)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+
+from dllm_lsp.cli_errors import report as report_error
 
 from .ray_serve import APP_NAME, RemoteEngine, RemoteUnavailable, ReplicaConfig, deploy, undeploy
 
@@ -62,6 +63,5 @@ def main(argv: list[str] | None = None) -> int:
         else:
             undeploy(a.address, a.app)
     except (ValueError, RemoteUnavailable) as exc:
-        print(f"dllm-lsp ray: {exc}", file=sys.stderr)
-        return 1
+        return report_error("dllm-lsp ray", exc)
     return 0

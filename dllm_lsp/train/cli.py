@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
+
+from dllm_lsp.cli_errors import report as report_error
 
 from .card import write_card
 from .corpus import CorpusOptions, build_corpus
@@ -150,6 +151,5 @@ def main(argv: list[str] | None = None) -> int:
             count_tokens(corpus, build_tokenizer(corpus, tok_path, vocab))
             train(train_options(a, corpus, tok_path, a.out))
     except (ValueError, OSError, KeyError) as exc:
-        print(f"dllm-lsp train: {exc}", file=sys.stderr)
-        return 2
+        return report_error("dllm-lsp train", exc)
     return 0

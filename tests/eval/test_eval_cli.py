@@ -49,11 +49,11 @@ def test_table_output_and_one_mode(data, tiny_model_dir, capsys):
 
 
 def test_bad_arguments_are_reported(data, tiny_model_dir, capsys, tmp_path):
-    assert main(["humaneval-infilling", "--data", str(tmp_path / "none.jsonl"), "--model", str(tiny_model_dir)]) == 2
+    assert main(["humaneval-infilling", "--data", str(tmp_path / "none.jsonl"), "--model", str(tiny_model_dir)]) == 1
     assert "does not exist" in capsys.readouterr().err
-    assert main(["humaneval-infilling", "--data", str(data), "--model", str(tiny_model_dir), "--modes", "psychic"]) == 2
+    assert main(["humaneval-infilling", "--data", str(data), "--model", str(tiny_model_dir), "--modes", "psychic"]) == 1
     assert "--modes" in capsys.readouterr().err
-    assert main(["humaneval-infilling", "--data", str(data), "--model", str(tmp_path / "no-model")]) == 2
+    assert main(["humaneval-infilling", "--data", str(data), "--model", str(tmp_path / "no-model")]) == 1
     assert "does not exist" in capsys.readouterr().err
 
 
@@ -76,5 +76,5 @@ def test_remasking_and_confidence_flags_reach_the_decode_loop(data, tiny_model_d
 
 def test_bad_decode_flags_are_refused_by_the_options_schema(data, tiny_model_dir, capsys):
     assert main(["humaneval-infilling", "--data", str(data), "--model", str(tiny_model_dir),
-                 "--remask-below", "1.5"]) == 2
+                 "--remask-below", "1.5"]) == 1
     assert "remaskBelow must be within 0..1" in capsys.readouterr().err

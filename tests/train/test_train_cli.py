@@ -70,10 +70,10 @@ def test_card_is_built_from_the_records(trained, tmp_path):
 
 
 def test_bad_input_gives_clear_errors(tmp_path, capsys):
-    assert main(["corpus", "--out", str(tmp_path / "c"), "--folder", str(tmp_path / "missing")]) == 2
+    assert main(["corpus", "--out", str(tmp_path / "c"), "--folder", str(tmp_path / "missing")]) == 1
     assert "does not exist" in capsys.readouterr().err
     assert main(["model", "--corpus", str(tmp_path), "--tokenizer", str(tmp_path / "t.json"),
-                 "--out", str(tmp_path / "m"), "--preset", "nope", "--steps", "1"]) == 2
+                 "--out", str(tmp_path / "m"), "--preset", "nope", "--steps", "1"]) == 1
     assert "unknown preset" in capsys.readouterr().err
-    assert main(["tokenizer", "--corpus", str(tmp_path), "--out", str(tmp_path / "t.json"), "--vocab-size", "100"]) == 2
+    assert main(["tokenizer", "--corpus", str(tmp_path), "--out", str(tmp_path / "t.json"), "--vocab-size", "100"]) == 1
     assert "vocab size" in capsys.readouterr().err
