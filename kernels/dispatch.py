@@ -88,6 +88,13 @@ def run_kernel(name: str, kernel: Callable[..., T], reference: Callable[..., T],
 
 @lru_cache(maxsize=1)
 def triton_available() -> bool:
+    """Whether the Triton kernels can be built here: Triton imports, and there is a CUDA device,
+    its CPU interpreter was asked for, or DLLM_LSP_KERNELS=triton (an ahead-of-time compile for a
+    GPU elsewhere). Otherwise nothing could run them, so Triton (a large import) is not even
+    loaded: a CPU install neither needs it nor pays for importing it."""
+    wanted = os.environ.get("DLLM_LSP_KERNELS", "").strip().lower() == "triton"
+    if not (torch.cuda.is_available() or interpreting() or wanted):
+        return False
     try:
         import triton  # noqa: F401
         import triton.language  # noqa: F401
