@@ -44,6 +44,8 @@ def job_entries(job_dir: Path, model_dir: Path) -> list[tuple[Path, str]]:
         entries.append((job_dir / "corpus" / "stats.json", f"models/{name}/corpus_stats.json"))
     for result in sorted((job_dir / "results").glob("*.json")) if (job_dir / "results").is_dir() else []:
         entries.append((result, f"docs/results/{result.name}"))
+    for plot in sorted((job_dir / "results").glob("*.png")) if (job_dir / "results").is_dir() else []:
+        entries.append((plot, f"docs/images/{plot.name}"))
     stamp = stamp_of(job_dir)
     for file, dest in (("check/cuda-check.json", "cuda-check.json"), ("job.json", "job.json"),
                        ("job-log.txt", "job-log.txt")):

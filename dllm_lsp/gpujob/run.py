@@ -44,6 +44,9 @@ BENCHES = (
     BenchItem("checkpoint", 180.0, 25.0),
     BenchItem("latency", 60.0, 15.0),
     BenchItem("block", 150.0, 20.0),         # SDAR-8B-shaped block diffusion vs AR (issue 15)
+    # People typing through the real server on the GPU, batched against serial (issue 13). Never in
+    # a dry run (its own test covers the code path): four servers' start-ups cost more than a box.
+    BenchItem("typing", 180.0, float("inf")),
 )
 
 
@@ -323,6 +326,14 @@ class Job:
             if item.name == "kernels":
                 args = ["bench", "kernels", "--device", device, "--out", str(out)]
                 args += ["--quick"] if self.opts.quick else ["--profile"]
+            elif item.name == "typing":
+                if not (self.model_dir / "model.safetensors").is_file():
+                    self.record("bench", item.name, None, state="skipped", why="no trained model")
+                    states.append("skipped")
+                    continue
+                args = ["bench", "typing", "--clients", "1,4", "--keystrokes", "40", "--model", str(self.model_dir),
+                        "--device", device, "--serve-variant", "batched=", "--serve-variant", "serial=--no-batching",
+                        "--out", str(out), "--plot", str(out.with_suffix(".png"))]
             elif item.name == "block":
                 args = ["bench", "block", "--device", device, "--out", str(out)]
                 args += ["--quick"] if self.opts.quick else []
