@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -157,6 +158,13 @@ def connect(address: str) -> None:
     """Join the Ray cluster at `address` (HOST:PORT of its GCS, or "auto") as a driver."""
     if ray.is_initialized():
         return
+    host, _, port = address.rpartition(":")
+    if address != "auto" and port.isdigit():
+        # ray.init retries an unreachable address for minutes: find out first, with a short timeout.
+        try:
+            socket.create_connection((host or "127.0.0.1", int(port)), timeout=5).close()
+        except OSError as exc:
+            raise RemoteUnavailable(f"cannot reach the Ray cluster at {address}: {exc}") from exc
     try:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False,
                  configure_logging=False)

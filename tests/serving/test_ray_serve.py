@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 import pytest
@@ -20,7 +21,7 @@ from tests.server.lsp_harness import (
     wait_loaded,
     wait_until,
 )
-from dllm_lsp.serving.local_cluster import RayCluster
+from dllm_lsp.serving.local_cluster import RayCluster, free_port
 
 pytestmark = pytest.mark.timeout(600)
 URI = "file:///ray/area.py"
@@ -152,3 +153,10 @@ async def test_no_deployment_left_is_a_clear_error(deployed, tmp_path):
         await stop_front(fresh)
     done = deployed.dllm("ray", "status", "--address", deployed.address)
     assert done.returncode == 1 and "dllm-lsp ray deploy" in done.stderr
+
+
+def test_an_unreachable_cluster_is_one_line_at_once(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "dllm_lsp", "ray", "status", "--address", f"127.0.0.1:{free_port()}"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "cannot reach the Ray cluster" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
