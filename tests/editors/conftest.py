@@ -38,7 +38,45 @@ def server_completion(model: Path, text: str, line: int, col: int, suffix: str =
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def server_fill_holes(model: Path, path: Path, language_id: str, line: int, character: int) -> dict:
+def server_inline(model: Path, text: str, line: int, col: int, options: dict, language_id: str = "plaintext") -> dict:
+    """What a fresh server with these options answers to textDocument/inlineCompletion at 0-based
+    (line, col) of `text`, in `dllm-lsp complete --json`'s shape (completion, replace_from)."""
+    import asyncio
+
+    from lsprotocol import types
+    from pygls.lsp.client import LanguageClient
+
+    async def ask() -> dict:
+        client = LanguageClient("dllm-editor-tests", "v1")
+        await client.start_io(sys.executable, "-m", "dllm_lsp", "serve", "--stdio")
+        try:
+            await client.initialize_async(types.InitializeParams(
+                capabilities=types.ClientCapabilities(),
+                initialization_options={"model": str(model), "device": "cpu", **options}))
+            client.initialized(types.InitializedParams())
+            uri = "file:///expected/demo.txt"
+            client.text_document_did_open(types.DidOpenTextDocumentParams(
+                text_document=types.TextDocumentItem(uri=uri, language_id=language_id, version=1, text=text)))
+            answer = await client.text_document_inline_completion_async(types.InlineCompletionParams(
+                text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line, col),
+                context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
+            item = answer.items[0] if answer and answer.items else None
+            if item is None:
+                return {"completion": "", "replace_from": {"line": line + 1, "col": col + 1}}
+            start = item.range.start if item.range is not None else types.Position(line, col)
+            return {"completion": item.insert_text, "replace_from": {"line": start.line + 1, "col": start.character + 1}}
+        finally:
+            try:
+                await asyncio.wait_for(client.shutdown_async(None), timeout=10)
+                client.exit(None)
+            finally:
+                await asyncio.wait_for(client.stop(), timeout=10)
+
+    return asyncio.run(ask())
+
+
+def server_fill_holes(model: Path, path: Path, language_id: str, line: int, character: int,
+                      options: dict | None = None) -> dict:
     """What dllm.fillHoles answers for the holes around 0-based (line, character) of the file at
     `path`, asked of a fresh server over stdio with apply=false (so nothing is edited)."""
     import asyncio
@@ -52,7 +90,7 @@ def server_fill_holes(model: Path, path: Path, language_id: str, line: int, char
         try:
             init = await client.initialize_async(types.InitializeParams(
                 capabilities=types.ClientCapabilities(),
-                initialization_options={"model": str(model), "device": "cpu"},
+                initialization_options={"model": str(model), "device": "cpu", **(options or {})},
             ))
             commands = init.capabilities.execute_command_provider
             if commands is None or "dllm.fillHoles" not in (commands.commands or []):

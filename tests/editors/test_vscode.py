@@ -9,7 +9,7 @@ import pytest
 
 from . import tools
 from .code_server import CodeServer
-from .conftest import TcpServer, apply_text_edits, edits_of, server_completion, server_fill_holes
+from .conftest import TcpServer, apply_text_edits, edits_of, server_completion, server_fill_holes, server_inline
 from .expected import ghost_of
 
 pytestmark = [pytest.mark.editor, pytest.mark.timeout(420)]
@@ -19,6 +19,11 @@ TYPED = "jumps "
 LINE = "the quick brown fox " + TYPED
 HOLES = "def area(w, h):\n    pass\n\n\ndef scale(x):\n    return x * 2\n"
 RENAME = "def area(width, height):\n    return width * height * width\n"
+# The tiny model denoises a line in ~10 ms; VS Code redraws the ghost only when it asks the
+# provider again after a report (a round trip through its commands), so a stream that short
+# shows one state on a busy machine. One token per step over 64 steps, every step reported,
+# keeps the stream long enough for its intermediate states to be drawn.
+SLOW_STREAM = {"steps": 64, "threshold": 1.0, "maxLineTokens": 64, "streamIntervalMs": 0}
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +34,7 @@ def vscode(tmp_path_factory, editor_model):
     (workspace / "demo.txt").write_text(BEFORE, encoding="utf-8")
     (workspace / "shapes.py").write_text(HOLES, encoding="utf-8")
     (workspace / "area.py").write_text(RENAME, encoding="utf-8")
-    with CodeServer(workspace, editor_model, home) as server:
+    with CodeServer(workspace, editor_model, home, settings={f"dllm.{k}": v for k, v in SLOW_STREAM.items()}) as server:
         yield server
 
 
@@ -44,7 +49,7 @@ def play(vscode, tmp_path, editor_model, scenario: dict) -> dict:
 
 def test_ghost_text_then_tab_accepts(vscode, tmp_path, editor_model):
     text = BEFORE.replace("fox \n", f"fox {TYPED}\n")
-    answer = server_completion(editor_model, text, 1, len(LINE))
+    answer = server_inline(editor_model, text, 1, len(LINE), SLOW_STREAM)
     expected = ghost_of(answer, LINE, len(LINE))
     assert expected.strip(), f"the model completes nothing here, nothing to check: {answer}"
 
@@ -65,7 +70,7 @@ def test_ghost_text_then_tab_accepts(vscode, tmp_path, editor_model):
 def test_fill_holes_code_action(vscode, tmp_path, editor_model):
     path = vscode.workspace / "shapes.py"
     # What the server makes of the hole (apply=false), asked directly; the editor must show the same.
-    expected = server_fill_holes(editor_model, path, "python", 1, 4)
+    expected = server_fill_holes(editor_model, path, "python", 1, 4, options=SLOW_STREAM)
     if expected.get("unsupported"):
         pytest.skip("this server does not advertise the dllm.fillHoles command")
     seen = play(vscode, tmp_path, editor_model, {

@@ -11,18 +11,21 @@ const scenario = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
 const log = [];
 const note = (msg) => log.push(`${new Date().toISOString()} ${msg}`);
 
-// Ghost text of the focused editor: the inline part (decorations inside the cursor's line) and the
-// lines VS Code adds below it. Spaces are rendered as non-breaking spaces.
+// Ghost text of the focused editor, or null: the inline part (decorations inside the cursor's line)
+// and the lines VS Code adds below it; spaces are rendered as non-breaking spaces. Kept as source
+// that runs in the page, so the observer that watches every redraw (watchGhosts) reads it the same way.
+const READ_GHOST = `() => {
+  const editor = document.querySelector(".monaco-editor.focused") || document.querySelector(".monaco-editor");
+  if (!editor) return null;
+  const inline = [...editor.querySelectorAll(".view-lines .ghost-text-decoration, .view-lines .ghost-text-decoration-preview")]
+    .map((e) => e.textContent).join("");
+  const blocks = [...editor.querySelectorAll(".ghost-text .view-line")].map((e) => e.textContent);
+  if (!inline && !blocks.length) return null;
+  return [inline, ...blocks].join("\\n").replace(/\\u00a0/g, " ");
+}`;
+
 async function ghostText(page) {
-  return page.evaluate(() => {
-    const editor = document.querySelector(".monaco-editor.focused") || document.querySelector(".monaco-editor");
-    if (!editor) return null;
-    const inline = [...editor.querySelectorAll(".view-lines .ghost-text-decoration, .view-lines .ghost-text-decoration-preview")]
-      .map((e) => e.textContent).join("");
-    const blocks = [...editor.querySelectorAll(".ghost-text .view-line")].map((e) => e.textContent);
-    if (!inline && !blocks.length) return null;
-    return [inline, ...blocks].join("\n").replace(/\u00a0/g, " ");
-  });
+  return page.evaluate(`(${READ_GHOST})()`);
 }
 
 async function statusBarText(page) {
@@ -78,23 +81,15 @@ async function runCommand(page, title) {
 // Records every ghost text the page renders, however briefly (a streamed completion of a small
 // model can redraw faster than any polling sees): a MutationObserver reads it after each change.
 async function watchGhosts(page) {
-  await page.evaluate(() => {
-    const read = () => {
-      const editor = document.querySelector(".monaco-editor.focused") || document.querySelector(".monaco-editor");
-      if (!editor) return null;
-      const inline = [...editor.querySelectorAll(".view-lines .ghost-text-decoration, .view-lines .ghost-text-decoration-preview")]
-        .map((e) => e.textContent).join("");
-      const blocks = [...editor.querySelectorAll(".ghost-text .view-line")].map((e) => e.textContent);
-      if (!inline && !blocks.length) return null;
-      return [inline, ...blocks].join("\n").replace(/\u00a0/g, " ");
-    };
+  await page.evaluate(`(() => {
+    const read = ${READ_GHOST};
     window.__dllmGhosts = [];
     new MutationObserver(() => {
       const ghost = read();
       const all = window.__dllmGhosts;
       if (ghost && all[all.length - 1] !== ghost) all.push(ghost);
     }).observe(document.body, { subtree: true, childList: true, characterData: true });
-  });
+  })()`);
 }
 
 async function complete(page, out) {
