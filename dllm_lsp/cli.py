@@ -6,6 +6,8 @@ import importlib
 import logging
 import sys
 
+from .serving import INSTALL_HINT as RAY_INSTALL_HINT
+
 # Subcommands whose argument parsing lives with the code they run: name -> module with main(argv).
 DELEGATED = {
     "train": "dllm_lsp.train.cli",
@@ -79,7 +81,14 @@ def add_model_args(parser: argparse.ArgumentParser, default: str | None = "defau
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in DELEGATED:
-        return int(importlib.import_module(DELEGATED[argv[0]]).main(argv[1:]) or 0)
+        try:
+            module = importlib.import_module(DELEGATED[argv[0]])
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").split(".")[0] != "ray":
+                raise
+            print(f"dllm-lsp {argv[0]}: error: {RAY_INSTALL_HINT}", file=sys.stderr)   # an optional extra
+            return 1
+        return int(module.main(argv[1:]) or 0)
     if len(argv) >= 2 and argv[0] == "bench" and argv[1] in BENCH_MODES:
         return int(importlib.import_module(BENCH_MODES[argv[1]]).main(argv[2:]) or 0)
     args = build_parser().parse_args(argv)

@@ -19,6 +19,7 @@ from .loader import ModelLoadError, load_model
 from .options import Options, SettingsError
 from .server import auth, create_server
 from .server.model_host import ModelHost, local_engine
+from .serving import require_ray
 from .server.tcp import serve_tcp
 from .postprocess import strip_markers
 from .syntax.languages import language_id_for_path, language_name
@@ -101,6 +102,10 @@ REMOTE_WORKERS = 32   # infills the front keeps in flight to a Ray deployment (i
 def remote_host(address: str, app: str) -> ModelHost:
     """A model host whose engine is the Ray Serve deployment at `address`: the model, device and
     replicas are the deployment's, so the clients' model and device options do not apply."""
+    try:
+        require_ray()
+    except ImportError as exc:
+        raise UserError(str(exc)) from None
     # Imported here: Ray is an optional dependency (the "ray" extra), needed only with --ray.
     from .serving.ray_serve import RemoteEngine  # noqa: PLC0415
 

@@ -160,3 +160,12 @@ def test_an_unreachable_cluster_is_one_line_at_once(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "cannot reach the Ray cluster" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_without_ray_installed_the_cli_says_what_to_install():
+    script = ("import sys; sys.modules['ray'] = None\n"       # as if the extra were not installed
+              "from dllm_lsp.cli import main\n"
+              "sys.exit(main(['ray', 'status', '--address', '127.0.0.1:1']))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and 'pip install "dllm-lsp[ray]"' in done.stderr
+    assert "Traceback" not in done.stderr
