@@ -53,7 +53,11 @@ class CompletionService:
     def __init__(self, host: ModelHost, trees: DocumentTrees) -> None:
         self.host = host
         self.trees = trees
-        self._running: dict[str, CancelToken] = {}
+        # (document, kind) -> the request denoising for it. A newer request supersedes an older one of
+        # the same kind; a streamed and a plain request for one document run side by side (an editor
+        # that draws native inline completions and streams refinements sends both per keystroke,
+        # and the step scheduler runs them in the same steps).
+        self._running: dict[tuple[str, bool], CancelToken] = {}
         self._shown: dict[str, Completion] = {}       # the last completion answered, per document
         self._prefetch: dict[str, Prefetch] = {}
         self.counters = {"typedThroughHits": 0, "prefetchStarted": 0, "prefetchHits": 0, "rebased": 0,
@@ -110,7 +114,8 @@ class CompletionService:
     async def _run(self, uri: str, snapshot: Snapshot, offset: int, options: Options,
                    on_step: StepCallback | None) -> Completion | None:
         completion_plan = plan(snapshot, offset, options, self.trees.others(uri))
-        token = self._supersede(uri)
+        key = (uri, on_step is not None)
+        token = self._supersede(key)
         step = None if on_step is None else (lambda state: on_step(completion_plan, state))
         try:
             result = await self.host.run_plan(completion_plan, token, step)
@@ -120,8 +125,8 @@ class CompletionService:
             token.cancel()
             raise
         finally:
-            if self._running.get(uri) is token:
-                del self._running[uri]
+            if self._running.get(key) is token:
+                del self._running[key]
         return completion_plan.finish(result)
 
     def _typed_through(self, uri: str, snapshot: Snapshot, offset: int) -> Completion | None:
@@ -156,9 +161,9 @@ class CompletionService:
         self._shown[uri] = completion
         return completion
 
-    def _supersede(self, uri: str) -> CancelToken:
-        previous = self._running.get(uri)
+    def _supersede(self, key: tuple[str, bool]) -> CancelToken:
+        previous = self._running.get(key)
         if previous is not None:
             previous.cancel()
-        token = self._running[uri] = CancelToken()
+        token = self._running[key] = CancelToken()
         return token

@@ -11,7 +11,7 @@ from lsprotocol import types
 
 from dllm_lsp.bench.typing import plain
 
-from .lsp_harness import inline_params, open_doc, start_server, stop_server, wait_loaded
+from .lsp_harness import inline_params, open_doc, raw_inline_params, start_server, stop_server, wait_loaded
 
 SOURCE = "import os\n\n\ndef area(width, height):\n    return \n\n\nprint(area(2, 3))\n"
 LINE, COL = 4, 11
@@ -120,3 +120,16 @@ async def test_an_edit_during_denoising_moves_the_result_or_drops_it(client):
     finally:
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
             settings={"dllm": {"steps": 8, "threshold": 0.9, "maxLineTokens": 32}}))
+
+
+async def test_a_streamed_and_a_plain_request_for_one_document_both_finish(client):
+    """An editor that draws native inline completions and streams refinements sends both for the
+    same keystroke: neither supersedes the other (only a newer request of the same kind does)."""
+    uri = "file:///typing/both.py"
+    open_doc(client, uri, SOURCE)
+    streamed = client.protocol.send_request(
+        "dllm/inlineCompletion", {**raw_inline_params(uri, LINE, COL), "partialResultToken": "both-1"})
+    plain = asyncio.ensure_future(client.text_document_inline_completion_async(inline_params(uri, LINE, COL)))
+    first = await asyncio.wait_for(asyncio.wrap_future(streamed), 60)
+    second = await asyncio.wait_for(plain, 60)
+    assert first is not None and second is not None     # neither answered RequestCancelled
