@@ -38,33 +38,22 @@ def server_completion(model: Path, text: str, line: int, col: int, suffix: str =
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def server_inline(model: Path, text: str, line: int, col: int, options: dict, language_id: str = "plaintext") -> dict:
-    """What a fresh server with these options answers to textDocument/inlineCompletion at 0-based
-    (line, col) of `text`, in `dllm-lsp complete --json`'s shape (completion, replace_from)."""
+def ask_fresh_server(model: Path, options: dict | None, ask) -> object:
+    """Start a fresh server over stdio with these options, initialize it, run `await ask(client,
+    capabilities)` and shut it down; what `ask` returns."""
     import asyncio
 
     from lsprotocol import types
     from pygls.lsp.client import LanguageClient
 
-    async def ask() -> dict:
+    async def run():
         client = LanguageClient("dllm-editor-tests", "v1")
         await client.start_io(sys.executable, "-m", "dllm_lsp", "serve", "--stdio")
         try:
-            await client.initialize_async(types.InitializeParams(
+            init = await client.initialize_async(types.InitializeParams(
                 capabilities=types.ClientCapabilities(),
-                initialization_options={"model": str(model), "device": "cpu", **options}))
-            client.initialized(types.InitializedParams())
-            uri = "file:///expected/demo.txt"
-            client.text_document_did_open(types.DidOpenTextDocumentParams(
-                text_document=types.TextDocumentItem(uri=uri, language_id=language_id, version=1, text=text)))
-            answer = await client.text_document_inline_completion_async(types.InlineCompletionParams(
-                text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line, col),
-                context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
-            item = answer.items[0] if answer and answer.items else None
-            if item is None:
-                return {"completion": "", "replace_from": {"line": line + 1, "col": col + 1}}
-            start = item.range.start if item.range is not None else types.Position(line, col)
-            return {"completion": item.insert_text, "replace_from": {"line": start.line + 1, "col": start.character + 1}}
+                initialization_options={"model": str(model), "device": "cpu", **(options or {})}))
+            return await ask(client, init.capabilities)
         finally:
             try:
                 await asyncio.wait_for(client.shutdown_async(None), timeout=10)
@@ -72,7 +61,29 @@ def server_inline(model: Path, text: str, line: int, col: int, options: dict, la
             finally:
                 await asyncio.wait_for(client.stop(), timeout=10)
 
-    return asyncio.run(ask())
+    return asyncio.run(run())
+
+
+def server_inline(model: Path, text: str, line: int, col: int, options: dict, language_id: str = "plaintext") -> dict:
+    """What a fresh server with these options answers to textDocument/inlineCompletion at 0-based
+    (line, col) of `text`, in `dllm-lsp complete --json`'s shape (completion, replace_from)."""
+    from lsprotocol import types
+
+    async def ask(client, capabilities) -> dict:
+        client.initialized(types.InitializedParams())
+        uri = "file:///expected/demo.txt"
+        client.text_document_did_open(types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id=language_id, version=1, text=text)))
+        answer = await client.text_document_inline_completion_async(types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line, col),
+            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
+        item = answer.items[0] if answer and answer.items else None
+        if item is None:
+            return {"completion": "", "replace_from": {"line": line + 1, "col": col + 1}}
+        start = item.range.start if item.range is not None else types.Position(line, col)
+        return {"completion": item.insert_text, "replace_from": {"line": start.line + 1, "col": start.character + 1}}
+
+    return ask_fresh_server(model, options, ask)
 
 
 def server_fill_holes(model: Path, path: Path, language_id: str, line: int, character: int,
@@ -82,42 +93,29 @@ def server_fill_holes(model: Path, path: Path, language_id: str, line: int, char
     import asyncio
 
     from lsprotocol import types
-    from pygls.lsp.client import LanguageClient
 
-    async def ask() -> dict:
-        client = LanguageClient("dllm-editor-tests", "v1")
-        await client.start_io(sys.executable, "-m", "dllm_lsp", "serve", "--stdio")
-        try:
-            init = await client.initialize_async(types.InitializeParams(
-                capabilities=types.ClientCapabilities(),
-                initialization_options={"model": str(model), "device": "cpu", **(options or {})},
-            ))
-            commands = init.capabilities.execute_command_provider
-            if commands is None or "dllm.fillHoles" not in (commands.commands or []):
-                return {"unsupported": True}
-            client.initialized(types.InitializedParams())
-            uri = path.as_uri()
-            client.text_document_did_open(types.DidOpenTextDocumentParams(
-                text_document=types.TextDocumentItem(uri=uri, language_id=language_id, version=1,
-                                                     text=path.read_text(encoding="utf-8"))))
-            for _ in range(600):
-                status = await client.protocol.send_request_async("dllm/status", {})
-                status = status._asdict() if hasattr(status, "_asdict") else status
-                if status.get("loaded") or status.get("error"):
-                    break
-                await asyncio.sleep(0.1)
-            position = {"line": line, "character": character}
-            result = await client.workspace_execute_command_async(types.ExecuteCommandParams(
-                command="dllm.fillHoles", arguments=[uri, {"start": position, "end": position}, {"apply": False}]))
-            return result._asdict() if hasattr(result, "_asdict") else result
-        finally:
-            try:
-                await asyncio.wait_for(client.shutdown_async(None), timeout=10)
-                client.exit(None)
-            finally:
-                await asyncio.wait_for(client.stop(), timeout=10)
+    async def ask(client, capabilities) -> dict:
+        commands = capabilities.execute_command_provider
+        if commands is None or "dllm.fillHoles" not in (commands.commands or []):
+            return {"unsupported": True}
+        client.initialized(types.InitializedParams())
+        uri = path.as_uri()
+        client.text_document_did_open(types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id=language_id, version=1,
+                                                 text=path.read_text(encoding="utf-8"))))
+        for _ in range(600):
+            status = await client.protocol.send_request_async("dllm/status", {})
+            status = status._asdict() if hasattr(status, "_asdict") else status
+            if status.get("loaded") or status.get("error"):
+                break
+            await asyncio.sleep(0.1)
+        position = {"line": line, "character": character}
+        result = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+            command="dllm.fillHoles", arguments=[uri, {"start": position, "end": position}, {"apply": False}]))
+        return result._asdict() if hasattr(result, "_asdict") else result
 
-    return json.loads(json.dumps(asyncio.run(ask()), default=lambda o: o._asdict() if hasattr(o, "_asdict") else str(o)))
+    answer = ask_fresh_server(model, options, ask)
+    return json.loads(json.dumps(answer, default=lambda o: o._asdict() if hasattr(o, "_asdict") else str(o)))
 
 
 def apply_text_edits(text: str, edits: list[dict]) -> str:
