@@ -21,7 +21,7 @@ from .block_families import (
 )
 from .block_model import BlockLM
 from .denoiser import CheckpointDenoiser, default_dtype
-from .families import Family, read_generation_config
+from .families import Family, config_token_id, read_generation_config
 from .tokenizer_files import TokenizerFiles, load_tokenizer
 from .weights import WeightFiles
 
@@ -78,23 +78,13 @@ def load_weights(cfg, plan: Plan, files: WeightFiles, device: torch.device, dtyp
     return model.eval()
 
 
-def _first_id(value) -> int | None:
-    if isinstance(value, list):
-        value = value[0] if value else None
-    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def special_tokens(config: dict, generation: dict, tokens: TokenizerFiles, vocab_rows: int,
                    default_mask: int | None = None) -> SpecialTokens:
     """Mask, EOS, pad and BOS ids: config.json, then generation_config.json, then the tokenizer's declared
     tokens; the mask also by its usual texts (SDAR's `<|MASK|>`) when nothing declares it, and last the
     id the family's reference sampler hard-codes (Fast-dLLM v2's 151665 is not in its tokenizer)."""
     def from_configs(key: str) -> int | None:
-        for source in (config, generation):
-            found = _first_id(source.get(key))
-            if found is not None:
-                return found
-        return None
+        return config_token_id(key, config, generation)
 
     mask = from_configs("mask_token_id")
     declared = tokens.id_of("mask_token")

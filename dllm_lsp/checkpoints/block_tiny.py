@@ -17,12 +17,11 @@ import math
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 
 from .block_families import (
     CODA, FAST_DLLM_V2, LLADA2, LLADA_MOE, SDAR, SDAR_MOE, STABLE_DIFFCODER, BlockFamily, block_config, weight_plan,
 )
-from .tiny import EXECUTED_MARKER, TRAP_CODE, tiny_tokenizer
+from .tiny import EXECUTED_MARKER, TRAP_CODE, tiny_tokenizer, write_safetensors
 
 BLOCK_LAYOUTS = ("sdar", "sdar-moe", "stable-diffcoder", "fast-dllm-v2", "llada2", "llada-moe", "coda")
 FAMILY_OF: dict[str, BlockFamily] = {
@@ -152,20 +151,7 @@ def _write_weights(folder: Path, family: BlockFamily, cfg, seed: int, shards: in
         for special in special_ids:     # special tokens rarely win in a random model (spans do not end at once)
             head[special].mul_(0.1)
     tensors = {k: v.contiguous() for k, v in tensors.items()}
-    ordered = sorted(tensors)
-    if shards <= 1:
-        save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-        return
-    weight_map, total = {}, 0
-    for i in range(shards):
-        shard = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
-        group = ordered[i::shards]
-        save_file({n: tensors[n] for n in group}, str(folder / shard), metadata={"format": "pt"})
-        for n in group:
-            weight_map[n] = shard
-            total += tensors[n].numel() * tensors[n].element_size()
-    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    write_safetensors(folder, tensors, shards)
 
 
 __all__ = ["BLOCK_LAYOUTS", "EXECUTED_MARKER", "write_tiny_block_checkpoint"]

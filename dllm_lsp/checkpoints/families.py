@@ -179,7 +179,17 @@ def tensor_names(family: Family, cfg: BiConfig) -> dict[str, str]:
 def _first_id(value) -> int | None:
     if isinstance(value, list):
         value = value[0] if value else None
-    return int(value) if isinstance(value, int) else None
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def config_token_id(key: str, *sources: dict) -> int | None:
+    """The first token id `key` names in `sources` (config.json, then generation_config.json);
+    a list (several EOS ids) gives its first."""
+    for source in sources:
+        found = _first_id(source.get(key))
+        if found is not None:
+            return found
+    return None
 
 
 def special_tokens(family: Family, config: dict, generation: dict, tokens: TokenizerFiles, vocab_rows: int) -> SpecialTokens:
@@ -190,11 +200,7 @@ def special_tokens(family: Family, config: dict, generation: dict, tokens: Token
     config.json says <|endoftext|>).
     """
     def from_configs(key: str) -> int | None:
-        for source in (config, generation):
-            found = _first_id(source.get(key))
-            if found is not None:
-                return found
-        return None
+        return config_token_id(key, config, generation)
 
     mask = from_configs("mask_token_id")
     if mask is None:

@@ -165,14 +165,20 @@ def _write_weights(folder: Path, family: Family, cfg: BiConfig, seed: int, shard
             head[special].mul_(0.1)
     names = tensor_names(family, cfg)
     tensors = {names[k]: v.detach().to(dtype).contiguous() for k, v in model.state_dict().items() if k in names}
-    ordered = sorted(tensors)
-    groups = [ordered[i::shards] for i in range(shards)] if shards > 1 else [ordered]
+    write_safetensors(folder, tensors, shards)
+
+
+def write_safetensors(folder: Path, tensors: dict[str, torch.Tensor], shards: int) -> None:
+    """`tensors` as model.safetensors, or as `shards` files (names dealt round-robin in sorted order)
+    with the model.safetensors.index.json that Hugging Face folders carry."""
     if shards <= 1:
         save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
         return
+    ordered = sorted(tensors)
     weight_map, total = {}, 0
-    for i, group in enumerate(groups, start=1):
-        shard = f"model-{i:05d}-of-{shards:05d}.safetensors"
+    for i in range(shards):
+        shard = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        group = ordered[i::shards]
         save_file({n: tensors[n] for n in group}, str(folder / shard), metadata={"format": "pt"})
         for n in group:
             weight_map[n] = shard
