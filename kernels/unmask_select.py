@@ -14,6 +14,7 @@ as the reference's but are not the same draws.
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -41,19 +42,31 @@ def gumbel_noise(shape: tuple[int, ...], generator: torch.Generator | None, devi
 def unmask_select_reference(
     logits: torch.Tensor, temperature: float = 0.0, generator: torch.Generator | None = None
 ) -> Selection:
-    """The torch path: log-softmax over the vocabulary, top-2, entropy, Gumbel-max."""
+    """The torch path, in few passes over the vocabulary (on a CPU it runs every step):
+    top-2, then z = x - max and e = exp(z) once; probabilities and entropy come from those
+    (sum e = s: p1 = 1/s, p2 = exp(top2 - max)/s, entropy = log s - sum(e z)/s)."""
     x = logits.float()
-    logp = torch.log_softmax(x, dim=-1)
-    p = logp.exp()
-    top = p.topk(min(2, x.shape[-1]), dim=-1).values
-    second = top[:, 1] if top.shape[-1] > 1 else torch.zeros_like(top[:, 0])
-    margin = top[:, 0] - second
-    entropy = -(p * logp).nan_to_num().sum(-1)
+    if x.shape[-1] > 1:
+        top = x.topk(2, dim=-1)
+        top1, second, argmax = top.values[:, 0], top.values[:, 1], top.indices[:, 0].clone()
+        tie = top1 == second
+        if tie.any():   # topk breaks ties in no set order; argmax takes the first index, as the kernel does
+            argmax[tie] = x[tie].argmax(-1)
+    else:
+        top1, argmax = x[:, 0], torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+        second = torch.full_like(top1, -math.inf)
+    z = x - top1[:, None]
+    e = z.exp()
+    s = e.sum(-1)
+    # e * z is NaN where a logit is -inf (e = 0): those terms are 0.
+    entropy = s.log() - torch.where(e > 0, e * z, 0.0).sum(-1) / s
     if temperature > 0:
         token = (x / temperature + gumbel_noise(x.shape, generator, x.device)).argmax(-1)
+        prob = e.gather(-1, token[:, None])[:, 0] / s
     else:
-        token = x.argmax(-1)
-    prob = p.gather(-1, token[:, None])[:, 0]
+        token = argmax
+        prob = 1.0 / s
+    margin = 1.0 / s - (second - top1).exp() / s
     return Selection(token, prob, margin, entropy)
 
 

@@ -215,8 +215,14 @@ class EmbeddedModel(nn.Module):
         return caches
 
     @torch.no_grad()
-    def span_logits(self, span_ids: torch.Tensor, span_positions: torch.Tensor, context: list[KV]) -> torch.Tensor:
-        """One denoising step: span_ids [B, S] at `span_positions` [S] against cached context."""
+    def span_logits(self, span_ids: torch.Tensor, span_positions: torch.Tensor, context: list[KV],
+                    rows: torch.Tensor | None = None) -> torch.Tensor:
+        """One denoising step: span_ids [B, S] at `span_positions` [S] against cached context.
+
+        Logits [B, S, V], or [R, V] for the R rows `rows` ([B, S] bool) selects: every span row
+        goes through the layers (each attends to all of them), but only the rows whose token is
+        still undecided need the LM head, the largest matmul of a step for a small model.
+        """
         h = self.embed(span_ids)
         cos, sin = self.rotary.cos_sin(span_positions, h.dtype)
         # Same arithmetic as forward(), with each residual add fused into the norm that follows it.
@@ -225,11 +231,12 @@ class EmbeddedModel(nn.Module):
         for layer, ctx, next_norm in zip(self.layers, context, norms_after):
             x, h = add_rms_norm(layer.attn.span(x, cos, sin, ctx), h, layer.post_attn_norm.weight, layer.post_attn_norm.eps)
             x, h = add_rms_norm(layer.mlp(x), h, next_norm.weight, next_norm.eps)
-        return F.linear(x, self.embed.weight)
+        return F.linear(x if rows is None else x[rows], self.embed.weight)
 
     @torch.no_grad()
     def span_logits_ragged(self, spans: list[torch.Tensor], positions: list[torch.Tensor],
-                           contexts: list[list[KV]]) -> list[torch.Tensor]:
+                           contexts: list[list[KV]],
+                           rows: list[torch.Tensor | None] | None = None) -> list[torch.Tensor]:
         """One denoising step of several requests at once (the step scheduler's batched forward).
 
         spans[r] [B_r, S_r] at positions[r] [S_r] against contexts[r] (that request's cached keys
@@ -237,6 +244,8 @@ class EmbeddedModel(nn.Module):
         head together, as one sequence (the weights are read once for all of them); attention is
         each request's own, over its own context and span, so nothing is padded or copied and
         each request gets the logits `span_logits` gives it alone (up to float rounding).
+        `rows[r]` ([B_r, S_r] bool, or None for all) picks the rows of request r that need the
+        LM head; that request's logits are then [R_r, V].
         """
         shapes = [tuple(s.shape) for s in spans]
         h = self.embed(torch.cat([s.reshape(-1) for s in spans]))[None]            # [1, T, dim]
@@ -247,18 +256,25 @@ class EmbeddedModel(nn.Module):
             q, k, v = layer.attn.project(layer.input_norm(h), cos, sin)             # [1, H, T, D]
             parts, off = [], 0
             for (b, n), ctx in zip(shapes, contexts):
-                def rows(t: torch.Tensor, nh: int) -> torch.Tensor:
+                def own(t: torch.Tensor, nh: int) -> torch.Tensor:
                     return t[0, :, off:off + b * n].reshape(nh, b, n, d).transpose(0, 1)   # [B, H, S, D]
-                y = span_attention(rows(q, heads), ctx[i][0], ctx[i][1], rows(k, kv_heads), rows(v, kv_heads))
+                y = span_attention(own(q, heads), ctx[i][0], ctx[i][1], own(k, kv_heads), own(v, kv_heads))
                 parts.append(y.transpose(0, 1).reshape(heads, b * n, d))
                 off += b * n
             h = h + layer.attn.out(torch.cat(parts, 1)[None])
             h = h + layer.mlp(layer.post_attn_norm(h))
-        logits = self.head(h)[0]
+        if rows is None:
+            rows = [None] * len(spans)
+        # The head only for the wanted rows: a flat selection over every request's rows.
+        wanted = torch.cat([torch.ones(b * n, dtype=torch.bool, device=h.device) if r is None else r.reshape(-1)
+                            for (b, n), r in zip(shapes, rows)])
+        logits = self.head(h[0, wanted])
         out, off = [], 0
-        for b, n in shapes:
-            out.append(logits[off:off + b * n].view(b, n, -1))
-            off += b * n
+        for (b, n), r in zip(shapes, rows):
+            count = b * n if r is None else int(r.sum())
+            part = logits[off:off + count]
+            out.append(part.view(b, n, -1) if r is None else part)
+            off += count
         return out
 
     def num_parameters(self) -> int:

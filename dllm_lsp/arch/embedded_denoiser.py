@@ -50,12 +50,13 @@ class EmbeddedSession:
         self.batch = batch
         self.context = context
 
-    def logits(self, ids: torch.Tensor) -> torch.Tensor:
+    def logits(self, ids: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         if self.context is None:   # bidirectional layout: every step sees the whole canvas
             is_span = torch.zeros_like(ids, dtype=torch.bool)
             is_span[:, self.span_positions] = True
-            return self.model(ids, is_span)[:, self.span_positions]
-        return self.model.span_logits(ids[:, self.span_positions], self.span_positions, self.context)
+            hidden = self.model(ids, is_span, return_hidden=True)[:, self.span_positions]
+            return self.model.head(hidden if rows is None else hidden[rows])
+        return self.model.span_logits(ids[:, self.span_positions], self.span_positions, self.context, rows)
 
 
 class EmbeddedDenoiser(Denoiser):
@@ -120,13 +121,14 @@ class EmbeddedDenoiser(Denoiser):
             self.last_reused_tokens = reuse
         return kv
 
-    def batch_logits(self, sessions: list[EmbeddedSession], ids: list[torch.Tensor]) -> list[torch.Tensor] | None:
+    def batch_logits(self, sessions: list[EmbeddedSession], ids: list[torch.Tensor],
+                     rows: list[torch.Tensor | None] | None = None) -> list[torch.Tensor] | None:
         """Every session's span logits from one forward pass (`EmbeddedModel.span_logits_ragged`)."""
         if len(sessions) < 2 or any(s.context is None for s in sessions):
             return None   # one request, or the bidirectional layout (no context cache): nothing to batch
         spans = [i[:, s.span_positions] for s, i in zip(sessions, ids)]
         return self.model.span_logits_ragged(spans, [s.span_positions for s in sessions],
-                                             [s.context for s in sessions])
+                                             [s.context for s in sessions], rows)
 
     def _empty_kv(self) -> list[KV]:
         cfg = self.model.cfg

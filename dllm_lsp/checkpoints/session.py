@@ -66,11 +66,12 @@ class CheckpointSession:
         return hidden.index_select(1, self.pred_in_active)
 
     @torch.no_grad()
-    def logits(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids [B, T] -> fp32 logits [B, S, V_tokenizer]; row s predicts span token s."""
-        rows = self.hidden_rows(ids)
+    def logits(self, ids: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """ids [B, T] -> fp32 logits [B, S, V_tokenizer] (row s predicts span token s), or
+        [R, V_tokenizer] for the rows `rows` ([B, S] bool) selects."""
+        hidden = self.hidden_rows(ids)
         self.steps += 1
-        logits = self.model.head(rows)[..., : self.vocab_limit].float()
+        logits = self.model.head(hidden if rows is None else hidden[rows])[..., : self.vocab_limit].float()
         if self.blocked is not None:
             # Never propose the mask itself (nor family-reserved ids) as a span token.
             logits.index_fill_(-1, self.blocked, float("-inf"))

@@ -129,7 +129,8 @@ class StepScheduler:
     def _step(self, jobs: list[Job]) -> None:
         runs = [job.run for job in jobs]
         try:
-            batched = self.denoiser.batch_logits([r.session for r in runs], [r.ids for r in runs])
+            batched = self.denoiser.batch_logits([r.session for r in runs], [r.ids for r in runs],
+                                                 [r.rows() for r in runs])
         except BaseException as exc:
             log.warning("batched step failed (%s); stepping the requests one by one", exc)
             batched = None
@@ -139,7 +140,7 @@ class StepScheduler:
         for i, job in enumerate(jobs):
             try:
                 if batched is None:
-                    logits = job.run.session.logits(job.run.ids)
+                    logits = job.run.session.logits(job.run.ids, job.run.rows())
                     self.forward_passes += 1
                 else:
                     logits = batched[i]

@@ -60,7 +60,7 @@ def commit_count_floor(masked_left: torch.Tensor, steps_left: int) -> torch.Tens
 class FixedLengthRun:
     """One request's fixed-length denoising, one step at a time: the state of `denoise`'s loop.
 
-    `denoise` drives it alone (`step(session.logits(ids))` until done); the step scheduler
+    `denoise` drives it alone (`advance(session.logits(ids, rows()))` until done); the step scheduler
     (engine/batching.py) drives many at once, computing their logits in one batched forward
     pass where the model can, so requests join and leave at step boundaries.
     """
@@ -110,27 +110,35 @@ class FixedLengthRun:
         self.filled = True
         return False
 
+    def rows(self) -> torch.Tensor:
+        """[B, S] bool: the span rows whose logits the next `advance` reads (the undecided ones).
+        Decided rows still go through the model's layers (every span row attends to them), but
+        need no LM head and no selection over the vocabulary."""
+        return self.masked
+
     def advance(self, logits: torch.Tensor) -> None:
-        """Apply logits [B, S, V] of the current canvas (`self.ids`): one step, or the greedy fill."""
+        """Apply the logits of the current canvas (`self.ids`) at the rows `rows()` selects,
+        [R, V] in row-major order: one step, or the greedy fill."""
+        masked = self.masked
         if self.needs_greedy_fill:
-            rows = self.masked.nonzero(as_tuple=True)
             span_now = self.ids[:, self.span_pos]
-            span_now[rows] = logits[rows].argmax(-1)
+            span_now[masked] = logits.argmax(-1)
             self.ids[:, self.span_pos] = span_now
             self.masked[:] = False
             self.steps += 1
             self.filled = True
             return
-        settings, special, masked = self.settings, self.special, self.masked
-        batch, n_span, step = self.batch, self.n_span, self.step_index
+        settings, special = self.settings, self.special
+        step = self.step_index
         logits[..., special.mask_id] = -math.inf           # a mask is never an answer
         self.steps += 1
         self.step_index += 1
-        # Select over every span row (S is small) rather than gathering the masked ones: no
-        # data-dependent shapes, so no host sync on a GPU.
-        token, score = propose(logits.reshape(batch * n_span, -1), settings, self.generator)
-        conf = torch.where(masked, score.view(batch, n_span), -math.inf)
-        proposal = token.view(batch, n_span)
+        token, score = propose(logits, settings, self.generator)
+        # Back to [B, S]: decided rows get no proposal (the mask id) and no confidence.
+        conf = torch.full(masked.shape, -math.inf, device=masked.device)
+        conf[masked] = score
+        proposal = torch.full_like(masked, special.mask_id, dtype=torch.long)
+        proposal[masked] = token
         slot_of, end_ids, n_slots = self.slot_of, self.end_ids, self.n_slots
         if settings.ends_in_order:
             commit = choose_commits(hold_back_early_ends(conf, proposal, masked, slot_of, end_ids, n_slots),
@@ -181,7 +189,7 @@ def denoise(
     while run.wants_logits():
         if should_stop() and not run.needs_greedy_fill:
             raise Cancelled()
-        run.advance(run.session.logits(run.ids))           # [B, S, V]
+        run.advance(run.session.logits(run.ids, run.rows()))   # [R, V]: the undecided rows
     return run.outcome()
 
 

@@ -66,8 +66,10 @@ class Canvas:
 class DenoiseSession(Protocol):
     """Per-request state (cached context keys/values) of one denoising run."""
 
-    def logits(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids [B, T] (the canvas, slots partly filled) -> logits [B, S, V] at the span positions.
+    def logits(self, ids: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """ids [B, T] (the canvas, slots partly filled) -> logits [B, S, V] at the span positions,
+        or [R, V] for the R span rows `rows` ([B, S] bool) selects, in row-major order (a step
+        needs logits only where a token is still undecided; the head is skipped elsewhere).
 
         Families with shifted logits (Dream) shift inside, so row s always predicts span token s.
         """
@@ -94,9 +96,11 @@ class Denoiser(ABC):
         grows and shrinks its slots with expand/delete tokens (DreamOn), else "fixed"."""
         return "variable_length" if self.special.expand_id is not None else "fixed"
 
-    def batch_logits(self, sessions: list, ids: list[torch.Tensor]) -> list[torch.Tensor] | None:
-        """Logits of several requests' current canvases in one forward pass, or None when this
-        model has no batched forward (the step scheduler then asks each session in turn)."""
+    def batch_logits(self, sessions: list, ids: list[torch.Tensor],
+                     rows: list[torch.Tensor | None] | None = None) -> list[torch.Tensor] | None:
+        """Logits of several requests' current canvases in one forward pass (each as its
+        session's `logits(ids, rows)` would give them), or None when this model has no batched
+        forward (the step scheduler then asks each session in turn)."""
         return None
 
     def encode(self, text: str) -> list[int]:

@@ -34,7 +34,7 @@ class ScriptedDenoiser(Denoiser):
         outer = self
 
         class Session:
-            def logits(self, ids):
+            def logits(self, ids, wanted=None):
                 outer.calls += 1
                 rows = []
                 for token, p in zip(outer.script, outer.conf):
@@ -42,7 +42,8 @@ class ScriptedDenoiser(Denoiser):
                     probs = torch.full((VOCAB,), other)
                     probs[token] = p
                     rows.append(probs.log())
-                return torch.stack(rows)[None].repeat(ids.shape[0], 1, 1)
+                out = torch.stack(rows)[None].repeat(ids.shape[0], 1, 1)
+                return out if wanted is None else out[wanted]
 
         return Session()
 
@@ -82,7 +83,7 @@ class CreepingDenoiser(ScriptedDenoiser):
         start, end = canvas.slot_ranges[0]
 
         class Session:
-            def logits(self, ids):
+            def logits(self, ids, wanted=None):
                 span = ids[0, start:end].tolist()
                 rows = []
                 for p in range(len(span)):
@@ -91,7 +92,8 @@ class CreepingDenoiser(ScriptedDenoiser):
                     probs = torch.full((VOCAB,), (1 - conf) / (VOCAB - 1))
                     probs[token] = conf
                     rows.append(probs.log())
-                return torch.stack(rows)[None].repeat(ids.shape[0], 1, 1)
+                out = torch.stack(rows)[None].repeat(ids.shape[0], 1, 1)
+                return out if wanted is None else out[wanted]
 
         return Session()
 
