@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="INFO")
     serve.add_argument("--batching", action=argparse.BooleanOptionalAction, default=True,
                        help="concurrent requests share denoising steps (default); --no-batching runs them one by one")
+    serve.add_argument("--step-slack", type=float, default=None, metavar="X",
+                       help="a batched denoising step may cost at most X times its most urgent request's "
+                            "step alone (default 2; inf: every request in every step; docs/serving.md)")
     serve.add_argument("--max-models", type=int, default=2, metavar="N",
                        help="models held at once for connections that ask for different ones (default 2)")
     serve.add_argument("--prefix-cache", type=int, default=None, metavar="N",

@@ -78,8 +78,11 @@ def serve(args) -> int:
     else:
         if args.max_models < 1:
             raise UserError(f"--max-models must be at least 1, not {args.max_models}")
+        if args.step_slack is not None and not args.step_slack >= 1:
+            raise UserError(f"--step-slack must be at least 1, not {args.step_slack}")
         model_host = ModelHost(connect=functools.partial(local_engine, batching=args.batching,
-                                                         prefix_cache=args.prefix_cache), max_models=args.max_models)
+                                                         prefix_cache=args.prefix_cache, step_slack=args.step_slack),
+                               max_models=args.max_models)
     if args.tcp:
         host, port = parse_host_port(args.tcp)
         try:

@@ -1,24 +1,49 @@
 """The step scheduler: concurrent requests share denoising steps.
 
-One thread owns the model for fixed-length (masked-diffusion) decoding. Every iteration it
-admits the requests that arrived (their context prefill runs then), drops the ones cancelled
-or superseded since the last step (before they cost another step), hands back the finished
-ones, and advances every other request by one step: one forward pass over all of them where
-the model has a batched forward (`Denoiser.batch_logits`: the embedded model runs every row
-through its weights together, attention per request), else one pass per request in turn. Requests join and leave at step boundaries and
-each keeps its own canvas, cache, step budget, stop rules, sampling and cancellation, so no
-request waits behind another's whole denoise.
+One thread owns the model for fixed-length (masked-diffusion) decoding. Requests join and
+leave at step boundaries, and each keeps its own canvas, cache, step budget, stop rules,
+sampling and cancellation. Every iteration the scheduler
+
+1. takes in the requests that arrived (nothing is computed for them yet),
+2. ends the cancelled or superseded ones (a waiting one costs nothing, not even its prefill),
+   and hands back the finished ones,
+3. picks this step's group: the requests ordered by how likely each is to be still wanted
+   when its remaining steps are done (`Patience`, learnt from the requests' own lifetimes),
+   then by the steps they have left (fewest first), then the oldest; as many of them as fit
+   in a step that costs at most `slack` times what the first of them costs alone, by the
+   step-cost model below. A request's context prefill runs when it first joins a group,
+4. advances the group by one step: one forward pass over all of them where the model has a
+   batched forward (`Denoiser.batch_logits`: the embedded model runs every row through its
+   weights together, attention per request), else one pass per request in turn.
+
+Why a cost bound and not "everything, every step": batching pays when a step's cost is mostly
+fixed (reading the weights: a GPU at small batch), where a step over sixteen requests costs
+about what a step over one does. On a CPU a step costs in proportion to its rows; stepping
+every request together then only makes each of them `n` times slower (processor sharing),
+and under typing a request slowed down is a request superseded before it is shown. The cost
+model is measured, not configured: `StepCost` fits seconds = fixed + per_row * rows over the
+recent steps, so the same rule batches everything on a GPU and keeps groups small on a CPU.
+The order is decided again at every step boundary, so a request is never stuck behind
+another's whole denoise: a newer or shorter request that is more likely to be shown goes
+first at the next boundary. Under typing that matters more than batching: a request is
+wanted until the next keystroke, most keystrokes come a fraction of a second apart and a
+few after a pause; steps spent on a request the next keystroke cancels are lost, so the
+scheduler learns how long requests stay wanted and spends its steps where they will be shown.
 """
 from __future__ import annotations
 
 import atexit
+import bisect
 import logging
+import math
 import queue
 import threading
+import time
 import weakref
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -28,6 +53,114 @@ from .denoiser import Denoiser
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BATCH = 16
+# A step may take at most this many times what its most urgent request's step costs alone:
+# batching may slow the request most likely to be shown by a quarter. Where the fixed part of
+# a step dominates (a GPU) that admits the whole batch; where cost is proportional to rows (a
+# CPU) requests take steps one after another, in the order below.
+DEFAULT_SLACK = 1.25
+# Every this many steps the group takes one request more than the bound allows, so the cost
+# model keeps seeing more than one group size (it would otherwise never learn that larger
+# groups got cheaper, e.g. after a load spike).
+EXPLORE_EVERY = 32
+
+
+class StepCost:
+    """Seconds of one step against its rows: least squares of t = fixed + per_row * rows over
+    the recent steps (exponential forgetting), or per-row only for a model that steps
+    requests in turn (no batched forward: cost adds up per request)."""
+
+    def __init__(self, decay: float = 0.97) -> None:
+        self.decay = decay
+        self.w = self.x = self.y = self.xx = self.xy = 0.0
+
+    def observe(self, rows: int, seconds: float) -> None:
+        d = self.decay
+        self.w = d * self.w + 1.0
+        self.x = d * self.x + rows
+        self.y = d * self.y + seconds
+        self.xx = d * self.xx + rows * rows
+        self.xy = d * self.xy + rows * seconds
+
+    def fit(self) -> tuple[float, float] | None:
+        """(fixed, per_row) seconds, or None while the recent steps had (nearly) one size."""
+        if self.w < 4:
+            return None
+        var = self.w * self.xx - self.x * self.x
+        if var <= 1e-3 * self.w * self.xx:
+            return None
+        per_row = max((self.w * self.xy - self.x * self.y) / var, 0.0)
+        fixed = max((self.y - per_row * self.x) / self.w, 0.0)
+        return fixed, per_row
+
+    def proportional(self) -> tuple[float, float] | None:
+        """The fit, or where the steps had one size, cost in proportion to rows (no fixed part)."""
+        coeffs = self.fit()
+        if coeffs is None and self.x > 0:
+            coeffs = (0.0, self.y / self.x)
+        return coeffs
+
+    def predict(self, rows: int) -> float | None:
+        coeffs = self.fit()
+        return None if coeffs is None else coeffs[0] + coeffs[1] * rows
+
+
+class Patience:
+    """How long requests stay wanted: a Kaplan-Meier survival curve over the recent requests'
+    lifetimes, where a cancel (superseded by the next keystroke, $/cancelRequest) is an event
+    and an answer is a censored time (it was still wanted when it finished).
+
+    Under typing a request is wanted until the next keystroke: most of them for a fraction of
+    a second, those at a pause for much longer. `chance(age, work)` is the probability that a
+    request `age` seconds old is still wanted `work` seconds from now, S(age + work) / S(age);
+    the scheduler spends its steps on the requests most likely to be shown. Requests nobody
+    cancels (the CLI, the eval) leave the curve at 1: every chance is equal.
+    """
+
+    def __init__(self, window: int = 256) -> None:
+        self._samples: deque[tuple[float, bool]] = deque(maxlen=window)
+        self._times: list[float] = []
+        self._survival: list[float] = []
+        self._stale = False
+
+    def record(self, lifetime: float, cancelled: bool) -> None:
+        self._samples.append((lifetime, cancelled))
+        self._stale = True
+
+    def survival(self, t: float) -> float:
+        if self._stale:
+            self._build()
+        i = bisect.bisect_right(self._times, t)
+        return self._survival[i - 1] if i else 1.0
+
+    def chance(self, age: float, work: float) -> float:
+        now = self.survival(age)
+        return self.survival(age + work) / now if now > 0 else 0.0
+
+    def median(self) -> float | None:
+        """The time by which half the requests were no longer wanted (None: fewer were cancelled)."""
+        if self._stale:
+            self._build()
+        i = bisect.bisect_right([-v for v in self._survival], -0.5)
+        return self._times[i] if i < len(self._times) else None
+
+    def _build(self) -> None:
+        times, survival = [], []
+        s, at_risk = 1.0, len(self._samples)
+        ordered = sorted(self._samples)
+        i = 0
+        while i < len(ordered):
+            t = ordered[i][0]
+            events = leaving = 0
+            while i < len(ordered) and ordered[i][0] == t:
+                events += ordered[i][1]
+                leaving += 1
+                i += 1
+            if events:
+                s *= 1.0 - events / at_risk
+                times.append(t)
+                survival.append(s)
+            at_risk -= leaving
+        self._times, self._survival, self._stale = times, survival, False
 
 
 @dataclass
@@ -35,24 +168,42 @@ class Job:
     make_run: Callable[[], FixedLengthRun]
     should_stop: Callable[[], bool]
     future: Future
+    rows: int                  # span rows (times candidates) its steps will carry
+    steps: int                 # its step budget
+    arrived: float = field(default_factory=time.monotonic)
     run: FixedLengthRun | None = None
+
+    def steps_left(self) -> int:
+        return self.steps if self.run is None else max(self.steps - self.run.step_index, 1)
 
 
 class StepScheduler:
-    def __init__(self, denoiser: Denoiser, max_batch: int = DEFAULT_MAX_BATCH) -> None:
+    def __init__(self, denoiser: Denoiser, max_batch: int = DEFAULT_MAX_BATCH,
+                 slack: float = DEFAULT_SLACK) -> None:
+        if not slack >= 1.0:
+            raise ValueError(f"step slack must be >= 1 (got {slack})")
         self.denoiser = denoiser
         self.max_batch = max_batch
+        self.slack = slack
+        self.cost = StepCost()
+        self.patience = Patience()
+        self._batched_forward = True        # until the model says it has none
         self._incoming: queue.SimpleQueue[Job | None] = queue.SimpleQueue()   # None: stop
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
-        # Counters for status and benchmarks: forward passes, and the request-steps they served.
+        # Counters for status and benchmarks: forward passes, the request-steps they served,
+        # and the requests that ended before their first step (no prefill paid).
         self.forward_passes = 0
         self.request_steps = 0
         self.largest_batch = 0
+        self.dropped_waiting = 0
+        self._iterations = 0
 
-    def submit(self, make_run: Callable[[], FixedLengthRun], should_stop: Callable[[], bool]) -> Future:
-        """Queue a request; the future gives its DenoiseOutcome, or raises Cancelled or its error."""
-        job = Job(make_run, should_stop, Future())
+    def submit(self, make_run: Callable[[], FixedLengthRun], should_stop: Callable[[], bool],
+               rows: int = 1, steps: int = 1) -> Future:
+        """Queue a request; the future gives its DenoiseOutcome, or raises Cancelled or its error.
+        `rows` and `steps` size it for the group choice before its run exists."""
+        job = Job(make_run, should_stop, Future(), max(rows, 1), max(steps, 1))
         with self._start_lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="dllm-steps", daemon=True)
@@ -70,23 +221,24 @@ class StepScheduler:
             self._incoming.put(None)
             thread.join(timeout)
 
-    def run(self, make_run: Callable[[], FixedLengthRun], should_stop: Callable[[], bool]) -> DenoiseOutcome:
-        return self.submit(make_run, should_stop).result()
+    def run(self, make_run: Callable[[], FixedLengthRun], should_stop: Callable[[], bool],
+            rows: int = 1, steps: int = 1) -> DenoiseOutcome:
+        return self.submit(make_run, should_stop, rows, steps).result()
 
     # -- the scheduler thread ------------------------------------------------------------------
 
     def _loop(self) -> None:
-        active: list[Job] = []
+        jobs: list[Job] = []
         closing = False
         while True:
-            if not active:
+            if not jobs:
                 if closing:
                     return
                 job = self._incoming.get()               # idle: wait for work
                 if job is None:
                     return
-                active.append(job)
-            while len(active) < self.max_batch:
+                jobs.append(job)
+            while True:
                 try:
                     job = self._incoming.get_nowait()
                 except queue.Empty:
@@ -94,46 +246,115 @@ class StepScheduler:
                 if job is None:
                     closing = True
                     break
-                active.append(job)
+                jobs.append(job)
             with torch.inference_mode():
-                active = [job for job in active if self._admit(job)]
-                stepping = [job for job in active if self._still_running(job)]
-                if stepping:
-                    self._step(stepping)
-            active = [job for job in active if not job.future.done()]
+                jobs = [job for job in jobs if self._still_running(job)]
+                group = self._group(jobs)
+                if group:
+                    self._step(group)
+            jobs = [job for job in jobs if not job.future.done()]
+
+    def _still_running(self, job: Job) -> bool:
+        """False (and the future settled) when the job ended: cancelled, failed or finished."""
+        run = job.run
+        if run is None:
+            if job.should_stop():
+                self._cancel(job)
+                self.dropped_waiting += 1
+                return False
+            return True
+        if job.should_stop() and not run.needs_greedy_fill:
+            self._cancel(job)
+            return False
+        if not run.wants_logits():
+            self._finish(job)
+            return False
+        return True
+
+    def _cancel(self, job: Job) -> None:
+        self.patience.record(time.monotonic() - job.arrived, cancelled=True)
+        job.future.set_exception(Cancelled())
+
+    def _finish(self, job: Job) -> None:
+        self.patience.record(time.monotonic() - job.arrived, cancelled=False)
+        job.future.set_result(job.run.outcome())
+
+    def _order(self, jobs: list[Job]) -> list[Job]:
+        """Most likely to be still wanted when done first (see Patience), then fewest steps
+        left, then the oldest. The work ahead of a job is its steps left at its own step cost."""
+        now = time.monotonic()
+        coeffs = self.cost.proportional()
+
+        def key(job: Job):
+            chance = 1.0
+            if coeffs is not None:
+                work = job.steps_left() * (coeffs[0] + coeffs[1] * job.rows)
+                chance = self.patience.chance(now - job.arrived, work)
+            return (-round(chance, 2), job.steps_left(), job.run is None, job.arrived)
+
+        return sorted(jobs, key=key)
+
+    def _group(self, jobs: list[Job]) -> list[Job]:
+        """This step's requests (admitted: their runs exist and want logits)."""
+        order = self._order(jobs)
+        group: list[Job] = []
+        rows = 0
+        budget = None
+        self._iterations += 1
+        explore = self._iterations % EXPLORE_EVERY == 0
+        for job in order:
+            if len(group) >= self.max_batch:
+                break
+            if group:
+                cost = self._predict(rows + job.rows, len(group) + 1)
+                if cost is not None and budget is not None and cost > budget:
+                    if not explore:
+                        break
+                    explore = False
+            if not self._admit(job):
+                continue
+            if not job.run.wants_logits():       # nothing to fill: finished at once
+                self._finish(job)
+                continue
+            group.append(job)
+            rows += job.rows
+            if budget is None:
+                alone = self._predict(job.rows, 1)
+                budget = None if alone is None else self.slack * alone
+        return group
+
+    def _predict(self, rows: int, requests: int) -> float | None:
+        if self._batched_forward:
+            return self.cost.predict(rows)
+        # Stepped in turn: the group costs what its requests cost one by one.
+        coeffs = self.cost.proportional()
+        return None if coeffs is None else requests * coeffs[0] + coeffs[1] * rows
 
     def _admit(self, job: Job) -> bool:
-        """Create the run of a new job (its prefill); False when the job ended here."""
+        """Create the run of a job joining its first group (its prefill); False when it failed."""
         if job.run is not None:
             return True
-        if job.should_stop():
-            job.future.set_exception(Cancelled())
-            return False
         try:
             job.run = job.make_run()
+            job.rows = int(job.run.masked.numel())
         except BaseException as exc:   # a bad canvas, out of memory: that request fails, not the loop
             job.future.set_exception(exc)
             return False
         return True
 
-    def _still_running(self, job: Job) -> bool:
-        run = job.run
-        if job.should_stop() and not run.needs_greedy_fill:
-            job.future.set_exception(Cancelled())
-            return False
-        if not run.wants_logits():
-            job.future.set_result(run.outcome())
-            return False
-        return True
-
     def _step(self, jobs: list[Job]) -> None:
         runs = [job.run for job in jobs]
-        try:
-            batched = self.denoiser.batch_logits([r.session for r in runs], [r.ids for r in runs],
-                                                 [r.rows() for r in runs])
-        except BaseException as exc:
-            log.warning("batched step failed (%s); stepping the requests one by one", exc)
-            batched = None
+        start = time.perf_counter()
+        batched = None
+        if len(runs) > 1 and self._batched_forward:
+            try:
+                batched = self.denoiser.batch_logits([r.session for r in runs], [r.ids for r in runs],
+                                                     [r.rows() for r in runs])
+            except BaseException as exc:
+                log.warning("batched step failed (%s); stepping the requests one by one", exc)
+            if batched is None:
+                self._batched_forward = False
+                self.cost = StepCost()   # what it learnt assumed one pass per step
         if batched is not None:
             self.forward_passes += 1
         self.largest_batch = max(self.largest_batch, len(runs))
@@ -148,10 +369,22 @@ class StepScheduler:
                 self.request_steps += 1
             except BaseException as exc:
                 job.future.set_exception(exc)
+        seconds = time.perf_counter() - start
+        if self._batched_forward:
+            self.cost.observe(sum(job.rows for job in jobs), seconds)
+        else:
+            # In turn: each request's pass on its own is one sample.
+            for job in jobs:
+                self.cost.observe(job.rows, seconds / len(jobs))
 
     def stats(self) -> dict:
+        coeffs = self.cost.fit()
         return {"forwardPasses": self.forward_passes, "requestSteps": self.request_steps,
-                "largestBatch": self.largest_batch}
+                "largestBatch": self.largest_batch, "droppedBeforeStart": self.dropped_waiting,
+                "slack": None if math.isinf(self.slack) else self.slack,
+                "wantedMedianMs": None if (m := self.patience.median()) is None else round(m * 1000, 1),
+                "stepCostMs": None if coeffs is None else
+                {"fixed": round(coeffs[0] * 1000, 3), "perRow": round(coeffs[1] * 1000, 4)}}
 
 
 def _close_at_exit(ref: weakref.ref) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import torch
 
-from .batching import StepScheduler
+from .batching import DEFAULT_SLACK, StepScheduler
 from .blockwise import decode_blockwise
 from .canvas import CanvasTooSmall, build_canvas
 from .denoise import Cancelled, DenoiseOutcome, FixedLengthRun, denoise
@@ -57,11 +57,11 @@ class CancelToken:
 
 class Engine:
     def __init__(self, denoiser: Denoiser, context_tokens: int = DEFAULT_CONTEXT_TOKENS,
-                 batching: bool = True) -> None:
+                 batching: bool = True, step_slack: float = DEFAULT_SLACK) -> None:
         self.denoiser = denoiser
         self.context_tokens = context_tokens     # the default budget when a request names none
         self.batching = batching
-        self.scheduler = StepScheduler(denoiser)
+        self.scheduler = StepScheduler(denoiser, slack=step_slack)
         self._lock = threading.Lock()            # the tokenizer cache
         self._model_lock = threading.Lock()      # loops that run one request at a time
         self._encoders: dict[str, IncrementalEncoder] = {}
@@ -104,7 +104,8 @@ class Engine:
         should_stop = (lambda: cancel.cancelled) if cancel is not None else (lambda: False)
         if loop is denoise and self.batching:
             outcome = self.scheduler.run(
-                lambda: FixedLengthRun(self.denoiser, canvas, settings, step_cb, cache), should_stop)
+                lambda: FixedLengthRun(self.denoiser, canvas, settings, step_cb, cache), should_stop,
+                rows=canvas.span_positions().numel() * settings.n, steps=settings.steps)
         else:
             with self._model_lock, torch.inference_mode():
                 outcome = loop(self.denoiser, canvas, settings, should_stop, step_cb, cache)

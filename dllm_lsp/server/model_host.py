@@ -12,7 +12,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from dllm_lsp.engine.batching import DEFAULT_MAX_BATCH
+from dllm_lsp.engine.batching import DEFAULT_MAX_BATCH, DEFAULT_SLACK
 from dllm_lsp.engine.engine import CancelToken, Engine
 from dllm_lsp.engine.types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState
 from dllm_lsp.pipeline import CompletionPlan
@@ -34,9 +34,12 @@ class LoadKey:
     device: str
 
 
-def local_engine(model: str, device: str, batching: bool = True, prefix_cache: int | None = None) -> Engine:
-    """`prefix_cache`: context caches the embedded model keeps (None: its default; 0: none)."""
-    engine = Engine(load_model(model, device), batching=batching)
+def local_engine(model: str, device: str, batching: bool = True, prefix_cache: int | None = None,
+                 step_slack: float | None = None) -> Engine:
+    """`prefix_cache`: context caches the embedded model keeps (None: its default; 0: none).
+    `step_slack`: the step scheduler's cost bound (None: its default; engine/batching.py)."""
+    engine = Engine(load_model(model, device), batching=batching,
+                    step_slack=DEFAULT_SLACK if step_slack is None else step_slack)
     if prefix_cache is not None and hasattr(engine.denoiser, "prefix_cache_entries"):
         engine.denoiser.prefix_cache_entries = prefix_cache
     return engine
