@@ -72,6 +72,7 @@ class StepCost:
     def __init__(self, decay: float = 0.97) -> None:
         self.decay = decay
         self.w = self.x = self.y = self.xx = self.xy = 0.0
+        self._last: tuple[float, float] | None = None
 
     def observe(self, rows: int, seconds: float) -> None:
         d = self.decay
@@ -82,15 +83,18 @@ class StepCost:
         self.xy = d * self.xy + rows * seconds
 
     def fit(self) -> tuple[float, float] | None:
-        """(fixed, per_row) seconds, or None while the recent steps had (nearly) one size."""
+        """(fixed, per_row) seconds; while the recent steps had (nearly) one size, the last fit
+        they allowed (a machine's cost structure outlives a quiet spell of one-request steps);
+        None before any."""
         if self.w < 4:
-            return None
+            return self._last
         var = self.w * self.xx - self.x * self.x
         if var <= 1e-3 * self.w * self.xx:
-            return None
+            return self._last
         per_row = max((self.w * self.xy - self.x * self.y) / var, 0.0)
         fixed = max((self.y - per_row * self.x) / self.w, 0.0)
-        return fixed, per_row
+        self._last = (fixed, per_row)
+        return self._last
 
     def proportional(self) -> tuple[float, float] | None:
         """The fit, or where the steps had one size, cost in proportion to rows (no fixed part)."""
@@ -187,6 +191,7 @@ class StepScheduler:
         self.slack = slack
         self.cost = StepCost()
         self.patience = Patience()
+        self.explore_every = EXPLORE_EVERY   # 0: never
         self._batched_forward = True        # until the model says it has none
         self._incoming: queue.SimpleQueue[Job | None] = queue.SimpleQueue()   # None: stop
         self._thread: threading.Thread | None = None
@@ -301,7 +306,7 @@ class StepScheduler:
         rows = 0
         budget = None
         self._iterations += 1
-        explore = self._iterations % EXPLORE_EVERY == 0
+        explore = bool(self.explore_every) and self._iterations % self.explore_every == 0
         for job in order:
             if len(group) >= self.max_batch:
                 break
