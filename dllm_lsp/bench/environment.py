@@ -15,6 +15,8 @@ def environment(device: str | None = None) -> dict:
         "torch": torch.__version__,
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
+        # Figures from different machines of one kind differ by 2x on a CPU: name the CPU.
+        "cpu_model": cpu_model(),
         "cuda": torch.version.cuda,
         "device": device or ("cuda" if torch.cuda.is_available() else "cpu"),
     }
@@ -27,6 +29,17 @@ def environment(device: str | None = None) -> dict:
     except ImportError:
         info["triton"] = None
     return info
+
+
+def cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
 
 
 def percentiles(samples_ms: list[float]) -> dict:

@@ -8,8 +8,9 @@ sampling and cancellation. Every iteration the scheduler
 2. ends the cancelled or superseded ones (a waiting one costs nothing, not even its prefill),
    and hands back the finished ones,
 3. picks this step's group: the requests ordered by how likely each is to be still wanted
-   when its remaining steps are done (`Patience`, learnt from the requests' own lifetimes),
-   then by the steps they have left (fewest first), then the oldest; as many of them as fit
+   when its remaining steps are done (`Patience`, learnt from the requests' own lifetimes)
+   per second of work those steps cost (so, with nobody cancelling, fewest steps left
+   first), then the oldest; as many of them as fit
    in a step that costs at most `slack` times what the first of them costs alone, by the
    step-cost model below. A request's context prefill runs when it first joins a group,
 4. advances the group by one step: one forward pass over all of them where the model has a
@@ -285,17 +286,20 @@ class StepScheduler:
         job.future.set_result(job.run.outcome())
 
     def _order(self, jobs: list[Job]) -> list[Job]:
-        """Most likely to be still wanted when done first (see Patience), then fewest steps
-        left, then the oldest. The work ahead of a job is its steps left at its own step cost."""
+        """Highest chance of being shown per second of work left first: the chance that it is
+        still wanted when its remaining steps are done (Patience), over those steps' cost. That
+        rate is what a step spent on it buys: a request half done is worth finishing before a
+        new one is started, a new one before one that has waited past the usual keystroke gap,
+        and with nobody cancelling it is fewest steps left first. Ties: the oldest first."""
         now = time.monotonic()
         coeffs = self.cost.proportional()
 
         def key(job: Job):
-            chance = 1.0
-            if coeffs is not None:
-                work = job.steps_left() * (coeffs[0] + coeffs[1] * job.rows)
-                chance = self.patience.chance(now - job.arrived, work)
-            return (-round(chance, 2), job.steps_left(), job.run is None, job.arrived)
+            steps = job.steps_left()
+            if coeffs is None:
+                return (-1.0 / steps, job.arrived)
+            work = steps * (coeffs[0] + coeffs[1] * job.rows)
+            return (-self.patience.chance(now - job.arrived, work) / max(work, 1e-9), job.arrived)
 
         return sorted(jobs, key=key)
 

@@ -91,7 +91,7 @@ def _job(rows: int, steps: int, age: float) -> Job:
     return job
 
 
-def test_order_prefers_what_will_still_be_wanted_then_fewest_steps(denoiser):
+def test_order_is_chance_of_being_shown_per_second_of_work(denoiser):
     scheduler = StepScheduler(denoiser)
     scheduler.cost = FrozenCost(0.0, 0.001)            # 32 rows: 32 ms a step
     # Typing: most requests are cancelled within ~0.2 s, one in five lives for seconds (a pause).
@@ -102,6 +102,9 @@ def test_order_prefers_what_will_still_be_wanted_then_fewest_steps(denoiser):
     fresh, stale, paused = _job(32, 2, 0.0), _job(32, 2, 0.2), _job(32, 2, 1.0)
     # `stale` is past most keystroke gaps but short of a pause: the least likely to be shown.
     assert scheduler._order([stale, fresh, paused])[-1] is stale
+    # A request with one step left beats a fresh one with eight, at equal chances.
+    nearly_done, new = _job(32, 1, 0.05), _job(32, 8, 0.0)
+    assert scheduler._order([new, nearly_done]) == [nearly_done, new]
     # Equal chances (nobody cancels): fewest steps left first, then the oldest.
     calm = StepScheduler(denoiser)
     calm.cost = FrozenCost(0.0, 0.001)
