@@ -21,6 +21,7 @@ BENCH_MODES = {
     "checkpoint": "dllm_lsp.bench.checkpoint_latency",
     "typing": "dllm_lsp.bench.typing",
     "block": "dllm_lsp.bench.block_latency",
+    "batching": "dllm_lsp.bench.batching",
 }
 
 

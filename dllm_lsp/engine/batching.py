@@ -7,12 +7,9 @@ sampling and cancellation. Every iteration the scheduler
 1. takes in the requests that arrived (nothing is computed for them yet),
 2. ends the cancelled or superseded ones (a waiting one costs nothing, not even its prefill),
    and hands back the finished ones,
-3. picks this step's group: the requests ordered by how likely each is to be still wanted
-   when its remaining steps are done (`Patience`, learnt from the requests' own lifetimes)
-   per second of work those steps cost (so, with nobody cancelling, fewest steps left
-   first), then the oldest; as many of them as fit
-   in a step that costs at most `slack` times what the first of them costs alone, by the
-   step-cost model below. A request's context prefill runs when it first joins a group,
+3. picks this step's group: the requests in order of arrival, as many as fit in a step that
+   costs at most `slack` times what the first of them costs alone, by the step-cost model
+   below. A request's context prefill runs when it first joins a group,
 4. advances the group by one step: one forward pass over all of them where the model has a
    batched forward (`Denoiser.batch_logits`: the embedded model runs every row through its
    weights together, attention per request), else one pass per request in turn.
@@ -24,24 +21,24 @@ every request together then only makes each of them `n` times slower (processor 
 and under typing a request slowed down is a request superseded before it is shown. The cost
 model is measured, not configured: `StepCost` fits seconds = fixed + per_row * rows over the
 recent steps, so the same rule batches everything on a GPU and keeps groups small on a CPU.
-The order is decided again at every step boundary, so a request is never stuck behind
-another's whole denoise: a newer or shorter request that is more likely to be shown goes
-first at the next boundary. Under typing that matters more than batching: a request is
-wanted until the next keystroke, most keystrokes come a fraction of a second apart and a
-few after a pause; steps spent on a request the next keystroke cancels are lost, so the
-scheduler learns how long requests stay wanted and spends its steps where they will be shown.
+
+Why first come, first served: orders that looked smarter were measured on the typing replay
+and lost. Fewest steps left first, or the chance of still being wanted when done per second
+of work (learnt from the requests' own lifetimes), answered more keystrokes but showed fewer
+suggestions: they favour small, cheap requests, which a small model mostly answers with
+nothing, over the line-start requests at a pause whose suggestion the user then types
+through. The oldest live request is the one whose user has waited longest, usually at a
+pause, when a suggestion is read (docs/serving.md has the figures).
 """
 from __future__ import annotations
 
 import atexit
-import bisect
 import logging
 import math
 import queue
 import threading
 import time
 import weakref
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -109,65 +106,6 @@ class StepCost:
         return None if coeffs is None else coeffs[0] + coeffs[1] * rows
 
 
-class Patience:
-    """How long requests stay wanted: a Kaplan-Meier survival curve over the recent requests'
-    lifetimes, where a cancel (superseded by the next keystroke, $/cancelRequest) is an event
-    and an answer is a censored time (it was still wanted when it finished).
-
-    Under typing a request is wanted until the next keystroke: most of them for a fraction of
-    a second, those at a pause for much longer. `chance(age, work)` is the probability that a
-    request `age` seconds old is still wanted `work` seconds from now, S(age + work) / S(age);
-    the scheduler spends its steps on the requests most likely to be shown. Requests nobody
-    cancels (the CLI, the eval) leave the curve at 1: every chance is equal.
-    """
-
-    def __init__(self, window: int = 256) -> None:
-        self._samples: deque[tuple[float, bool]] = deque(maxlen=window)
-        self._times: list[float] = []
-        self._survival: list[float] = []
-        self._stale = False
-
-    def record(self, lifetime: float, cancelled: bool) -> None:
-        self._samples.append((lifetime, cancelled))
-        self._stale = True
-
-    def survival(self, t: float) -> float:
-        if self._stale:
-            self._build()
-        i = bisect.bisect_right(self._times, t)
-        return self._survival[i - 1] if i else 1.0
-
-    def chance(self, age: float, work: float) -> float:
-        now = self.survival(age)
-        return self.survival(age + work) / now if now > 0 else 0.0
-
-    def median(self) -> float | None:
-        """The time by which half the requests were no longer wanted (None: fewer were cancelled)."""
-        if self._stale:
-            self._build()
-        i = bisect.bisect_right([-v for v in self._survival], -0.5)
-        return self._times[i] if i < len(self._times) else None
-
-    def _build(self) -> None:
-        times, survival = [], []
-        s, at_risk = 1.0, len(self._samples)
-        ordered = sorted(self._samples)
-        i = 0
-        while i < len(ordered):
-            t = ordered[i][0]
-            events = leaving = 0
-            while i < len(ordered) and ordered[i][0] == t:
-                events += ordered[i][1]
-                leaving += 1
-                i += 1
-            if events:
-                s *= 1.0 - events / at_risk
-                times.append(t)
-                survival.append(s)
-            at_risk -= leaving
-        self._times, self._survival, self._stale = times, survival, False
-
-
 @dataclass
 class Job:
     make_run: Callable[[], FixedLengthRun]
@@ -191,7 +129,6 @@ class StepScheduler:
         self.max_batch = max_batch
         self.slack = slack
         self.cost = StepCost()
-        self.patience = Patience()
         self.explore_every = EXPLORE_EVERY   # 0: never
         self._batched_forward = True        # until the model says it has none
         self._incoming: queue.SimpleQueue[Job | None] = queue.SimpleQueue()   # None: stop
@@ -278,30 +215,14 @@ class StepScheduler:
         return True
 
     def _cancel(self, job: Job) -> None:
-        self.patience.record(time.monotonic() - job.arrived, cancelled=True)
         job.future.set_exception(Cancelled())
 
     def _finish(self, job: Job) -> None:
-        self.patience.record(time.monotonic() - job.arrived, cancelled=False)
         job.future.set_result(job.run.outcome())
 
     def _order(self, jobs: list[Job]) -> list[Job]:
-        """Highest chance of being shown per second of work left first: the chance that it is
-        still wanted when its remaining steps are done (Patience), over those steps' cost. That
-        rate is what a step spent on it buys: a request half done is worth finishing before a
-        new one is started, a new one before one that has waited past the usual keystroke gap,
-        and with nobody cancelling it is fewest steps left first. Ties: the oldest first."""
-        now = time.monotonic()
-        coeffs = self.cost.proportional()
-
-        def key(job: Job):
-            steps = job.steps_left()
-            if coeffs is None:
-                return (-1.0 / steps, job.arrived)
-            work = steps * (coeffs[0] + coeffs[1] * job.rows)
-            return (-self.patience.chance(now - job.arrived, work) / max(work, 1e-9), job.arrived)
-
-        return sorted(jobs, key=key)
+        """First come, first served (the module docstring says why not something cleverer)."""
+        return sorted(jobs, key=lambda job: job.arrived)
 
     def _group(self, jobs: list[Job]) -> list[Job]:
         """This step's requests (admitted: their runs exist and want logits)."""
@@ -391,7 +312,6 @@ class StepScheduler:
         return {"forwardPasses": self.forward_passes, "requestSteps": self.request_steps,
                 "largestBatch": self.largest_batch, "droppedBeforeStart": self.dropped_waiting,
                 "slack": None if math.isinf(self.slack) else self.slack,
-                "wantedMedianMs": None if (m := self.patience.median()) is None else round(m * 1000, 1),
                 "stepCostMs": None if coeffs is None else
                 {"fixed": round(coeffs[0] * 1000, 3), "perRow": round(coeffs[1] * 1000, 4)}}
 

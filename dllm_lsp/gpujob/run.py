@@ -43,6 +43,8 @@ BENCHES = (
     BenchItem("kernels", 240.0, 25.0),
     BenchItem("checkpoint", 180.0, 25.0),
     BenchItem("latency", 60.0, 15.0),
+    # What a shared denoising step buys on this GPU with the trained model (issue 13).
+    BenchItem("batching", 45.0, 10.0),
     BenchItem("block", 150.0, 20.0),         # SDAR-8B-shaped block diffusion vs AR (issue 15)
     # People typing through the real server on the GPU: batched, serial, no prefix reuse (issue 13). Never in
     # a dry run (its own test covers the code path): four servers' start-ups cost more than a box.
@@ -335,6 +337,13 @@ class Job:
                         "--device", device, "--serve-variant", "batched=", "--serve-variant", "serial=--no-batching",
                         "--serve-variant", "no-prefix-reuse=--prefix-cache 0",
                         "--out", str(out), "--plot", str(out.with_suffix(".png"))]
+            elif item.name == "batching":
+                if not (self.model_dir / "model.safetensors").is_file():
+                    self.record("bench", item.name, None, state="skipped", why="no trained model")
+                    states.append("skipped")
+                    continue
+                args = ["bench", "batching", "--model", str(self.model_dir), "--device", device, "--out", str(out)]
+                args += ["--runs", "3", "--requests", "1,2"] if self.opts.quick else ["--requests", "1,2,4,8,16"]
             elif item.name == "block":
                 args = ["bench", "block", "--device", device, "--out", str(out)]
                 args += ["--quick"] if self.opts.quick else []

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from dllm_lsp.engine.batching import Job, Patience, StepCost, StepScheduler
+from dllm_lsp.engine.batching import Job, StepCost, StepScheduler
 from dllm_lsp.engine.denoise import Cancelled, FixedLengthRun
 from dllm_lsp.engine.engine import CancelToken, Engine
 from dllm_lsp.engine.types import DecodeSettings, InfillRequest
@@ -64,52 +64,16 @@ def test_a_long_spell_of_one_size_keeps_the_last_fit():
     assert cost.fit() == learnt                        # not "unknown" (which would batch everything)
 
 
-def test_patience_is_kaplan_meier_with_answers_censored():
-    patience = Patience()
-    for lifetime, cancelled in ((1.0, True), (2.0, False), (3.0, True), (4.0, True)):
-        patience.record(lifetime, cancelled)
-    assert patience.survival(0.5) == 1.0
-    assert patience.survival(1.0) == pytest.approx(3 / 4)
-    assert patience.survival(2.5) == pytest.approx(3 / 4)          # the answer at 2 is no event
-    assert patience.survival(3.0) == pytest.approx(3 / 4 * 1 / 2)  # 2 at risk after it
-    assert patience.survival(4.0) == 0.0
-    assert patience.chance(0.0, 1.5) == pytest.approx(3 / 4)
-    assert patience.chance(2.5, 1.0) == pytest.approx(1 / 2)
-    assert patience.median() == 3.0
-
-
-def test_nobody_cancels_every_chance_is_one():
-    patience = Patience()
-    for lifetime in (0.1, 0.2, 5.0):
-        patience.record(lifetime, cancelled=False)
-    assert patience.chance(0.0, 10.0) == 1.0 and patience.median() is None
-
-
 def _job(rows: int, steps: int, age: float) -> Job:
     job = Job(lambda: None, lambda: False, None, rows, steps)
     job.arrived = time.monotonic() - age
     return job
 
 
-def test_order_is_chance_of_being_shown_per_second_of_work(denoiser):
+def test_order_is_first_come_first_served(denoiser):
     scheduler = StepScheduler(denoiser)
-    scheduler.cost = FrozenCost(0.0, 0.001)            # 32 rows: 32 ms a step
-    # Typing: most requests are cancelled within ~0.2 s, one in five lives for seconds (a pause).
-    for i in range(80):
-        scheduler.patience.record(0.15 + 0.001 * i, cancelled=True)
-    for i in range(20):
-        scheduler.patience.record(3.0 + 0.01 * i, cancelled=True)
-    fresh, stale, paused = _job(32, 2, 0.0), _job(32, 2, 0.2), _job(32, 2, 1.0)
-    # `stale` is past most keystroke gaps but short of a pause: the least likely to be shown.
-    assert scheduler._order([stale, fresh, paused])[-1] is stale
-    # A request with one step left beats a fresh one with eight, at equal chances.
-    nearly_done, new = _job(32, 1, 0.05), _job(32, 8, 0.0)
-    assert scheduler._order([new, nearly_done]) == [nearly_done, new]
-    # Equal chances (nobody cancels): fewest steps left first, then the oldest.
-    calm = StepScheduler(denoiser)
-    calm.cost = FrozenCost(0.0, 0.001)
-    long, short, short_older = _job(32, 64, 0.0), _job(32, 8, 0.0), _job(32, 8, 0.5)
-    assert calm._order([long, short, short_older]) == [short_older, short, long]
+    long_old, short_new, middle = _job(32, 64, 0.5), _job(32, 4, 0.0), _job(32, 8, 0.2)
+    assert scheduler._order([short_new, middle, long_old]) == [long_old, middle, short_new]
 
 
 def _submit(engine: Engine, request: InfillRequest, settings: DecodeSettings, on_step=None):
@@ -124,21 +88,32 @@ def _frozen(engine: Engine, fixed: float, per_row: float) -> Engine:
     return engine
 
 
-def test_where_cost_is_per_row_requests_take_steps_in_turn_and_a_short_one_goes_first(denoiser):
+def test_where_cost_is_per_row_requests_take_steps_one_after_another(denoiser):
     engine = _frozen(Engine(denoiser, step_slack=1.25), 0.0, 0.001)   # a CPU: twice the rows, twice the time
     finished: list[str] = []
     started = threading.Event()
-    # 96 undecided tokens, nothing ever confident: one commit a step, 96 steps.
-    long_run = _submit(engine, InfillRequest.single("def f():\n    ", "\n", 96), DecodeSettings(steps=96, threshold=1.0),
-                       on_step=lambda *_: started.set())
-    long_run.add_done_callback(lambda f: finished.append("long"))
+    # 24 undecided tokens, nothing ever confident: one commit a step.
+    first = _submit(engine, InfillRequest.single("def f():\n    ", "\n", 24), DecodeSettings(steps=24, threshold=1.0),
+                    on_step=lambda *_: started.set())
+    first.add_done_callback(lambda f: finished.append("first"))
     assert started.wait(60)
-    short = _submit(engine, InfillRequest.single("x = ", "\n", 4), DecodeSettings(steps=4, threshold=1.0))
-    short.add_done_callback(lambda f: finished.append("short"))
-    short.result(timeout=60)
-    long_run.result(timeout=120)
-    assert finished == ["short", "long"]               # the short one did not wait for the long one
-    assert engine.scheduler.largest_batch == 1         # and nothing was batched at a per-row cost
+    second = _submit(engine, InfillRequest.single("x = ", "\n", 24), DecodeSettings(steps=24, threshold=1.0))
+    second.add_done_callback(lambda f: finished.append("second"))
+    second.result(timeout=60)
+    first.result(timeout=120)
+    assert finished == ["first", "second"]             # first come, first served
+    assert engine.scheduler.largest_batch == 1         # a second equal request would double the step
+    # The same two where a step costs mostly its weights: they share steps.
+    engine = _frozen(Engine(denoiser, step_slack=1.25), 0.05, 0.00001)
+    started.clear()
+    first = _submit(engine, InfillRequest.single("def f():\n    ", "\n", 24), DecodeSettings(steps=24, threshold=1.0),
+                    on_step=lambda *_: started.set())
+    assert started.wait(60)
+    second = _submit(engine, InfillRequest.single("x = ", "\n", 24), DecodeSettings(steps=24, threshold=1.0))
+    second.result(timeout=60)
+    assert not first.done() or engine.scheduler.largest_batch == 2
+    first.result(timeout=120)
+    assert engine.scheduler.largest_batch == 2
 
 
 def test_where_a_step_costs_mostly_its_weights_everything_shares_it(denoiser):

@@ -1,0 +1,131 @@
+"""`dllm-lsp bench batching`: what sharing a denoising step buys on this device.
+
+For k = 1, 2, 4, 8 concurrent requests (line tails at different spots of a generated Python
+file, each with its own cached context), one denoising step of all k through the model's
+batched forward (`Denoiser.batch_logits`, the step scheduler's shared step) against the k
+requests' steps one after another, each followed by the same selection over the vocabulary.
+The ratio is the throughput a shared step gains; the step scheduler (engine/batching.py)
+learns the same curve online (`stepCostMs` in dllm/status) and batches only where it pays.
+Medians of interleaved runs; JSON with the device, versions and settings.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from dllm_lsp.cli_errors import report as report_error
+from dllm_lsp.engine.denoise import FixedLengthRun, propose
+from dllm_lsp.engine.engine import Engine
+from dllm_lsp.engine.types import DecodeSettings, InfillRequest
+from dllm_lsp.loader import ModelLoadError, load_model
+
+from .environment import environment, percentiles
+from .overhead import synthetic_python
+
+PROG = "dllm-lsp bench batching"
+
+
+def requests_at_spots(count: int, span_tokens: int) -> list[InfillRequest]:
+    text = synthetic_python(400)
+    out, at = [], len(text) // 4
+    for _ in range(count):
+        cut = text.index("        return total", at)
+        out.append(InfillRequest.single(text[:cut] + "        return ", text[cut + len("        return total"):],
+                                        span_tokens, True))
+        at = cut + 1
+    return out
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_batching_bench(engine: Engine, counts: list[int], runs: int = 15, span_tokens: int = 32) -> dict:
+    denoiser = engine.denoiser
+    settings = DecodeSettings(steps=8)
+    runs_by_request = [FixedLengthRun(denoiser, engine.canvas(r), settings)
+                       for r in requests_at_spots(max(counts), span_tokens)]
+    device = denoiser.device
+
+    batched_forward = set()
+
+    def shared(group):
+        out = denoiser.batch_logits([r.session for r in group], [r.ids for r in group], [r.rows() for r in group])
+        if out is None:          # no batched forward (or one request): what the scheduler does then
+            out = [r.session.logits(r.ids, r.rows()) for r in group]
+        elif len(group) > 1:
+            batched_forward.add(True)
+        for logits in out:
+            propose(logits, settings, None)
+
+    def in_turn(group):
+        for r in group:
+            propose(r.session.logits(r.ids, r.rows()), settings, None)
+
+    rows = []
+    with torch.inference_mode():
+        for k in counts:
+            group = runs_by_request[:k]
+            shared(group), in_turn(group)            # warm-up
+            samples = {"shared": [], "in_turn": []}
+            for _ in range(runs):
+                for name, fn in (("shared", shared), ("in_turn", in_turn)):   # interleaved
+                    synchronize(device)
+                    t0 = time.perf_counter()
+                    fn(group)
+                    synchronize(device)
+                    samples[name].append((time.perf_counter() - t0) * 1000)
+            s, t = percentiles(samples["shared"]), percentiles(samples["in_turn"])
+            rows.append({"requests": k, "rows": k * span_tokens, "shared_step": s, "steps_in_turn": t,
+                         "throughput_gain": round(t["p50_ms"] / s["p50_ms"], 3)})
+            print(f"{k} request(s): shared step p50 {s['p50_ms']:.2f} ms, in turn {t['p50_ms']:.2f} ms, "
+                  f"gain {rows[-1]['throughput_gain']:.2f}x", flush=True)
+    return {
+        "benchmark": "one shared denoising step of k requests vs their k steps in turn",
+        "model": denoiser.describe(),
+        "settings": {"span_tokens": span_tokens, "runs": runs, "counts": counts,
+                     "torch_threads": torch.get_num_threads(), "batched_forward": bool(batched_forward)},
+        "environment": environment(str(device)),
+        "cases": rows,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="default", help="model folder, or a shipped model's name")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    parser.add_argument("--requests", default="1,2,4,8", help="concurrent request counts, comma-separated")
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--span-tokens", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: 1)")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--out", help="also write the JSON here")
+    args = parser.parse_args(argv)
+    try:
+        counts = sorted({int(c) for c in args.requests.split(",") if c.strip()})
+    except ValueError:
+        return report_error(PROG, f"--requests must be comma-separated counts, not {args.requests!r}")
+    if not counts or counts[0] < 1 or args.runs < 1 or args.span_tokens < 1:
+        return report_error(PROG, "--requests, --runs and --span-tokens must be at least 1")
+    if args.threads is not None and args.threads < 1:
+        return report_error(PROG, f"--threads must be at least 1, not {args.threads}")
+    torch.set_num_threads(args.threads or 1)
+    try:
+        engine = Engine(load_model(args.model, args.device), batching=False)
+    except ModelLoadError as exc:
+        return report_error(PROG, exc)
+    if engine.denoiser.decoding != "fixed":
+        return report_error(PROG, f"{engine.denoiser.name} decodes {engine.denoiser.decoding}: "
+                                  "its requests do not share steps")
+    report = run_batching_bench(engine, counts, args.runs, args.span_tokens)
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(report, indent=2))
+    return 0
