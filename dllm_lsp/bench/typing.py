@@ -389,19 +389,24 @@ def plot(result: dict, png: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt   # noqa: PLC0415
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
-    for name, rows in result["variants"].items():
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4.4), dpi=110)
+    for i, (name, rows) in enumerate(result["variants"].items()):
+        color = f"C{i}"
         xs = [r["clients"] for r in rows if r["latency"]]
-        ax1.plot(xs, [r["latency"]["p50_ms"] for r in rows if r["latency"]], "o-", label=f"{name} p50")
-        ax1.plot(xs, [r["latency"]["p95_ms"] for r in rows if r["latency"]], "s--", label=f"{name} p95")
-        ax2.plot([r["clients"] for r in rows], [r["requests_per_s"] for r in rows], "o-", label=name)
+        ax1.plot(xs, [r["latency"]["p50_ms"] for r in rows if r["latency"]], "o-", color=color, label=f"{name} p50")
+        ax1.plot(xs, [r["latency"]["p95_ms"] for r in rows if r["latency"]], "s--", color=color, label=f"{name} p95")
+        ax2.plot([r["clients"] for r in rows], [r["requests_per_s"] for r in rows], "o-", color=color, label=name)
+        # What a user sees: answers with a suggestion in them, per second of typing.
+        ax3.plot([r["clients"] for r in rows], [r["shown"] / r["wall_s"] if r["wall_s"] else 0.0 for r in rows],
+                 "o-", color=color, label=name)
     ax1.set(xlabel="concurrent clients", ylabel="keystroke -> suggestion (ms)", title="latency", xscale="log")
     ax2.set(xlabel="concurrent clients", ylabel="answered requests / s", title="throughput", xscale="log")
-    for ax in (ax1, ax2):
+    ax3.set(xlabel="concurrent clients", ylabel="suggestions shown / s", title="suggestions shown", xscale="log")
+    for ax in (ax1, ax2, ax3):
         ax.minorticks_off()   # log axes: label the client counts themselves, nothing in between
         ax.set_xticks(result["settings"]["clients"], labels=[str(c) for c in result["settings"]["clients"]])
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
     fig.suptitle(f"typing replay, {result['settings']['model'] or 'default model'} on {result['environment']['device']}")
     fig.tight_layout()
     fig.savefig(png)

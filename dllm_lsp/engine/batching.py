@@ -23,12 +23,13 @@ model is measured, not configured: `StepCost` fits seconds = fixed + per_row * r
 recent steps, so the same rule batches everything on a GPU and keeps groups small on a CPU.
 
 Why first come, first served: orders that looked smarter were measured on the typing replay
-and lost. Fewest steps left first, or the chance of still being wanted when done per second
-of work (learnt from the requests' own lifetimes), answered more keystrokes but showed fewer
-suggestions: they favour small, cheap requests, which a small model mostly answers with
-nothing, over the line-start requests at a pause whose suggestion the user then types
-through. The oldest live request is the one whose user has waited longest, usually at a
-pause, when a suggestion is read (docs/serving.md has the figures).
+and lost. Ranking requests by their chance of still being wanted when done (learnt from the
+requests' own lifetimes), or by their expected time on screen, per second of work or not,
+answered more keystrokes but showed fewer suggestions: they favour small, cheap requests,
+which a small model mostly answers with nothing, over the line-start requests at a pause
+whose suggestion the user then types through. The oldest live request is the one whose user
+has waited longest, usually at a pause, when a suggestion is read (docs/serving.md has the
+figures).
 """
 from __future__ import annotations
 
@@ -51,10 +52,10 @@ from .denoiser import Denoiser
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BATCH = 16
-# A step may take at most this many times what its most urgent request's step costs alone:
-# batching may slow the request most likely to be shown by a quarter. Where the fixed part of
-# a step dominates (a GPU) that admits the whole batch; where cost is proportional to rows (a
-# CPU) requests take steps one after another, in the order below.
+# A step may take at most this many times what its first (oldest) request's step costs alone:
+# batching may slow that request by a quarter. Where the fixed part of a step dominates (a
+# GPU) that admits the whole batch; where cost is proportional to rows (a CPU) requests take
+# steps one after another.
 DEFAULT_SLACK = 1.25
 # Every this many steps the group takes one request more than the bound allows, so the cost
 # model keeps seeing more than one group size (it would otherwise never learn that larger
@@ -112,12 +113,8 @@ class Job:
     should_stop: Callable[[], bool]
     future: Future
     rows: int                  # span rows (times candidates) its steps will carry
-    steps: int                 # its step budget
     arrived: float = field(default_factory=time.monotonic)
     run: FixedLengthRun | None = None
-
-    def steps_left(self) -> int:
-        return self.steps if self.run is None else max(self.steps - self.run.step_index, 1)
 
 
 class StepScheduler:
@@ -143,10 +140,10 @@ class StepScheduler:
         self._iterations = 0
 
     def submit(self, make_run: Callable[[], FixedLengthRun], should_stop: Callable[[], bool],
-               rows: int = 1, steps: int = 1) -> Future:
+               rows: int = 1) -> Future:
         """Queue a request; the future gives its DenoiseOutcome, or raises Cancelled or its error.
-        `rows` and `steps` size it for the group choice before its run exists."""
-        job = Job(make_run, should_stop, Future(), max(rows, 1), max(steps, 1))
+        `rows` sizes it for the group choice before its run exists."""
+        job = Job(make_run, should_stop, Future(), max(rows, 1))
         with self._start_lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="dllm-steps", daemon=True)
@@ -165,8 +162,8 @@ class StepScheduler:
             thread.join(timeout)
 
     def run(self, make_run: Callable[[], FixedLengthRun], should_stop: Callable[[], bool],
-            rows: int = 1, steps: int = 1) -> DenoiseOutcome:
-        return self.submit(make_run, should_stop, rows, steps).result()
+            rows: int = 1) -> DenoiseOutcome:
+        return self.submit(make_run, should_stop, rows).result()
 
     # -- the scheduler thread ------------------------------------------------------------------
 

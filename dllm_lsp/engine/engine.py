@@ -105,7 +105,7 @@ class Engine:
         if loop is denoise and self.batching:
             outcome = self.scheduler.run(
                 lambda: FixedLengthRun(self.denoiser, canvas, settings, step_cb, cache), should_stop,
-                rows=canvas.span_positions().numel() * settings.n, steps=settings.steps)
+                rows=canvas.span_positions().numel() * settings.n)
         else:
             with self._model_lock, torch.inference_mode():
                 outcome = loop(self.denoiser, canvas, settings, should_stop, step_cb, cache)

@@ -64,22 +64,22 @@ def test_a_long_spell_of_one_size_keeps_the_last_fit():
     assert cost.fit() == learnt                        # not "unknown" (which would batch everything)
 
 
-def _job(rows: int, steps: int, age: float) -> Job:
-    job = Job(lambda: None, lambda: False, None, rows, steps)
+def _job(rows: int, age: float) -> Job:
+    job = Job(lambda: None, lambda: False, None, rows)
     job.arrived = time.monotonic() - age
     return job
 
 
 def test_order_is_first_come_first_served(denoiser):
     scheduler = StepScheduler(denoiser)
-    long_old, short_new, middle = _job(32, 64, 0.5), _job(32, 4, 0.0), _job(32, 8, 0.2)
+    long_old, short_new, middle = _job(64, 0.5), _job(4, 0.0), _job(8, 0.2)
     assert scheduler._order([short_new, middle, long_old]) == [long_old, middle, short_new]
 
 
 def _submit(engine: Engine, request: InfillRequest, settings: DecodeSettings, on_step=None):
     canvas = engine.canvas(request)
     return engine.scheduler.submit(lambda: FixedLengthRun(engine.denoiser, canvas, settings, on_step),
-                                   lambda: False, rows=canvas.span_positions().numel(), steps=settings.steps)
+                                   lambda: False, rows=canvas.span_positions().numel())
 
 
 def _frozen(engine: Engine, fixed: float, per_row: float) -> Engine:
@@ -135,10 +135,10 @@ def test_a_request_cancelled_while_waiting_never_costs_its_prefill(denoiser):
         made.append(i)
         return FixedLengthRun(denoiser, canvas, SLOW)
 
-    first = engine.scheduler.submit(lambda: make(0), lambda: False, rows=canvas.span_positions().numel(), steps=16)
+    first = engine.scheduler.submit(lambda: make(0), lambda: False, rows=canvas.span_positions().numel())
     cancel = CancelToken()
     waiting = engine.scheduler.submit(lambda: make(1), lambda: cancel.cancelled,
-                                      rows=canvas.span_positions().numel(), steps=16)
+                                      rows=canvas.span_positions().numel())
     cancel.cancel()
     with pytest.raises(Cancelled):
         waiting.result(timeout=60)
