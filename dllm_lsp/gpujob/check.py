@@ -24,6 +24,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -197,10 +198,15 @@ def check_engine(device: torch.device, families: list[str], env: dict) -> list[d
             folder = Path(tmp) / layout
             write_tiny_checkpoint(folder, layout)
             models.append((f"{layout} (tiny random)", str(folder)))
+        # Every (model, device) run is its own process, mostly start-up (imports, CUDA, the load):
+        # all of them at once, so the comparison fits its share of the check's box.
+        runs = [(model, dev) for _, model in models for dev in ("cpu", str(device))]
+        with ThreadPoolExecutor(max_workers=min(len(runs), max(os.cpu_count() or 1, 2))) as pool:
+            futures = {run: pool.submit(infill_texts, run[0], run[1], requests, env) for run in runs}
         for label, model in models:
             row = {"model": label}
             try:
-                here, there = infill_texts(model, "cpu", requests, env), infill_texts(model, str(device), requests, env)
+                here, there = futures[(model, "cpu")].result(), futures[(model, str(device))].result()
                 same = sum(here["texts"][k] == there["texts"].get(k) for k in here["texts"])
                 row.update(ok=True, agree=f"{same}/{len(here['texts'])}", cpu=here, device=there)
                 if same < len(here["texts"]):
