@@ -151,3 +151,10 @@ def test_argparse_usage_errors_keep_status_2():
     proc = run("complete")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "usage: dllm-lsp complete" in proc.stderr
+
+
+@pytest.mark.parametrize("slack", ["0.5", "nan"])
+def test_serve_step_slack_below_one(slack):
+    proc = run("serve", "--step-slack", slack, timeout=60)
+    assert proc.returncode == 1
+    one_line(proc, "dllm-lsp: error: --step-slack must be at least 1", f"not {slack}")

@@ -90,7 +90,7 @@ def test_soak_four_clients_with_cancels_and_supersedes(tmp_path, tiny_model_dir)
             uri = f"file:///tmp/soak{i}.py"
             if first == 0:
                 client.open(uri, SOURCE)
-            sent, version, answers = [], 1, {}
+            sent, version, answers, owed = [], 1, {}, []
             for n in range(first, last):
                 a = client.inline(uri, 4, 11)
                 sent.append(a)
@@ -98,8 +98,11 @@ def test_soak_four_clients_with_cancels_and_supersedes(tmp_path, tiny_model_dir)
                     client.cancel(a)                       # cancelled at once
                 if n % 4 == 2:
                     sent.append(client.inline(uri, 4, 11))  # supersedes the one just sent
+                if n % 4 == 3:
+                    owed.append(a)   # the last before the client waits: nothing cancels or supersedes it
                 if n % 8 == 3:
                     sent.append(client.start("dllm/status", {}))
+                    owed.append(sent[-1])
                 if n % 10 == 9:
                     version += 1
                     client.notify("textDocument/didChange", {
@@ -112,24 +115,29 @@ def test_soak_four_clients_with_cancels_and_supersedes(tmp_path, tiny_model_dir)
             for msg_id in sent:
                 if msg_id not in answers:
                     answers[msg_id] = client.response(msg_id, timeout=60)
-            return answers
+            return {"answers": answers, "owed": owed}
 
         warm = run_threads(lambda i: work(i, 0, 6), 4)
         before = rss_kb(proc.pid)
         answers = run_threads(lambda i: work(i, 6, 6 + rounds), 4)
         after = rss_kb(proc.pid)
-        every = [a for per_client in warm + answers for a in per_client.values()]
+        every = [a for per_client in warm + answers for a in per_client["answers"].values()]
         assert len(every) >= 200, len(every)
         codes = [a["error"]["code"] for a in every if "error" in a]
         unexpected = [a["error"] for a in every if "error" in a and a["error"]["code"] != -32800]
         assert not unexpected, unexpected[:3]           # cancelled or superseded, nothing else
-        assert sum("result" in a for a in every) > len(every) / 2
+        # Which of the others come back answered rather than superseded is a race between a
+        # client's back-to-back sends and the server's steps; a request nothing cancelled or
+        # superseded has no excuse.
+        owed = [per_client["answers"][m] for per_client in warm + answers for m in per_client["owed"]]
+        assert len(owed) >= 50 and all("result" in a for a in owed), [a for a in owed if "result" not in a][:3]
         assert after - before < RSS_GROWTH_BOUND_KB, (before, after)
         for client in clients:
             client.close()
         log = (tmp_path / "tcp.log").read_text()
         assert "Traceback" not in log
-        print(f"soak: {len(every)} requests, {len(codes)} cancelled/superseded, RSS {before} -> {after} kB")
+        print(f"soak: {len(every)} requests, {len(codes)} cancelled/superseded, {len(owed)} owed all answered, "
+              f"RSS {before} -> {after} kB")
     finally:
         stop(proc)
 
