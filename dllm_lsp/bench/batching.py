@@ -24,6 +24,7 @@ from dllm_lsp.engine.types import DecodeSettings, InfillRequest
 from dllm_lsp.loader import ModelLoadError, load_model
 
 from .environment import environment, percentiles
+from .latency import return_tail
 from .overhead import synthetic_python
 
 PROG = "dllm-lsp bench batching"
@@ -33,9 +34,8 @@ def requests_at_spots(count: int, span_tokens: int) -> list[InfillRequest]:
     text = synthetic_python(400)
     out, at = [], len(text) // 4
     for _ in range(count):
-        cut = text.index("        return total", at)
-        out.append(InfillRequest.single(text[:cut] + "        return ", text[cut + len("        return total"):],
-                                        span_tokens, True))
+        prefix, suffix, cut = return_tail(text, at)
+        out.append(InfillRequest.single(prefix, suffix, span_tokens, True))
         at = cut + 1
     return out
 
@@ -52,14 +52,10 @@ def run_batching_bench(engine: Engine, counts: list[int], runs: int = 15, span_t
                        for r in requests_at_spots(max(counts), span_tokens)]
     device = denoiser.device
 
-    batched_forward = set()
-
     def shared(group):
         out = denoiser.batch_logits([r.session for r in group], [r.ids for r in group], [r.rows() for r in group])
         if out is None:          # no batched forward (or one request): what the scheduler does then
             out = [r.session.logits(r.ids, r.rows()) for r in group]
-        elif len(group) > 1:
-            batched_forward.add(True)
         for logits in out:
             propose(logits, settings, None)
 
@@ -69,6 +65,9 @@ def run_batching_bench(engine: Engine, counts: list[int], runs: int = 15, span_t
 
     rows = []
     with torch.inference_mode():
+        pair = runs_by_request[:2]
+        batched_forward = len(pair) == 2 and denoiser.batch_logits(
+            [r.session for r in pair], [r.ids for r in pair], [r.rows() for r in pair]) is not None
         for k in counts:
             group = runs_by_request[:k]
             shared(group), in_turn(group)            # warm-up
@@ -89,7 +88,7 @@ def run_batching_bench(engine: Engine, counts: list[int], runs: int = 15, span_t
         "benchmark": "one shared denoising step of k requests vs their k steps in turn",
         "model": denoiser.describe(),
         "settings": {"span_tokens": span_tokens, "runs": runs, "counts": counts,
-                     "torch_threads": torch.get_num_threads(), "batched_forward": bool(batched_forward)},
+                     "torch_threads": torch.get_num_threads(), "batched_forward": batched_forward},
         "environment": environment(str(device)),
         "cases": rows,
     }

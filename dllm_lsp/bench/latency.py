@@ -14,10 +14,19 @@ CASES = {
 }
 
 
+RETURN_LINE = "        return total"
+
+
+def return_tail(text: str, start: int) -> tuple[str, str, int]:
+    """(prefix, suffix, cut): the first `return total` line of the generated module from
+    `start` on, cut after `return ` (the span to fill is the rest of that line)."""
+    cut = text.index(RETURN_LINE, start)
+    return text[:cut] + "        return ", text[cut + len(RETURN_LINE):], cut
+
+
 def run_latency_bench(engine, runs: int = 20, steps: int = 8) -> dict:
     text = synthetic_python(400)
-    cut = text.index("        return total", len(text) // 2)
-    prefix, suffix = text[:cut] + "        return ", text[cut + len("        return total"):]
+    prefix, suffix, _ = return_tail(text, len(text) // 2)
     cases = {}
     for name, (tokens, single_line) in CASES.items():
         request = InfillRequest.single(prefix, suffix, tokens, single_line)

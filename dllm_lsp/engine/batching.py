@@ -199,23 +199,17 @@ class StepScheduler:
         run = job.run
         if run is None:
             if job.should_stop():
-                self._cancel(job)
+                job.future.set_exception(Cancelled())
                 self.dropped_waiting += 1
                 return False
             return True
         if job.should_stop() and not run.needs_greedy_fill:
-            self._cancel(job)
+            job.future.set_exception(Cancelled())
             return False
         if not run.wants_logits():
-            self._finish(job)
+            job.future.set_result(job.run.outcome())
             return False
         return True
-
-    def _cancel(self, job: Job) -> None:
-        job.future.set_exception(Cancelled())
-
-    def _finish(self, job: Job) -> None:
-        job.future.set_result(job.run.outcome())
 
     def _order(self, jobs: list[Job]) -> list[Job]:
         """First come, first served (the module docstring says why not something cleverer)."""
@@ -241,7 +235,7 @@ class StepScheduler:
             if not self._admit(job):
                 continue
             if not job.run.wants_logits():       # nothing to fill: finished at once
-                self._finish(job)
+                job.future.set_result(job.run.outcome())
                 continue
             group.append(job)
             rows += job.rows
