@@ -321,7 +321,8 @@ async def wait_loaded(client: LanguageClient, timeout: float = 300.0) -> dict:
         await asyncio.sleep(0.1)
 
 
-async def run_clients(n: int, options: dict, args, files: list[Path], log, serve_args: list[str] = ()) -> dict:
+async def run_clients(n: int, options: dict, args, files: list[Path], log, serve_args: list[str] = (),
+                      env: dict | None = None) -> dict:
     port = free_port()
     cmd = [sys.executable, "-m", "dllm_lsp", "serve", "--tcp", f"127.0.0.1:{port}", "--log-level", "WARNING",
            *serve_args]
@@ -330,7 +331,7 @@ async def run_clients(n: int, options: dict, args, files: list[Path], log, serve
         cmd += ["--model", args.model]
     if args.device and not remote:
         cmd += ["--device", args.device]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     typists: list[Typist] = []
     try:
         await wait_for_port(port, proc)
@@ -510,7 +511,8 @@ async def bench_ray(args, clients: list[int], files: list[Path], log) -> dict:
                     raise RuntimeError(f"dllm-lsp ray deploy failed: {deployed.stderr.strip()[-500:]}")
                 name = f"ray-{replicas}-replica{'s' if replicas > 1 else ''}"
                 log(f"{name}: {n} client(s)")
-                row = await run_clients(n, {}, args, files, log, serve_args=["--ray", ray.address])
+                row = await run_clients(n, {}, args, files, log, serve_args=["--ray", ray.address],
+                                        env=ray.env)   # the cluster's token
                 result["variants"].setdefault(name, []).append(row)
     return result
 

@@ -2,10 +2,16 @@
 
 `ray start --head --block` on a free port, in the foreground of a child process: ending that
 child stops exactly the Ray processes it started (never another cluster of the same user).
+
+Token authentication stays on (Ray turns it on by default from 2.5x on, and a cluster on loopback
+still runs code for anyone who can reach its port): the cluster gets its own token in its own folder,
+and every process started with `self.env` presents it. Nothing is written to ~/.ray, so a token left
+there by another cluster neither leaks in nor gets overwritten.
 """
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -25,11 +31,17 @@ class RayCluster:
         self.root, self.cpus = Path(root), cpus
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
-        self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0"}
+        self.token_path = self.root / "auth_token"
+        self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0",
+                    # Older Ray (< 2.5x) ignores these; newer Ray needs them on the head and every client.
+                    "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(self.token_path)}
+        self.env.pop("RAY_AUTH_TOKEN", None)   # a token in the caller's environment would win over the file
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> "RayCluster":
         self.root.mkdir(parents=True, exist_ok=True)
+        self.token_path.write_text(secrets.token_hex(32))
+        self.token_path.chmod(0o600)
         self.log = open(self.root / "ray-start.log", "w")
         self.proc = subprocess.Popen(
             ["ray", "start", "--head", "--block", f"--port={self.port}", f"--num-cpus={self.cpus}", "--num-gpus=0",
@@ -40,7 +52,7 @@ class RayCluster:
         return self
 
     def wait_ready(self, timeout: float = 180.0) -> None:
-        deadline = time.monotonic() + timeout
+        deadline, said = time.monotonic() + timeout, ""
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"ray start exited with {self.proc.returncode}: "
@@ -49,8 +61,12 @@ class RayCluster:
                                   capture_output=True, text=True, timeout=60)
             if done.returncode == 0:
                 return
+            said = (done.stderr or done.stdout)[-1500:]
             time.sleep(1.0)
-        raise TimeoutError(f"the Ray head at {self.address} did not come up in {timeout:.0f} s")
+        # Say why: the last `ray status` answer and the end of `ray start`'s log.
+        raise TimeoutError(f"the Ray head at {self.address} did not come up in {timeout:.0f} s; "
+                           f"`ray status` said: {said}\n"
+                           f"ray start log: {(self.root / 'ray-start.log').read_text()[-1500:]}")
 
     def __exit__(self, *exc) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -168,8 +168,17 @@ def connect(address: str) -> None:
     try:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False,
                  configure_logging=False)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise RemoteUnavailable(f"cannot reach the Ray cluster at {address}: {exc}") from exc
+    except (ConnectionError, RuntimeError, ValueError, ray.exceptions.RayError) as exc:
+        # The port answered (checked above), so a refusal here is most often Ray's token
+        # authentication (on by default from Ray 2.5x): ray.init only reports "failed to connect".
+        raise RemoteUnavailable(
+            f"cannot join the Ray cluster at {address}: {first_line(exc)} (a cluster with Ray token "
+            "authentication refuses a process without its token: set RAY_AUTH_MODE=token and "
+            "RAY_AUTH_TOKEN_PATH=FILE, or put the token in ~/.ray/auth_token)") from exc
+
+
+def first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def deploy(address: str, config: ReplicaConfig, app_name: str = APP_NAME) -> dict:

@@ -46,10 +46,10 @@ def deployed(cluster, tiny_model_dir):
     return cluster
 
 
-async def start_front(tmp_path, *extra: str, options: dict | None = None):
+async def start_front(tmp_path, *extra: str, options: dict | None = None, env: dict | None = None):
     client, seen = make_client()
     await client.start_io(sys.executable, "-m", "dllm_lsp", "serve", "--stdio", "--log-file",
-                          str(tmp_path / f"front{len(extra)}.log"), *extra)
+                          str(tmp_path / f"front{len(extra)}.log"), *extra, env=env)
     await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities(),
                                                          initialization_options=options or {}))
     client.initialized(types.InitializedParams())
@@ -72,7 +72,7 @@ def replica_counts(cluster) -> dict:
 
 
 async def test_completions_through_the_replicas_equal_a_local_server(deployed, tiny_model_dir, tmp_path):
-    remote, _, status = await start_front(tmp_path, "--ray", deployed.address)
+    remote, _, status = await start_front(tmp_path, "--ray", deployed.address, env=deployed.env)
     local, _, _ = await start_front(tmp_path, options={"model": str(tiny_model_dir), "device": "cpu"})
     try:
         assert status["loaded"] and status["device"] == "ray:cpu"
@@ -88,7 +88,7 @@ async def test_completions_through_the_replicas_equal_a_local_server(deployed, t
 
 
 async def test_streaming_and_a_cancel_that_reaches_the_replica(deployed, tmp_path):
-    client, seen, _ = await start_front(tmp_path, "--ray", deployed.address,
+    client, seen, _ = await start_front(tmp_path, "--ray", deployed.address, env=deployed.env,
                                         options={"steps": 4, "streamIntervalMs": 0})
     try:
         open_doc(client, URI, TEXT)
@@ -118,7 +118,8 @@ async def test_streaming_and_a_cancel_that_reaches_the_replica(deployed, tmp_pat
 
 
 async def test_a_replica_killed_under_load_loses_no_request(deployed, tmp_path):
-    client, _, _ = await start_front(tmp_path, "--ray", deployed.address, options={"steps": 16, "threshold": 1.0})
+    client, _, _ = await start_front(tmp_path, "--ray", deployed.address, env=deployed.env,
+                                     options={"steps": 16, "threshold": 1.0})
     try:
         uris = [f"file:///ray/kill{i}.py" for i in range(8)]
         for uri in uris:
@@ -136,7 +137,7 @@ async def test_a_replica_killed_under_load_loses_no_request(deployed, tmp_path):
 
 
 async def test_no_deployment_left_is_a_clear_error(deployed, tmp_path):
-    client, _, _ = await start_front(tmp_path, "--ray", deployed.address)
+    client, _, _ = await start_front(tmp_path, "--ray", deployed.address, env=deployed.env)
     try:
         open_doc(client, URI, TEXT)
         assert await client.text_document_inline_completion_async(inline_params(URI, 1, 11)) is not None
@@ -146,13 +147,27 @@ async def test_no_deployment_left_is_a_clear_error(deployed, tmp_path):
         assert getattr(caught.value, "code", None) == -32803 and "dllm-lsp" in str(caught.value)
     finally:
         await stop_front(client)
-    fresh, _, status = await start_front(tmp_path, "--ray", deployed.address)
+    fresh, _, status = await start_front(tmp_path, "--ray", deployed.address, env=deployed.env)
     try:
         assert not status["loaded"] and "no 'dllm-lsp' deployment serves" in status["error"]
     finally:
         await stop_front(fresh)
     done = deployed.dllm("ray", "status", "--address", deployed.address)
     assert done.returncode == 1 and "dllm-lsp ray deploy" in done.stderr
+
+
+def test_a_client_with_the_wrong_token_is_refused_clearly(cluster, tmp_path):
+    """The loopback cluster runs with Ray's token authentication on: a process holding another
+    token is refused, and the CLI's last line says which setting to give it (no traceback)."""
+    wrong = tmp_path / "wrong-token"
+    wrong.write_text("0" * 64)
+    env = {**cluster.env, "RAY_AUTH_TOKEN_PATH": str(wrong)}
+    done = subprocess.run([sys.executable, "-m", "dllm_lsp", "ray", "status", "--address", cluster.address],
+                          env=env, capture_output=True, text=True, timeout=120)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 1 and last.startswith("dllm-lsp ray: error:") and "RAY_AUTH_TOKEN_PATH" in last, \
+        done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
 
 
 def test_an_unreachable_cluster_is_one_line_at_once(tmp_path):
