@@ -55,11 +55,12 @@ def unmask_select_reference(
     else:
         top1, argmax = x[:, 0], torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
         second = torch.full_like(top1, -math.inf)
-    z = x - top1[:, None]
+    # A -inf logit (the mask id, every step) would make e * z = 0 * -inf = NaN: floored at the
+    # lowest float, its e is still 0 and so is its term (cheaper than masking the product).
+    z = (x - top1[:, None]).clamp_min_(torch.finfo(torch.float32).min)
     e = z.exp()
     s = e.sum(-1)
-    # e * z is NaN where a logit is -inf (e = 0): those terms are 0.
-    entropy = s.log() - torch.where(e > 0, e * z, 0.0).sum(-1) / s
+    entropy = s.log() - (e * z).sum(-1) / s
     if temperature > 0:
         token = (x / temperature + gumbel_noise(x.shape, generator, x.device)).argmax(-1)
         prob = e.gather(-1, token[:, None])[:, 0] / s

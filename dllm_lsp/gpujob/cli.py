@@ -29,9 +29,9 @@ STAGE_DIR = ".gpujob"
 # Packages the GPU image lacks (see the device notes): the LSP stack and the tree-sitter grammars;
 # attrs and typing-extensions too, though the image has them: cattrs wants newer ones than an
 # older image may hold, and the job installs with --no-deps (nothing there to resolve against).
-WHEELS = ("pygls", "lsprotocol", "cattrs", "attrs", "typing-extensions", "tree-sitter", "tree-sitter-python", "tree-sitter-javascript",
-          "tree-sitter-typescript", "tree-sitter-rust", "tree-sitter-go", "tree-sitter-c", "tree-sitter-cpp",
-          "tree-sitter-java", "tree-sitter-lua")
+WHEELS = ("pygls", "lsprotocol", "cattrs", "attrs", "typing-extensions",
+          "tree-sitter", "tree-sitter-python", "tree-sitter-javascript", "tree-sitter-typescript", "tree-sitter-rust",
+          "tree-sitter-go", "tree-sitter-c", "tree-sitter-cpp", "tree-sitter-java", "tree-sitter-lua")
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux1_x86_64", "manylinux_2_5_x86_64", "any")
 

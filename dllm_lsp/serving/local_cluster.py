@@ -3,7 +3,7 @@
 `ray start --head --block` on a free port, in the foreground of a child process: ending that
 child stops exactly the Ray processes it started (never another cluster of the same user).
 
-Token authentication stays on (Ray turns it on by default from 2.5x on, and a cluster on loopback
+Token authentication stays on (recent Ray, 2.60 here, turns it on by default, and a cluster on loopback
 still runs code for anyone who can reach its port): the cluster gets its own token in its own folder,
 and every process started with `self.env` presents it. Nothing is written to ~/.ray, so a token left
 there by another cluster neither leaks in nor gets overwritten.
@@ -33,7 +33,7 @@ class RayCluster:
         self.address = f"127.0.0.1:{self.port}"
         self.token_path = self.root / "auth_token"
         self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0",
-                    # Older Ray (< 2.5x) ignores these; newer Ray needs them on the head and every client.
+                    # Older Ray ignores these; recent Ray needs them on the head and every client.
                     "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(self.token_path)}
         self.env.pop("RAY_AUTH_TOKEN", None)   # a token in the caller's environment would win over the file
         self.proc: subprocess.Popen | None = None

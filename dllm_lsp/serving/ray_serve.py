@@ -170,7 +170,7 @@ def connect(address: str) -> None:
                  configure_logging=False)
     except (ConnectionError, RuntimeError, ValueError, ray.exceptions.RayError) as exc:
         # The port answered (checked above), so a refusal here is most often Ray's token
-        # authentication (on by default from Ray 2.5x): ray.init only reports "failed to connect".
+        # authentication (on by default in recent Ray): ray.init only reports "failed to connect".
         raise RemoteUnavailable(
             f"cannot join the Ray cluster at {address}: {first_line(exc)} (a cluster with Ray token "
             "authentication refuses a process without its token: set RAY_AUTH_MODE=token and "
