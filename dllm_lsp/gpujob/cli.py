@@ -26,10 +26,12 @@ from .pack import unpack
 from .run import Job, JobOptions
 
 STAGE_DIR = ".gpujob"
-# Packages the GPU image lacks (see the device notes): the LSP stack and the tree-sitter grammars;
-# attrs and typing-extensions too, though the image has them: cattrs wants newer ones than an
-# older image may hold, and the job installs with --no-deps (nothing there to resolve against).
-WHEELS = ("pygls", "lsprotocol", "cattrs", "attrs", "typing-extensions",
+# Packages the GPU image lacks (see the device notes): the LSP stack and the tree-sitter grammars.
+# Some the image has, in versions that may be too old, since everything installs with --no-deps
+# and --no-build-isolation (nothing to resolve against there): attrs and typing-extensions (cattrs
+# wants attrs >= 25.4), and setuptools, this project's build backend (`license = "MIT"` in
+# pyproject.toml needs setuptools >= 77: an older one fails `pip install -e .` on its metadata).
+WHEELS = ("pygls", "lsprotocol", "cattrs", "attrs", "typing-extensions", "setuptools",
           "tree-sitter", "tree-sitter-python", "tree-sitter-javascript", "tree-sitter-typescript", "tree-sitter-rust",
           "tree-sitter-go", "tree-sitter-c", "tree-sitter-cpp", "tree-sitter-java", "tree-sitter-lua")
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
