@@ -3,7 +3,8 @@
 Phases run in priority order. Each phase before training gets a fixed share (capped); training
 gets whatever is left after reserving the shares of the phases after it; evaluation and the
 benchmarks then take what training left them, the pack step always keeps its reserve. A phase
-that ends early gives its time to the phases after it.
+that ends early gives its time to the phases after it. A job may run a subset of the phases
+(`--phases`, e.g. the benchmarks a past lease had no time for): a phase left out keeps nothing.
 """
 from __future__ import annotations
 
@@ -16,11 +17,23 @@ CAP_S = {"check": 240.0, "corpus": 300.0}
 FLOOR_S = {"check": 30.0, "corpus": 20.0, "train": 20.0, "eval": 20.0, "pack": 15.0}
 
 
+def parse_phases(spec: str | None) -> tuple[str, ...]:
+    """`--phases check,eval,bench` -> those phases in PHASES order, pack always included."""
+    if not spec:
+        return PHASES
+    wanted = {name.strip() for name in spec.split(",") if name.strip()}
+    unknown = sorted(wanted - set(PHASES))
+    if unknown:
+        raise ValueError(f"--phases: unknown phase(s) {', '.join(unknown)}; choose from {', '.join(PHASES)}")
+    return tuple(name for name in PHASES if name in wanted or name == "pack")
+
+
 @dataclass
 class Budget:
     minutes: float
     clock: object = time.monotonic
     start: float = field(default=0.0)
+    phases: tuple[str, ...] = PHASES    # the phases this job runs: only they keep time for themselves
 
     def __post_init__(self) -> None:
         if self.minutes <= 0:
@@ -39,7 +52,7 @@ class Budget:
 
     def reserve_after(self, phase: str) -> float:
         """Seconds the phases after `phase` keep for themselves."""
-        later = PHASES[PHASES.index(phase) + 1:]
+        later = [p for p in PHASES[PHASES.index(phase) + 1:] if p in self.phases]
         return sum(max(SHARE.get(p, 0.0) * self.total_s, FLOOR_S.get(p, 0.0)) for p in later)
 
     def box(self, phase: str) -> float:

@@ -22,6 +22,7 @@ from dllm_lsp.cli_errors import report as report_error
 from dllm_lsp.eval.tasks import default_data_dir
 from dllm_lsp.kernels.dispatch import KERNEL_NAMES
 
+from .budget import PHASES, parse_phases
 from .pack import unpack
 from .run import Job, JobOptions
 
@@ -63,6 +64,11 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--bench-estimate", action="append", default=[], metavar="NAME=SECONDS",
                    help="override a benchmark's duration estimate (it runs only if the estimate fits)")
     r.add_argument("--train-arg", action="append", default=[], help="extra `dllm-lsp train model` argument")
+    r.add_argument("--phases", default=None, metavar="LIST",
+                   help=f"run only these phases, comma-separated, of {','.join(PHASES)} (pack always); "
+                        "without train, the --init model is evaluated and benchmarked")
+    r.add_argument("--repo", type=Path, default=Path("."),
+                   help="the checkout: benchmarks whose GPU figures it already has run after the missing ones")
     w = sub.add_parser("wait", help="follow a detached run; copy its pack when finished")
     w.add_argument("--out", type=Path, required=True)
     w.add_argument("--max-seconds", type=float, default=540.0)
@@ -90,10 +96,11 @@ def run(a) -> int:
         name, _, seconds = spec.partition("=")
         estimates[name] = float(seconds)
     opts = JobOptions(out=a.out, minutes=a.minutes, device=a.device, preset=a.preset, init=a.init,
-                      model_name=a.model_name, data=a.data or default_data(), corpus_folders=a.folder, corpus_license=a.corpus_license,
-                      corpus_max_mb=a.corpus_max_mb, tokenizer_sample_mb=a.tokenizer_sample_mb,
-                      eval_limit=a.eval_limit, quick=a.quick, drill_fail=a.drill_fail, train_args=a.train_arg,
-                      save_minutes=a.save_minutes, bench_estimates=estimates)
+                      model_name=a.model_name, data=a.data or default_data(), corpus_folders=a.folder,
+                      corpus_license=a.corpus_license, corpus_max_mb=a.corpus_max_mb,
+                      tokenizer_sample_mb=a.tokenizer_sample_mb, eval_limit=a.eval_limit, quick=a.quick,
+                      drill_fail=a.drill_fail, train_args=a.train_arg, save_minutes=a.save_minutes,
+                      bench_estimates=estimates, phases=parse_phases(a.phases), repo=a.repo)
     state = Job(opts).run()
     return 0 if state["phases"].get("pack", {}).get("state") == "done" else 1
 

@@ -23,7 +23,7 @@ from dllm_lsp.eval.tasks import FILES as EVAL_FILES
 from dllm_lsp.loader import ModelLoadError, default_model_path
 from dllm_lsp.train.presets import MODEL_KEYS, preset
 
-from .budget import Budget
+from .budget import PHASES, Budget
 from .children import ChildResult, dllm_command, run_child
 from .pack import pack_job
 from .plot import plot_loss_curve
@@ -71,9 +71,12 @@ class JobOptions:
     train_args: list[str] = field(default_factory=list)   # extra `dllm-lsp train model` arguments
     save_minutes: float = 3.0
     bench_estimates: dict[str, float] = field(default_factory=dict)   # override BENCHES estimates
+    phases: tuple[str, ...] = PHASES     # the phases to run (pack always): `--phases`
+    repo: Path = Path(".")               # the checkout the job runs in: which GPU figures it already has
 
     def to_json(self) -> dict:
-        return {k: (str(v) if isinstance(v, Path) else [str(p) for p in v] if k == "corpus_folders" else v)
+        return {k: (str(v) if isinstance(v, Path) else [str(p) for p in v] if k == "corpus_folders"
+                    else list(v) if isinstance(v, tuple) else v)
                 for k, v in asdict(self).items()}
 
 
@@ -82,7 +85,7 @@ class Job:
         self.opts = opts
         self.out = Path(opts.out)
         self.out.mkdir(parents=True, exist_ok=True)
-        self.budget = Budget(opts.minutes)
+        self.budget = Budget(opts.minutes, phases=opts.phases)
         self.log = log or open(self.out / "job.log", "a", encoding="utf-8", buffering=1)
         self.disabled: list[str] = []
         self.state = {
@@ -138,8 +141,13 @@ class Job:
     def run(self) -> dict:
         self.say(f"GPU job: {self.opts.minutes:g} minutes on {self.opts.device}, output in {self.out}")
         self.save_state()
+        if "train" not in self.opts.phases:
+            self.use_existing_model()
         for name, body in (("check", self.check), ("corpus", self.corpus), ("train", self.train),
                            ("eval", self.evaluate), ("bench", self.bench), ("pack", self.pack)):
+            if name not in self.opts.phases:
+                self.phase(name).update(state="not_selected", why="not in --phases")
+                continue
             box = self.budget.box(name)
             entry = self.phase(name)
             entry.update(box_s=round(box, 1), started_at_s=round(self.budget.elapsed(), 1))
@@ -203,6 +211,21 @@ class Job:
         want = preset(self.opts.preset)
         same = all(config.get(k) == want[k] for k in MODEL_KEYS if k != "vocab_size")
         return shipped if same else None   # the shipped model continues only if it is this preset's size
+
+    def use_existing_model(self) -> None:
+        """A job that does not train evaluates and benchmarks the model `--init` names (auto: the
+        shipped one, when it is this preset's size): a copy of it becomes the job's model folder,
+        so new evaluations go beside it and the pack brings it home with them."""
+        source = self.resolve_init()
+        self.continue_from = source
+        if source is None:
+            self.say("no model of this preset to evaluate or benchmark (--init): those steps will skip")
+            return
+        self.model_dir.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(source, self.model_dir, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+        self.state["model_from"] = str(source)
+        self.say(f"not training: evaluating and benchmarking {source}")
 
     def decontamination(self) -> list[Path]:
         folder = self.opts.data
@@ -311,11 +334,24 @@ class Job:
                 return tag.lower()
         return "cpu" if self.opts.device == "cpu" else "gpu"
 
+    def bench_file(self, item: BenchItem, tag: str) -> str:
+        return f"latency-{tag}-{self.opts.model_name}.json" if item.name == "latency" else f"{item.name}-{tag}.json"
+
+    def bench_order(self, tag: str) -> list[BenchItem]:
+        """BENCHES in priority order, except that a figure the repository already has from this kind
+        of GPU (a past lease's, in docs/results/) goes after those it lacks: each lease fills gaps
+        first, and a bench box too short for all of them still ends up covering all over leases."""
+        have = {item.name for item in BENCHES
+                if (Path(self.opts.repo) / "docs" / "results" / self.bench_file(item, tag)).is_file()}
+        if have:
+            self.phase("bench")["already_in_repo"] = sorted(have)
+        return sorted(BENCHES, key=lambda item: item.name in have)   # stable: priority order within each
+
     def bench(self, box: float) -> str:
         results = self.out / "results"
         results.mkdir(exist_ok=True)
         tag, device, states = self.bench_tag(), self.opts.device, []
-        for item in BENCHES:
+        for item in self.bench_order(tag):
             estimate = self.opts.bench_estimates.get(item.name,
                                                      item.quick_estimate_s if self.opts.quick else item.estimate_s)
             left = self.budget.box("bench")
@@ -324,7 +360,7 @@ class Job:
                             why=f"estimated {estimate:.0f} s, {left:.0f} s left: never started to be cut short")
                 states.append("skipped")
                 continue
-            out = results / (f"{item.name}-{tag}.json" if item.name != "latency" else f"latency-{tag}-{self.opts.model_name}.json")
+            out = results / self.bench_file(item, tag)
             if item.name == "kernels":
                 args = ["bench", "kernels", "--device", device, "--out", str(out)]
                 args += ["--quick"] if self.opts.quick else ["--profile"]
@@ -383,19 +419,25 @@ class Job:
         return "done"
 
     def card_args(self) -> list[str]:
-        args = ["train", "card", "--model", str(self.model_dir), "--corpus", str(self.out / "corpus"),
-                "--title", self.opts.model_name]
+        args = ["train", "card", "--model", str(self.model_dir), "--title", self.opts.model_name]
+        if (self.out / "corpus" / "stats.json").is_file():   # else the folder's own corpus_stats.json
+            args += ["--corpus", str(self.out / "corpus")]
         for name in EVALS:
             path = self.model_dir / f"eval-{name}.json"
             if path.is_file():
                 args += ["--eval", str(path)]
         closing = self.out / "card-closing.md"
+        device = self.state["environment"].get("gpu") or self.opts.device
+        if "train" in self.opts.phases:
+            origin = f"continued from {self.continue_from.name}" if self.continue_from else "trained from scratch"
+            run = (f"Trained by the dllm-lsp GPU job (`dllm-lsp gpujob run --minutes {self.opts.minutes:g}`), "
+                   f"device {device}; {origin}.")
+        else:
+            run = (f"Evaluated again, not trained, by the dllm-lsp GPU job (`dllm-lsp gpujob run --phases "
+                   f"{','.join(self.opts.phases)}`), device {device}; `training.json` records its training.")
         closing.write_text(
-            "## Loss curve\n\n![training loss](loss-curve.png)\n\n"
-            f"Trained by the dllm-lsp GPU job (`dllm-lsp gpujob run --minutes {self.opts.minutes:g}`), "
-            f"device {self.state['environment'].get('gpu') or self.opts.device}; "
-            f"{'continued from ' + str(self.continue_from.name) if self.continue_from else 'trained from scratch'}. "
-            "Weights are stored as int8 with one fp32 scale per row (dllm_lsp/arch/weight_storage.py).\n")
+            "## Loss curve\n\n![training loss](loss-curve.png)\n\n" + run +
+            " Weights are stored as int8 with one fp32 scale per row (dllm_lsp/arch/weight_storage.py).\n")
         return args + ["--closing", str(closing)]
 
 

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from dllm_lsp.gpujob.budget import Budget
+from dllm_lsp.gpujob.budget import Budget, parse_phases
 from dllm_lsp.gpujob.pack import pack_job, unpack
 
 
@@ -44,6 +44,17 @@ def test_late_phases_get_nothing_once_time_is_gone():
     assert budget.box("pack") == pytest.approx(10)         # packing keeps whatever is left
     with pytest.raises(ValueError):
         Budget(0)
+
+
+def test_a_subset_of_phases_reserves_nothing_for_those_left_out():
+    phases = parse_phases("bench,check")
+    assert phases == ("check", "bench", "pack")             # priority order, pack always
+    clock = Clock()
+    budget = Budget(25, clock=clock, phases=phases)
+    clock.now += 60                                        # the check took a minute
+    assert budget.box("bench") == pytest.approx(1500 - 60 - 0.03 * 1500)   # all but the pack's reserve
+    with pytest.raises(ValueError, match="unknown phase.*trian"):
+        parse_phases("check,trian")
 
 
 def fake_job(root, weights_bytes: int):

@@ -96,6 +96,37 @@ def test_the_pack_unpacks_into_a_repository_whose_model_completes(job, tmp_path)
     assert json.loads(done.stdout)["id"] == 1 and "completion" in json.loads(done.stdout)
 
 
+def test_a_job_without_training_benchmarks_the_given_model_missing_figures_first(job, tmp_path):
+    """`--phases bench`: a later lease measures what earlier ones had no time for. The model is the
+    one --init names (copied into the job, packed with it); a figure the checkout already has
+    (kernels-cpu.json here) goes after the ones it lacks."""
+    _, first, _ = job
+    repo = tmp_path / "repo"
+    (repo / "docs" / "results").mkdir(parents=True)
+    (repo / "docs" / "results" / "kernels-cpu.json").write_text("{}")
+    out = tmp_path / "again"
+    rc = main(["run", "--out", str(out), "--minutes", "1.5", "--device", "cpu", "--preset", "tiny-test", "--quick",
+               "--phases", "bench", "--init", str(first / "model" / "dry-model"), "--model-name", "dry-model",
+               "--repo", str(repo), "--bench-estimate", "checkpoint=100000", "--bench-estimate", "block=100000"])
+    state = json.loads((out / "job.json").read_text())
+    assert rc == 0, (out / "job.log").read_text()[-3000:]
+    assert {name: p["state"] for name, p in state["phases"].items()} == {
+        "check": "not_selected", "corpus": "not_selected", "train": "not_selected", "eval": "not_selected",
+        "bench": "partial", "pack": "done"}
+    bench = state["phases"]["bench"]
+    assert bench["already_in_repo"] == ["kernels"]
+    order = [step["step"] for step in bench["steps"]]
+    assert order[-1] == "kernels" and order.index("latency") < order.index("kernels")
+    steps = {step["step"]: step for step in bench["steps"]}
+    assert steps["latency"]["rc"] == 0 and (out / "results" / "latency-cpu-dry-model.json").is_file()
+    assert state["model_from"] == str(first / "model" / "dry-model")
+    unpacked = tmp_path / "unpacked"
+    assert main(["unpack", str(out / "pack"), "--repo", str(unpacked)]) == 0
+    card = (unpacked / "models" / "dry-model" / "MODEL_CARD.md").read_text()
+    assert "Evaluated again, not trained" in card
+    assert (unpacked / "models" / "dry-model" / "eval-single-line.json").is_file()   # the model's own, kept
+
+
 def test_stage_copies_the_benchmark_data_and_ignores_the_folder(tmp_path):
     repo = tmp_path / "repo"
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
