@@ -7,6 +7,7 @@ editor tests see real text flow end to end.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from pathlib import Path
@@ -19,12 +20,17 @@ from .tokenizer import special_ids, train_tokenizer
 
 
 IDENTIFIER_PIECE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+CORPUS_FILE = Path(__file__).with_name("tiny_corpus.json.gz")
 
 
 def sample_corpus() -> list[str]:
-    """Source text to train a tiny tokenizer on: this package's own modules (always present)."""
-    root = Path(__file__).resolve().parent.parent
-    return [p.read_text(encoding="utf-8") for p in sorted(root.rglob("*.py"))]
+    """Source text to train a tiny tokenizer on: a fixed snapshot of this package's modules
+    (`tiny_corpus.json.gz`, taken from the tree of commit ed7146b). Fixed, because a tiny model's
+    tokenizer decides every token id and so every random completion: trained on the live
+    modules, it changed whenever any module was edited, and tests asserting how a random model
+    decodes (its step counts, say) failed after unrelated edits. It also differed between an
+    editable and a regular install (kernels/ sits inside the package only in the latter)."""
+    return json.loads(gzip.decompress(CORPUS_FILE.read_bytes()))
 
 
 def write_tiny_model(
