@@ -35,12 +35,45 @@ def shipped_models_dir() -> Path:
     return Path(str(resources.files("dllm_lsp.shipped_models")))
 
 
-def default_model_path() -> Path:
-    """The shipped model folder named in models/DEFAULT (else the first folder with a config)."""
+def default_name(marker: str, device_type: str | None) -> str | None:
+    """The model models/DEFAULT names for a device type. The file holds a bare name (every
+    device) and/or `TYPE: NAME` lines (`cuda: ...`, `cpu: ...`): a model trained for a GPU can be
+    the default there while a small one stays the default of CPUs, where the large one would
+    take a second per completion. A `TYPE:` line wins over the bare name; a device type with
+    neither gets the CPU's model (the smaller one)."""
+    fallback, by_kind = None, {}
+    for line in marker.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        kind, sep, name = line.partition(":")
+        if sep:
+            by_kind.setdefault(kind.strip(), name.strip())
+        else:
+            fallback = fallback or line
+    if device_type in by_kind:
+        return by_kind[device_type]
+    return fallback or by_kind.get("cpu") or next(iter(by_kind.values()), None)
+
+
+def with_default(marker: str, device_type: str, name: str) -> str:
+    """models/DEFAULT's text with `name` the default for `device_type` (the other lines kept)."""
+    def kind(line: str) -> str | None:
+        head, sep, _ = line.partition(":")
+        return head.strip() if sep else None
+
+    kept = [line for line in marker.splitlines() if line.strip() and kind(line) != device_type]
+    return "\n".join([*kept, f"{device_type}: {name}"]) + "\n"
+
+
+def default_model_path(device_type: str | None = None) -> Path:
+    """The shipped model folder models/DEFAULT names for this device type (else the first folder
+    with a config)."""
     root = shipped_models_dir()
     marker = root / "DEFAULT"
-    if marker.is_file():
-        return root / marker.read_text().strip()
+    name = default_name(marker.read_text(), device_type) if marker.is_file() else None
+    if name:
+        return root / name
     for child in sorted(root.iterdir()):
         if (child / "config.json").is_file():
             return child
@@ -55,9 +88,11 @@ def shipped_model_names() -> list[str]:
     return sorted(child.name for child in root.iterdir() if (child / "config.json").is_file())
 
 
-def resolve_model_path(spec: str | Path | None) -> Path:
+def resolve_model_path(spec: str | Path | None, device_type: str | None = None) -> Path:
+    """A model folder: `spec` as a path, a shipped model's name, or None / "default" for the
+    shipped default of `device_type` ("cpu", "cuda"; models/DEFAULT)."""
     if spec in (None, "", "default"):
-        return default_model_path()
+        return default_model_path(device_type)
     path = Path(spec).expanduser()
     if not path.exists():
         shipped = shipped_models_dir() / str(spec)
@@ -84,8 +119,8 @@ def read_config(folder: Path) -> dict:
 
 def load_model(spec: str | Path | None = None, device: str | None = "auto") -> Denoiser:
     """Load the model folder `spec` (default: the shipped model) onto `device`."""
-    folder = resolve_model_path(spec)
     dev = resolve_device(device)
+    folder = resolve_model_path(spec, dev.type)
     config = read_config(folder)
     try:
         if config.get("model_type") == MODEL_TYPE:

@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         denoiser = load_model(a.model, a.device)
     except (ValueError, ModelLoadError) as exc:
         return report_error("dllm-lsp eval", exc)
-    unknown = a.max_tokens or trained_max_slot(resolve_model_path(a.model))
+    unknown = a.max_tokens or trained_max_slot(resolve_model_path(a.model, denoiser.device.type))
     engine = Engine(denoiser, context_tokens=a.context)
     log = None if a.json else (lambda msg: print(msg, file=sys.stderr))
     results = [evaluate(engine, tasks, m, settings, unknown, a.timeout, a.workers, log) for m in modes]

@@ -20,6 +20,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from dllm_lsp.loader import with_default
+
 PART_BYTES = 15 * 1024 * 1024
 MAX_FILES = 8
 ALLOWED_ROOTS = ("models", "docs")
@@ -145,6 +147,10 @@ def unpack(pack_dir: Path, repo: Path, make_default: bool = False) -> list[Path]
     if make_default:
         if len(model_folders) != 1:
             raise ValueError("--make-default needs exactly one model folder in the pack")
-        (repo / "models" / "DEFAULT").write_text(model_folders[0].name + "\n")
-        written.append(repo / "models" / "DEFAULT")
+        # The default on GPUs: the CPU default stays until this model is measured fast enough
+        # there too (models/DEFAULT, dllm_lsp/loader.py).
+        marker = repo / "models" / "DEFAULT"
+        marker.write_text(with_default(marker.read_text() if marker.is_file() else "", "cuda",
+                                       model_folders[0].name))
+        written.append(marker)
     return written

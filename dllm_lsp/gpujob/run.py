@@ -20,7 +20,7 @@ from typing import TextIO
 
 from dllm_lsp.bench.environment import environment
 from dllm_lsp.eval.tasks import FILES as EVAL_FILES
-from dllm_lsp.loader import ModelLoadError, default_model_path
+from dllm_lsp.loader import ModelLoadError, default_model_path, resolve_device
 from dllm_lsp.train.presets import MODEL_KEYS, preset
 
 from .budget import PHASES, Budget
@@ -204,7 +204,7 @@ class Job:
                 raise ValueError(f"--init {folder}: not a model folder")
             return folder
         try:
-            shipped = default_model_path()
+            shipped = default_model_path(resolve_device(self.opts.device).type)
         except ModelLoadError:
             return None
         config = json.loads((shipped / "config.json").read_text())

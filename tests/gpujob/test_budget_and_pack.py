@@ -6,6 +6,7 @@ import pytest
 
 from dllm_lsp.gpujob.budget import Budget, parse_phases
 from dllm_lsp.gpujob.pack import pack_job, unpack
+from dllm_lsp.loader import default_name
 
 
 class Clock:
@@ -76,12 +77,15 @@ def test_pack_splits_into_parts_and_unpack_restores_every_file(tmp_path):
     repo = tmp_path / "repo"
     (repo / "models" / "m").mkdir(parents=True)
     (repo / "models" / "m" / "stale.bin").write_text("old")   # the continued model replaces the folder
+    (repo / "models" / "DEFAULT").write_text("small-cpu-model\n")
     written = unpack(tmp_path / "pack", repo, make_default=True)
     assert (repo / "models" / "m" / "model.safetensors").read_bytes() == (model / "model.safetensors").read_bytes()
     assert (repo / "docs" / "results" / "kernels-h100.json").is_file()
     assert (repo / "docs" / "results" / "gpu-job" / "20261123-1000" / "job.json").is_file()
     assert not (repo / "models" / "m" / "stale.bin").exists()
-    assert (repo / "models" / "DEFAULT").read_text().strip() == "m"
+    marker = (repo / "models" / "DEFAULT").read_text()
+    # The GPU-trained model becomes the default on GPUs; CPUs keep theirs until it is measured there.
+    assert default_name(marker, "cuda") == "m" and default_name(marker, "cpu") == "small-cpu-model"
     assert len(written) == len(manifest["files"]) + 1
 
 

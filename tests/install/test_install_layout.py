@@ -25,14 +25,14 @@ def test_checkout_root_imports_kernels_and_models_without_an_editable_install(tm
         "import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]\n"
         "import dllm_lsp, dllm_lsp.kernels.dispatch as d\n"
         "from dllm_lsp.loader import shipped_models_dir\n"
-        "print(d.__file__); print((shipped_models_dir() / 'DEFAULT').read_text().strip())\n"
+        "print(d.__file__); print(shipped_models_dir())\n"
     )
     out = subprocess.run([sys.executable, "-S", "-c", code, str(ROOT), site], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    kernel_file, default_model = out.stdout.split()
+    kernel_file, models = out.stdout.split()
     assert Path(kernel_file) == ROOT / "kernels" / "dispatch.py"
-    assert default_model == (ROOT / "models" / "DEFAULT").read_text().strip()
+    assert Path(models) == ROOT / "models"
 
 
 def test_python_dash_m_runs_from_the_checkout_root():
