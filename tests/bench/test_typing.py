@@ -1,7 +1,11 @@
 """`dllm-lsp bench typing` on a tiny model: the real server over TCP, two clients typing at once,
 two server variants side by side; every keystroke accounted for, nothing left unanswered."""
 import json
+import os
 import random
+import shutil
+
+import pytest
 
 from dllm_lsp.bench.typing import main, make_script, stdlib_file, variants_of
 
@@ -52,3 +56,19 @@ def test_two_clients_two_variants_every_keystroke_answered_or_superseded(tiny_mo
 def test_a_missing_source_file_is_one_clear_line(tmp_path, capsys):
     assert main(["--file", str(tmp_path / "nope.py"), "--clients", "1"]) == 1
     assert "source files not found" in capsys.readouterr().err
+
+
+def test_typing_through_a_ray_serve_deployment_on_a_loopback_cluster(tiny_model_dir, tmp_path):
+    """`--ray-replicas`: the bench starts its own Ray cluster (with its own token), deploys the
+    model, and its LSP front and typists go through the replica; every keystroke accounted for."""
+    if shutil.which("ray") is None and not os.environ.get("CI"):   # under CI=true a missing Ray fails
+        pytest.skip("Ray is not installed (pip install 'dllm-lsp[ray]')")
+    out = tmp_path / "typing-ray.json"
+    rc = main(["--clients", "1", "--keystrokes", "10", "--speed", "4", "--model", str(tiny_model_dir),
+               "--device", "cpu", "--ray-replicas", "1", "--out", str(out)])
+    assert rc == 0
+    rows = json.loads(out.read_text())["variants"]["ray-1-replica"]
+    assert [r["clients"] for r in rows] == [1]
+    row = rows[0]
+    assert row["unanswered"] == 0 and row["failed"] == 0 and row["answered"] > 0
+    assert row["answered"] + row["superseded"] == row["keystrokes"]
