@@ -32,6 +32,7 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 from ray.serve.exceptions import RayServeException
 from tokenizers import Tokenizer
 
+from dllm_lsp.cli_errors import one_line
 from dllm_lsp.engine.denoiser import SpecialTokens
 from dllm_lsp.engine.engine import Cancelled, CancelToken, Engine
 from dllm_lsp.engine.types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState
@@ -172,13 +173,9 @@ def connect(address: str) -> None:
         # The port answered (checked above), so a refusal here is most often Ray's token
         # authentication (on by default in recent Ray): ray.init only reports "failed to connect".
         raise RemoteUnavailable(
-            f"cannot join the Ray cluster at {address}: {first_line(exc)} (a cluster with Ray token "
-            "authentication refuses a process without its token: set RAY_AUTH_MODE=token and "
+            f"cannot join the Ray cluster at {address}: {one_line(exc) or type(exc).__name__} (a cluster with "
+            "Ray token authentication refuses a process without its token: set RAY_AUTH_MODE=token and "
             "RAY_AUTH_TOKEN_PATH=FILE, or put the token in ~/.ray/auth_token)") from exc
-
-
-def first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def deploy(address: str, config: ReplicaConfig, app_name: str = APP_NAME) -> dict:
