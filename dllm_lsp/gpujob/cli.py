@@ -79,7 +79,8 @@ def parser() -> argparse.ArgumentParser:
     u = sub.add_parser("unpack", help="put a pack's files into the repository")
     u.add_argument("pack", type=Path)
     u.add_argument("--repo", type=Path, default=Path("."))
-    u.add_argument("--make-default", action="store_true", help="make the packed model the shipped default on CUDA devices (models/DEFAULT)")
+    u.add_argument("--make-default", action="store_true",
+                   help="make the packed model the shipped default on CUDA devices (models/DEFAULT)")
     return ap
 
 
