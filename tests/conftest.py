@@ -30,7 +30,7 @@ def one_torch_thread():
 
 @pytest.fixture(scope="session")
 def sample_sources(tmp_path_factory) -> Path:
-    """A folder of real Python files (this package's own modules) to build corpora from."""
+    """A folder of real Python files (a fixed snapshot of this package's modules, arch/tiny.py) to build corpora from."""
     from dllm_lsp.arch.tiny import sample_corpus
 
     folder = tmp_path_factory.mktemp("sources")
