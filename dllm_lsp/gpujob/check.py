@@ -200,7 +200,8 @@ def check_engine(device: torch.device, families: list[str], env: dict) -> list[d
             models.append((f"{layout} (tiny random)", str(folder)))
         # Every (model, device) run is its own process, mostly start-up (imports, CUDA, the load):
         # all of them at once, so the comparison fits its share of the check's box.
-        runs = [(model, dev) for _, model in models for dev in ("cpu", str(device))]
+        # On a CPU device (the dry run) "cpu" and the device are the same run: start it once.
+        runs = list(dict.fromkeys((model, dev) for _, model in models for dev in ("cpu", str(device))))
         with ThreadPoolExecutor(max_workers=min(len(runs), max(os.cpu_count() or 1, 2))) as pool:
             futures = {run: pool.submit(infill_texts, run[0], run[1], requests, env) for run in runs}
         for label, model in models:
