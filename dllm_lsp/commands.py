@@ -300,5 +300,6 @@ def bench(args) -> int:
         print(text)
     else:
         for name, row in figures["cases"].items():
-            print(f"{name:12s} p50 {row['p50_ms']:8.2f} ms  p95 {row['p95_ms']:8.2f} ms  steps {row['steps']}")
+            print(f"{name:22s} p50 {row['p50_ms']:8.2f} ms  p95 {row['p95_ms']:8.2f} ms  steps {row['steps']:3d}  "
+                  f"slot {row['slot_width_decoded']}/{row['span_tokens']} tokens")
     return 0

@@ -25,23 +25,37 @@ def return_tail(text: str, start: int) -> tuple[str, str, int]:
 
 
 def run_latency_bench(engine, runs: int = 20, steps: int = 8) -> dict:
+    """Each case twice, runs interleaved so both see the same machine: with the server's
+    growing slots (`slot_start_tokens`, the default) and with the slot at full width from the
+    first step (the comparison: `<case>_full_width`)."""
     text = synthetic_python(400)
     prefix, suffix, _ = return_tail(text, len(text) // 2)
+    start = DecodeSettings().slot_start_tokens
+    layouts = {"": start, "_full_width": None}
     cases = {}
     for name, (tokens, single_line) in CASES.items():
         request = InfillRequest.single(prefix, suffix, tokens, single_line)
-        engine.infill(request, DecodeSettings(steps=steps))   # warm-up (allocations, prefix cache)
-        samples = []
+        samples: dict[str, list[float]] = {suffix_: [] for suffix_ in layouts}
+        last = {}
+        for suffix_, first in layouts.items():   # warm-up (allocations, prefix cache)
+            engine.infill(request, DecodeSettings(steps=steps, slot_start_tokens=first))
         for run in range(runs):
-            result = engine.infill(request, DecodeSettings(steps=steps, seed=run))
-            samples.append(result.latency_ms)
-        cases[name] = {**percentiles(samples), "span_tokens": tokens, "steps": result.steps,
-                       "tokens_committed": result.tokens_committed}
+            for suffix_, first in layouts.items():
+                result = engine.infill(request, DecodeSettings(steps=steps, seed=run, slot_start_tokens=first))
+                samples[suffix_].append(result.latency_ms)
+                last[suffix_] = result
+        for suffix_, result in last.items():
+            cases[name + suffix_] = {
+                **percentiles(samples[suffix_]), "span_tokens": tokens, "steps": result.steps,
+                "tokens_committed": result.tokens_committed, "slot_width_decoded": result.slot_widths[0],
+                "completion": result.text,
+            }
+        cases[name]["p50_vs_full_width"] = round(cases[name]["p50_ms"] / cases[name + "_full_width"]["p50_ms"], 3)
     return {
         "benchmark": "completion latency (engine, warm prefix cache)",
         "model": engine.denoiser.describe(),
         "settings": {"steps": steps, "runs": runs, "context_tokens": engine.context_tokens,
-                     "torch_threads": torch.get_num_threads()},
+                     "slot_start_tokens": start, "torch_threads": torch.get_num_threads()},
         "environment": environment(str(engine.denoiser.device)),
         "cases": cases,
     }

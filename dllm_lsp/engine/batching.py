@@ -206,9 +206,15 @@ class StepScheduler:
         if job.should_stop() and not run.needs_greedy_fill:
             job.future.set_exception(Cancelled())
             return False
-        if not run.wants_logits():
+        try:
+            wants = run.wants_logits()     # a slot that grows opens a new session here (a prefill)
+        except BaseException as exc:      # out of memory, say: that request fails, not the loop
+            job.future.set_exception(exc)
+            return False
+        if not wants:
             job.future.set_result(job.run.outcome())
             return False
+        job.rows = int(run.masked.numel())
         return True
 
     def _order(self, jobs: list[Job]) -> list[Job]:

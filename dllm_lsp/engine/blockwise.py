@@ -24,11 +24,12 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from .denoise import Cancelled, DenoiseOutcome, choose_commits, collapse_after_pad, hold_back_early_ends, propose
+from .denoise import (
+    Cancelled, DenoiseOutcome, StepCallback, choose_commits, collapse_after_pad, hold_back_early_ends, propose,
+)
 from .denoiser import Canvas, SpecialTokens
 from .types import CacheSettings, DecodeSettings
 
-StepCallback = Callable[[int, torch.Tensor, torch.Tensor, float], None]
 
 
 @runtime_checkable
@@ -86,7 +87,7 @@ def decode_blockwise(port: BlockDiffusionPort, canvas: Canvas, settings: DecodeS
             rows = slice(None) if rows is None else rows
             span[rows, seg], masked[rows, seg] = part, part_masked
             if on_step is not None:
-                on_step(loop.steps, span, masked.clone(), conf)
+                on_step(loop.steps, span, masked.clone(), conf, loop.budget)
 
         if k == 0 or batch == 1:
             prefix = _prefix(ids, ranges, k, span[0], offsets, widths, special)
@@ -134,6 +135,7 @@ class _Loop:
         self.end_ids = torch.tensor(special.end_ids or (-1,), device=port.device)
         self.pad_fill = special.end_ids[0] if special.end_ids else special.mask_id
         self.steps = 0
+        self.budget = 0     # forward passes allowed so far: `steps` per sub-block entered
 
     def fill(self, prefix: list[int], suffix: list[int], width: int, batch: int, single_line: bool,
              report: Callable[..., None]) -> torch.Tensor:
@@ -164,6 +166,7 @@ class _Loop:
                 if hi <= lo:
                     continue
                 active = (index >= lo) & (index < hi)
+                self.budget += settings.steps
                 for step in range(settings.steps):
                     todo = masked & active
                     if not todo.any():

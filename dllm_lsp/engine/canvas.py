@@ -23,9 +23,13 @@ class CanvasTooSmall(ValueError):
 
 
 def build_canvas(denoiser: Denoiser, request: InfillRequest, context_budget: int,
-                 encode_piece: PieceEncoder | None = None) -> Canvas:
+                 encode_piece: PieceEncoder | None = None, start_tokens: int | None = None) -> Canvas:
     """Tokenize and lay out `request`; `context_budget` bounds the context tokens kept.
-    `encode_piece` (the engine's incremental encoders) defaults to a plain encode."""
+    `encode_piece` (the engine's incremental encoders) defaults to a plain encode.
+
+    `start_tokens`: each slot starts at most this wide (the loop widens it up to its
+    max_tokens, `Canvas.widened`); the context is cut for the full widths, so growing never
+    pushes the canvas past the model's positions. None: every slot at its full width."""
     slot_tokens = sum(s.max_tokens for s in request.slots)
     budget = min(context_budget, denoiser.max_context - slot_tokens - 1)
     if budget < 2:
@@ -51,7 +55,12 @@ def build_canvas(denoiser: Denoiser, request: InfillRequest, context_budget: int
     context_after = middles + [suffix]
     for slot, after in zip(request.slots, context_after):
         start = len(ids)
-        ids += [special.mask_id] * slot.max_tokens
+        width = slot.max_tokens if start_tokens is None else min(slot.max_tokens, start_tokens)
+        ids += [special.mask_id] * width
         ranges.append((start, len(ids)))
         ids += after
-    return Canvas(torch.tensor(ids, dtype=torch.long), ranges, tuple(s.single_line for s in request.slots))
+    max_widths = tuple(s.max_tokens for s in request.slots)
+    canvas = Canvas(torch.tensor(ids, dtype=torch.long), ranges, tuple(s.single_line for s in request.slots))
+    if canvas.widths != max_widths:
+        canvas.max_widths = max_widths
+    return canvas

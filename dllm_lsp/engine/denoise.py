@@ -57,38 +57,62 @@ def commit_count_floor(masked_left: torch.Tensor, steps_left: int) -> torch.Tens
     return torch.ceil(masked_left.float() / max(steps_left, 1)).long()
 
 
+StepCallback = Callable[[int, torch.Tensor, torch.Tensor, float, int], None]
+"""on_step(step, span_ids [B, S], still_masked [B, S], mean_confidence, budget): after each
+step, the span laid out at each slot's full width (positions a slot has not grown into read as
+ends) and the forward passes allowed so far."""
+
+
 class FixedLengthRun:
     """One request's fixed-length denoising, one step at a time: the state of `denoise`'s loop.
 
     `denoise` drives it alone (`advance(session.logits(ids, rows()))` until done); the step scheduler
     (engine/batching.py) drives many at once, computing their logits in one batched forward
     pass where the model can, so requests join and leave at step boundaries.
+
+    Slots that grow (a canvas built with `start_tokens`, `Canvas.max_widths`): a slot starts
+    narrow, and when the model has filled it to its last position with real tokens (no end), it
+    doubles, up to its capacity, and the run goes on over the new positions with a fresh step
+    budget. Why: a step costs in proportion to its span rows (the LM head, the MLPs), and most
+    spans are short (HumanEval's single lines: 85% within 15 tokens); a 32-token line-tail slot
+    paid for 32 rows at every step to produce 8 tokens and 24 pads. The model was trained with
+    slot widths drawn uniformly above the span's length, exactly full 15% of the time, so a
+    narrow slot is in its training distribution, and filling it to the end is its way of saying
+    "longer than this" (DreamOn's expansion, decided by the engine at the slot's end).
     """
 
     def __init__(self, denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings,
-                 on_step: Callable[[int, torch.Tensor, torch.Tensor, float], None] | None = None,
-                 cache: CacheSettings = CacheSettings()) -> None:
+                 on_step: StepCallback | None = None, cache: CacheSettings = CacheSettings()) -> None:
         device = denoiser.device
-        self.denoiser, self.canvas, self.settings, self.on_step = denoiser, canvas, settings, on_step
+        self.denoiser, self.settings, self.on_step, self.cache = denoiser, settings, on_step, cache
         self.special = special = denoiser.special
         self.batch = settings.n
-        self.span_pos = canvas.span_positions().to(device)
-        self.slot_of = canvas.span_slot_index().to(device)
-        self.n_span = self.span_pos.numel()
-        self.ids = canvas.ids.to(device)[None].repeat(self.batch, 1)
-        self.masked = torch.ones(self.batch, self.n_span, dtype=torch.bool, device=device)
-        self.committed_conf = torch.zeros(self.batch, self.n_span, device=device)
         self.end_ids = torch.tensor(special.end_ids or (-1,), device=device)
         self.pad_fill = special.end_ids[0] if special.end_ids else special.mask_id
         self.generator = (torch.Generator(device=device).manual_seed(settings.seed)
                           if settings.temperature > 0 else None)
         # An end decided in order closes its slot however confident it was: everything before it is decided.
         self.collapse_threshold = -math.inf if settings.ends_in_order else settings.pad_collapse_threshold
-        self.n_slots = len(canvas.slot_ranges)
-        self.session = denoiser.session(canvas, self.batch, cache)   # the prefill happens here
-        self.step_index = 0        # loop iterations (the step budget counts these)
-        self.steps = 0             # forward passes run
+        self.steps = 0                  # forward passes run
+        self.budget = settings.steps    # forward passes allowed so far (`steps` more per growth)
+        self.growths = 0
         self.filled = False
+        n_span = canvas.span_positions().numel()
+        self._open(canvas, canvas.ids.to(device)[None].repeat(self.batch, 1),
+                   torch.ones(self.batch, n_span, dtype=torch.bool, device=device),
+                   torch.zeros(self.batch, n_span, device=device))
+
+    def _open(self, canvas: Canvas, ids: torch.Tensor, masked: torch.Tensor, committed_conf: torch.Tensor) -> None:
+        """Lay the run out on `canvas` (the first, or a widened one) and open its model session."""
+        device = self.denoiser.device
+        self.canvas = canvas
+        self.span_pos = canvas.span_positions().to(device)
+        self.slot_of = canvas.span_slot_index().to(device)
+        self.n_span = self.span_pos.numel()
+        self.n_slots = len(canvas.slot_ranges)
+        self.ids, self.masked, self.committed_conf = ids, masked, committed_conf
+        self.session = self.denoiser.session(canvas, self.batch, self.cache)   # the prefill happens here
+        self.step_index = 0             # loop iterations in this window (the step budget counts these)
 
     @property
     def done(self) -> bool:
@@ -100,15 +124,75 @@ class FixedLengthRun:
         return self.step_index >= self.settings.steps and bool(self.masked.any())
 
     def wants_logits(self) -> bool:
-        """Whether this run needs another forward pass (a step, or the final greedy fill)."""
+        """Whether this run needs another forward pass (a step, the final greedy fill, or the
+        first step after a slot grew)."""
         if self.filled:
             return False
         if self.step_index < self.settings.steps and self.masked.any():
             return True
         if self.needs_greedy_fill:
             return True
+        if self._widen_full_slots():
+            return True
         self.filled = True
         return False
+
+    def _widen_full_slots(self) -> bool:
+        """Double every slot that can grow and that some candidate filled to its last position
+        with a real token; True when one grew. The new positions are masks in the candidates
+        whose slot was full and ends in the others (their slot had already ended)."""
+        canvas, special = self.canvas, self.special
+        if not canvas.max_widths or not special.end_ids:
+            return False
+        span = self.ids[:, self.span_pos]
+        widths, new_widths, full_rows = canvas.widths, [], []
+        offset = 0
+        for width, cap in zip(widths, canvas.capacity):
+            last = span[:, offset + width - 1]
+            full = ~torch.isin(last, self.end_ids) & (last != special.mask_id)     # [B]
+            grows = width < cap and bool(full.any())
+            new_widths.append(min(2 * width, cap) if grows else width)
+            full_rows.append(full)
+            offset += width
+        if tuple(new_widths) == widths:
+            return False
+        wide = canvas.widened(tuple(new_widths), self.pad_fill)
+        device = self.denoiser.device
+        new_span = torch.full((self.batch, sum(new_widths)), self.pad_fill, dtype=torch.long, device=device)
+        masked = torch.zeros(new_span.shape, dtype=torch.bool, device=device)
+        conf = torch.zeros(new_span.shape, device=device)
+        old = new = 0
+        for width, new_width, full in zip(widths, new_widths, full_rows):
+            new_span[:, new:new + width] = span[:, old:old + width]
+            conf[:, new:new + width] = self.committed_conf[:, old:old + width]
+            if new_width > width:
+                fresh = torch.zeros_like(masked)
+                fresh[:, new + width:new + new_width] = True
+                fresh &= full[:, None]
+                new_span[fresh] = special.mask_id
+                masked |= fresh
+            old, new = old + width, new + new_width
+        ids = wide.ids.to(device)[None].repeat(self.batch, 1)
+        ids[:, wide.span_positions().to(device)] = new_span
+        self._open(wide, ids, masked, conf)
+        self.budget += self.settings.steps
+        self.growths += 1
+        return True
+
+    def at_capacity(self, span: torch.Tensor, masked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """span, masked [B, S] laid out at each slot's full width (what a step report shows):
+        positions a slot has not grown into read as ends."""
+        widths, capacity = self.canvas.widths, self.canvas.capacity
+        if widths == capacity:
+            return span, masked
+        out = torch.full((span.shape[0], sum(capacity)), self.pad_fill, dtype=span.dtype, device=span.device)
+        out_masked = torch.zeros(out.shape, dtype=torch.bool, device=span.device)
+        old = new = 0
+        for width, cap in zip(widths, capacity):
+            out[:, new:new + width] = span[:, old:old + width]
+            out_masked[:, new:new + width] = masked[:, old:old + width]
+            old, new = old + width, new + cap
+        return out, out_masked
 
     def rows(self) -> torch.Tensor:
         """[B, S] bool: the span rows whose logits the next `advance` reads (the undecided ones).
@@ -121,12 +205,13 @@ class FixedLengthRun:
         [R, V] in row-major order: one step, or the greedy fill."""
         masked = self.masked
         if self.needs_greedy_fill:
+            # The last pass of a window; the run ends after it unless a slot grows.
+            logits[..., self.special.mask_id] = -math.inf
             span_now = self.ids[:, self.span_pos]
             span_now[masked] = logits.argmax(-1)
             self.ids[:, self.span_pos] = span_now
             self.masked[:] = False
             self.steps += 1
-            self.filled = True
             return
         settings, special = self.settings, self.special
         step = self.step_index
@@ -165,7 +250,7 @@ class FixedLengthRun:
         if self.on_step is not None:
             finite = conf[commit]
             mean_conf = float(finite.float().mean()) if finite.numel() else 0.0
-            self.on_step(self.steps, span_now, self.masked.clone(), mean_conf)
+            self.on_step(self.steps, *self.at_capacity(span_now, self.masked.clone()), mean_conf, self.budget)
 
     def outcome(self) -> DenoiseOutcome:
         return DenoiseOutcome(self.ids, self.ids[:, self.span_pos], self.steps, self.canvas)
@@ -176,13 +261,11 @@ def denoise(
     canvas: Canvas,
     settings: DecodeSettings,
     should_stop: Callable[[], bool] = lambda: False,
-    on_step: Callable[[int, torch.Tensor, torch.Tensor, float], None] | None = None,
+    on_step: StepCallback | None = None,
     cache: CacheSettings = CacheSettings(),
 ) -> DenoiseOutcome:
-    """Fill every slot of `canvas`, `settings.n` candidates in parallel.
-
-    `on_step(step, span_ids [B,S], still_masked [B,S], mean_confidence)` runs after each step.
-    """
+    """Fill every slot of `canvas`, `settings.n` candidates in parallel; `on_step` (StepCallback)
+    runs after each step. The outcome's canvas is the one decoded (slots may have grown)."""
     if should_stop():
         raise Cancelled()
     run = FixedLengthRun(denoiser, canvas, settings, on_step, cache)

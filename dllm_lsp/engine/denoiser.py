@@ -40,10 +40,41 @@ class Canvas:
     ids: torch.Tensor                      # [T] int64
     slot_ranges: list[tuple[int, int]]     # [start, end) of each slot in `ids`
     single_line: tuple[bool, ...] = ()     # per slot: the planner wants one line (block-wise decoding stops there)
+    # Per slot: the most tokens it may grow to (its context was cut to leave room for that);
+    # empty: every slot is already at its full width.
+    max_widths: tuple[int, ...] = ()
 
     @property
     def length(self) -> int:
         return int(self.ids.numel())
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        return tuple(b - a for a, b in self.slot_ranges)
+
+    @property
+    def capacity(self) -> tuple[int, ...]:
+        """Per slot, the most tokens it may hold (its current width when it cannot grow)."""
+        return self.max_widths or self.widths
+
+    def widened(self, widths: tuple[int, ...], fill: int) -> "Canvas":
+        """The same canvas with each slot `widths[i]` wide: new positions (`fill`) go at the
+        slot's end, and the context after it moves right."""
+        if len(widths) != len(self.slot_ranges) or any(
+                not old <= new <= cap for old, new, cap in zip(self.widths, widths, self.capacity)):
+            raise ValueError(f"cannot widen slots {self.widths} to {widths} (capacity {self.capacity})")
+        ids = self.ids.tolist()
+        out: list[int] = []
+        ranges: list[tuple[int, int]] = []
+        prev = 0
+        for (a, b), width in zip(self.slot_ranges, widths):
+            out += ids[prev:a]
+            start = len(out)
+            out += ids[a:b] + [fill] * (width - (b - a))
+            ranges.append((start, len(out)))
+            prev = b
+        out += ids[prev:]
+        return Canvas(torch.tensor(out, dtype=torch.long), ranges, self.single_line, self.max_widths)
 
     def span_positions(self) -> torch.Tensor:
         """Canvas positions of every slot token, slot by slot: [S] int64."""

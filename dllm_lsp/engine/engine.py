@@ -76,9 +76,17 @@ class Engine:
             encoder = self._encoders[role] = IncrementalEncoder(self.denoiser.tokenizer)
         return encoder.encode(text)
 
-    def canvas(self, request: InfillRequest, context_tokens: int | None = None) -> Canvas:
+    def canvas(self, request: InfillRequest, context_tokens: int | None = None,
+               start_tokens: int | None = None) -> Canvas:
         budget = self.context_tokens if context_tokens is None else context_tokens
-        return build_canvas(self.denoiser, request, budget, self.encode_piece)
+        return build_canvas(self.denoiser, request, budget, self.encode_piece, start_tokens)
+
+    def start_tokens(self, settings: DecodeSettings) -> int | None:
+        """How wide slots start: growing slots are the masked-diffusion loop's (FixedLengthRun),
+        and need a model that can end a span (an end token); others start at full width."""
+        if LOOPS[self.denoiser.decoding] is not denoise or not self.denoiser.special.end_ids:
+            return None
+        return settings.slot_start_tokens
 
     def infill(
         self,
@@ -95,12 +103,12 @@ class Engine:
         loop = LOOPS[self.denoiser.decoding]
         t0 = time.perf_counter()
         with self._lock:
-            canvas = self.canvas(request, context_tokens)
+            canvas = self.canvas(request, context_tokens, self.start_tokens(settings))
         step_cb = None
         if on_step is not None:
-            def step_cb(step: int, span: torch.Tensor, masked: torch.Tensor, mean_conf: float) -> None:
-                texts = self.decode_slots(canvas, span, masked)
-                on_step(StepState(step, settings.steps, texts, mean_conf, int(masked[0].sum())))
+            def step_cb(step: int, span: torch.Tensor, masked: torch.Tensor, mean_conf: float, budget: int) -> None:
+                texts = self.decode_slots(canvas.capacity, span, masked)
+                on_step(StepState(step, budget, texts, mean_conf, int(masked[0].sum())))
         should_stop = (lambda: cancel.cancelled) if cancel is not None else (lambda: False)
         if loop is denoise and self.batching:
             outcome = self.scheduler.run(
@@ -110,19 +118,20 @@ class Engine:
             with self._model_lock, torch.inference_mode():
                 outcome = loop(self.denoiser, canvas, settings, should_stop, step_cb, cache)
         with torch.inference_mode():
-            candidates = self.decode_slots(outcome.canvas, outcome.span_ids, None)
+            candidates = self.decode_slots(outcome.canvas.widths, outcome.span_ids, None)
             committed = self.real_tokens(outcome.span_ids[0])
         latency_ms = (time.perf_counter() - t0) * 1000
         return InfillResult(candidates=candidates, steps=outcome.steps, tokens_committed=committed,
-                            latency_ms=latency_ms)
+                            latency_ms=latency_ms, slot_widths=outcome.canvas.widths)
 
     def real_tokens(self, span: torch.Tensor) -> int:
         special = self.denoiser.special
         skip = torch.tensor([special.mask_id, *special.end_ids], device=span.device)
         return int((~torch.isin(span, skip)).sum())
 
-    def decode_slots(self, canvas: Canvas, span: torch.Tensor, masked: torch.Tensor | None) -> list[list[str]]:
-        """[B, S] span tokens -> [candidate][slot] text, cut at the first pad, masks left out."""
+    def decode_slots(self, widths: tuple[int, ...], span: torch.Tensor, masked: torch.Tensor | None) -> list[list[str]]:
+        """[B, S] span tokens, slots of `widths` one after another -> [candidate][slot] text, cut
+        at the first pad, masks left out."""
         special = self.denoiser.special
         ends = set(special.end_ids)
         out: list[list[str]] = []
@@ -130,8 +139,7 @@ class Engine:
         mask_rows = masked.tolist() if masked is not None else None
         for b, row in enumerate(rows):
             texts, offset = [], 0
-            for start, end in canvas.slot_ranges:
-                width = end - start
+            for width in widths:
                 kept: list[int] = []
                 for i, token in enumerate(row[offset:offset + width]):
                     if mask_rows is not None and mask_rows[b][offset + i]:

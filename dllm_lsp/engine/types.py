@@ -81,6 +81,10 @@ class DecodeSettings:
     remask_below: float | None = None   # re-open committed tokens whose confidence fell below this
     ends_in_order: bool = True          # only a slot's first undecided position may become its end (pad)
     floor_from_left: bool = True        # commits beyond the confident ones go to the leftmost undecided positions
+    # A slot starts this many tokens wide (at most its max_tokens) and doubles each time the model
+    # fills it with real tokens, up to max_tokens; None: full width from the first step. Each
+    # growth gets a fresh `steps` budget. (Masked-diffusion loop only; engine/denoise.py says why.)
+    slot_start_tokens: int | None = 16
 
     def __post_init__(self) -> None:
         if self.steps < 1:
@@ -95,6 +99,8 @@ class DecodeSettings:
             raise ValueError(f"confidence must be one of {CONFIDENCE_KINDS}, not {self.confidence!r}")
         if self.remask_below is not None and self.confidence == "prob" and not 0.0 <= self.remask_below <= 1.0:
             raise ValueError("remask_below must be within [0, 1] for prob confidences")
+        if self.slot_start_tokens is not None and self.slot_start_tokens < 1:
+            raise ValueError("slot_start_tokens must be >= 1 (or None: full width)")
 
 
 @dataclass
@@ -114,6 +120,7 @@ class InfillResult:
     steps: int                           # forward passes actually run
     tokens_committed: int                # real (non-pad) tokens in candidate 0
     latency_ms: float
+    slot_widths: tuple[int, ...] = ()    # each slot's width when decoding ended (slots may grow)
 
     @property
     def text(self) -> str:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .denoise import Cancelled, DenoiseOutcome, choose_commits, propose
+from .denoise import Cancelled, DenoiseOutcome, StepCallback, choose_commits, propose
 from .denoiser import Canvas, Denoiser, SpecialTokens
 from .types import CacheSettings, DecodeSettings
 
@@ -66,7 +66,7 @@ def denoise_variable_length(
     canvas: Canvas,
     settings: DecodeSettings,
     should_stop: Callable[[], bool] = lambda: False,
-    on_step: Callable[[int, torch.Tensor, torch.Tensor, float], None] | None = None,
+    on_step: StepCallback | None = None,
     cache: CacheSettings = CacheSettings(),
 ) -> DenoiseOutcome:
     """Fill every slot of `canvas`; candidates run one after another (their layouts diverge)."""
@@ -113,7 +113,7 @@ def _run_one(denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings, shoul
         if on_step is not None:
             span, still = _project(layout, special)
             done = conf[commit]
-            on_step(steps, span, still, float(done.mean()) if done.numel() else 0.0)
+            on_step(steps, span, still, float(done.mean()) if done.numel() else 0.0, settings.steps)
     _fill_left(denoiser, layout, cache)
     return layout, steps
 

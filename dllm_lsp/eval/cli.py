@@ -62,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--remask-below", type=float, default=None, metavar="C",
                    help="re-open committed tokens whose confidence was below C at the next step (the server's "
                         "`remaskBelow` option; default: never). docs/eval.md compares the settings")
+    h.add_argument("--slot-start-tokens", type=int, default=DecodeOptions().slot_start_tokens, metavar="N",
+                   help="with the length unknown, the slot starts N tokens wide and doubles while the model fills "
+                        "it (the server's `slotStartTokens`; default: the server's; 0: full width from the start)")
     h.add_argument("--context", type=int, default=PlannerOptions().context_tokens,
                    help="context tokens kept around the slot (default: the server's contextTokens)")
     h.add_argument("--timeout", type=float, default=10.0, help="seconds per program")
@@ -84,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         # The decode options go through the server's schema (same checks, same meaning); the two
         # ablation flags are eval-only switches of the loop's rules.
         decode = DecodeOptions(steps=a.steps, threshold=a.threshold, confidence=a.confidence,
-                               remask_below=a.remask_below)
+                               remask_below=a.remask_below, slot_start_tokens=a.slot_start_tokens or None)
         settings = replace(decode.decode_settings(), ends_in_order=a.ends_in_order, floor_from_left=a.floor_from_left)
         denoiser = load_model(a.model, a.device)
     except (ValueError, ModelLoadError) as exc:
@@ -101,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         "pass@1": round(headline.pass_at_1, 4), "tasks": len(tasks), "unknown_slot_tokens": unknown,
         "settings": {"steps": a.steps, "threshold": a.threshold, "confidence": a.confidence,
                      "remask_below": a.remask_below, "ends_in_order": a.ends_in_order,
-                     "floor_from_left": a.floor_from_left,
+                     "floor_from_left": a.floor_from_left, "slot_start_tokens": settings.slot_start_tokens,
                      "context": a.context, "timeout": a.timeout},
         "modes": {r.mode: r.to_json() for r in results},
         # The figures' provenance: what was run and how long it took (model load included).

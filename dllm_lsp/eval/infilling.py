@@ -7,7 +7,7 @@ exactly as long as the canonical middle's tokens (exposes how much the length co
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import DecodeSettings, InfillRequest
@@ -54,6 +54,8 @@ def evaluate(engine: Engine, tasks: list[Task], mode: str, settings: DecodeSetti
              timeout: float = 10.0, workers: int = 2, log=None) -> ModeResult:
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    if mode == "oracle":
+        settings = replace(settings, slot_start_tokens=None)   # the slot is the span's length: nothing to grow into
     t0 = time.perf_counter()
     completions, steps, committed, latency = [], 0, 0, 0.0
     for i, task in enumerate(tasks):

@@ -74,3 +74,20 @@ def test_missing_model_folder_is_a_clear_error(tmp_path):
 def test_tcp_address_is_validated():
     proc = run("serve", "--tcp", "localhost:notaport")
     assert proc.returncode == 1 and "HOST:PORT" in proc.stderr
+
+
+def test_bench_measures_growing_slots_beside_full_width_slots(tiny_model_dir, tmp_path):
+    out = tmp_path / "latency.json"
+    proc = run("bench", "--model", str(tiny_model_dir), "--device", "cpu", "--runs", "2", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(out.read_text())
+    cases = figures["cases"]
+    assert set(cases) == {"line_tail", "line_tail_full_width", "block_body", "block_body_full_width"}
+    start = figures["settings"]["slot_start_tokens"]
+    for name in ("line_tail", "block_body"):
+        grown, full = cases[name], cases[f"{name}_full_width"]
+        assert full["slot_width_decoded"] == full["span_tokens"]
+        assert start <= grown["slot_width_decoded"] <= grown["span_tokens"]
+        assert grown["samples"] == full["samples"] == 2
+        assert grown["p50_vs_full_width"] == round(grown["p50_ms"] / full["p50_ms"], 3)
+    assert "line_tail_full_width" in proc.stdout and "slot 32/32 tokens" in proc.stdout

@@ -78,7 +78,7 @@ def first_commit(settings: DecodeSettings, rows: list[torch.Tensor]) -> list[int
     """Which span positions the first step commits."""
     committed = []
 
-    def on_step(step, span, masked, conf):
+    def on_step(step, span, masked, conf, budget):
         if step == 1:
             committed.extend(i for i, m in enumerate(masked[0].tolist()) if not m)
 

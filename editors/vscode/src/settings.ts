@@ -21,6 +21,7 @@ export interface ServerOptionsPayload {
   threshold: number;
   confidence: "prob" | "margin" | "entropy";
   remaskBelow: number | null;
+  slotStartTokens: number | null;
   model: string;
   device: string;
   cache: "dual" | "none";
@@ -39,6 +40,7 @@ const SERVER_KEYS: (keyof ServerOptionsPayload)[] = [
   "threshold",
   "confidence",
   "remaskBelow",
+  "slotStartTokens",
   "model",
   "device",
   "cache",
