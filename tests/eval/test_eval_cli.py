@@ -2,6 +2,7 @@ import json
 
 import pytest
 
+from dllm_lsp.engine.engine import Engine
 from dllm_lsp.eval.cli import main
 
 TASKS = [
@@ -78,3 +79,26 @@ def test_bad_decode_flags_are_refused_by_the_options_schema(data, tiny_model_dir
     assert main(["humaneval-infilling", "--data", str(data), "--model", str(tiny_model_dir),
                  "--remask-below", "1.5"]) == 1
     assert "remaskBelow must be within 0..1" in capsys.readouterr().err
+
+
+def test_the_unknown_length_slot_grows_and_the_oracle_slot_does_not(data, tiny_model_dir, capsys, monkeypatch):
+    widths: dict[str, list[tuple[int, ...]]] = {}
+    infill = Engine.infill
+
+    def spy(self, request, settings, *args, **kwargs):
+        result = infill(self, request, settings, *args, **kwargs)
+        widths.setdefault(str(settings.slot_start_tokens), []).append(result.slot_widths)
+        return result
+
+    monkeypatch.setattr(Engine, "infill", spy)
+    # threshold 1.0: the random model commits one token a step and fills its 4-token start.
+    rc = main(["humaneval-infilling", "--data", str(data), "--model", str(tiny_model_dir), "--device", "cpu",
+               "--json", "--steps", "4", "--threshold", "1.0", "--max-tokens", "12", "--slot-start-tokens", "4"])
+    assert rc == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["settings"]["slot_start_tokens"] == 4
+    assert widths["4"] and all(w[0] > 4 for w in widths["4"])          # unknown length: grew from 4
+    assert widths["None"] == [(1,)] * 3                                 # oracle: the span's own length
+    rc = main(["humaneval-infilling", "--data", str(data), "--model", str(tiny_model_dir), "--device", "cpu",
+               "--json", "--modes", "unknown", "--steps", "4", "--max-tokens", "12", "--slot-start-tokens", "0"])
+    assert rc == 0 and json.loads(capsys.readouterr().out)["settings"]["slot_start_tokens"] is None
