@@ -186,3 +186,17 @@ def test_the_real_model_streams_at_full_width_and_reports_the_grown_budget(tiny_
     full = engine.infill(request, DecodeSettings(steps=8, threshold=1.0, slot_start_tokens=None))
     assert full.steps <= 8
     assert len(engine.denoiser.encode(result.text)) <= 24
+
+
+def test_the_greedy_fill_never_writes_the_mask_token():
+    """The last pass of a window fills what is left with the argmax, the mask id excluded."""
+    denoiser = TargetDenoiser([[words(2)]])
+    run = FixedLengthRun(denoiser, canvas_of([4], start=None), DecodeSettings(steps=1))
+    run.step_index = 1                                       # the budget is spent, every position open
+    assert run.needs_greedy_fill
+    logits = torch.zeros(4, VOCAB)
+    logits[:, MASK] = 10.0                                   # the model's favourite is the mask
+    logits[:, 7] = 5.0
+    run.advance(logits)
+    assert run.ids[0, run.span_pos].tolist() == [7, 7, 7, 7]
+    assert not run.wants_logits()
