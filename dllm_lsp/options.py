@@ -102,11 +102,11 @@ class DecodeOptions:
     remask_below: float | None = attrs.field(default=None, validator=_on_the_confidence_scale, metadata=doc(
         "re-open committed tokens whose confidence fell below this (`null`: never); diffusion's "
         "error correction ([eval.md](eval.md#remasking-and-confidence))"))
-    slot_start_tokens: int | None = attrs.field(default=16, validator=attrs.validators.optional(_in(1, 512)),
+    slot_start_tokens: int | None = attrs.field(default=None, validator=attrs.validators.optional(_in(0, 512)),
                                                 metadata=doc(
         "a slot starts this many tokens wide and doubles while the model fills it, up to `maxLineTokens` / "
-        "`maxSpanTokens` (`null`: full width from the start); short completions then cost short steps "
-        "([serving.md](serving.md#slots-that-grow))"))
+        "`maxSpanTokens`; `0`: full width from the start; `null`: the device's default (16 on a CPU, "
+        "full width on a GPU; [serving.md](serving.md#slots-that-grow))"))
 
     def decode_settings(self) -> DecodeSettings:
         return DecodeSettings(steps=self.steps, threshold=self.threshold, confidence=self.confidence,

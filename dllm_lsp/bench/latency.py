@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from dllm_lsp.engine.types import DecodeSettings, InfillRequest
+from dllm_lsp.engine.types import GROWING_SLOT_START, DecodeSettings, InfillRequest
 
 from .environment import environment, percentiles
 from .overhead import synthetic_python
@@ -25,13 +25,13 @@ def return_tail(text: str, start: int) -> tuple[str, str, int]:
 
 
 def run_latency_bench(engine, runs: int = 20, steps: int = 8) -> dict:
-    """Each case twice, runs interleaved so both see the same machine: with the server's
-    growing slots (`slot_start_tokens`, the default) and with the slot at full width from the
-    first step (the comparison: `<case>_full_width`)."""
+    """Each case twice, runs interleaved so both see the same machine: with a growing slot
+    (starting at GROWING_SLOT_START tokens, the server's default on a CPU) and with the slot at
+    full width from the first step (`<case>_full_width`, the default on a GPU). Both on every
+    device: on a GPU this pair is what would move its default (`device_slot_start`)."""
     text = synthetic_python(400)
     prefix, suffix, _ = return_tail(text, len(text) // 2)
-    start = DecodeSettings().slot_start_tokens
-    layouts = {"": start, "_full_width": None}
+    layouts = {"": GROWING_SLOT_START, "_full_width": 0}
     cases = {}
     for name, (tokens, single_line) in CASES.items():
         request = InfillRequest.single(prefix, suffix, tokens, single_line)
@@ -55,7 +55,9 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8) -> dict:
         "benchmark": "completion latency (engine, warm prefix cache)",
         "model": engine.denoiser.describe(),
         "settings": {"steps": steps, "runs": runs, "context_tokens": engine.context_tokens,
-                     "slot_start_tokens": start, "torch_threads": torch.get_num_threads()},
+                     "slot_start_tokens": GROWING_SLOT_START,
+                     "device_default_slot_start": engine.start_tokens(DecodeSettings()),
+                     "torch_threads": torch.get_num_threads()},
         "environment": environment(str(engine.denoiser.device)),
         "cases": cases,
     }

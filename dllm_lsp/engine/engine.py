@@ -26,7 +26,7 @@ from .canvas import CanvasTooSmall, build_canvas
 from .denoise import Cancelled, DenoiseOutcome, FixedLengthRun, denoise
 from .denoiser import Canvas, Denoiser
 from .token_cache import IncrementalEncoder
-from .types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState
+from .types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState, device_slot_start
 from .variable_length import denoise_variable_length
 
 __all__ = ["Engine", "Cancelled", "CancelToken", "CanvasTooSmall", "LOOPS"]
@@ -82,11 +82,15 @@ class Engine:
         return build_canvas(self.denoiser, request, budget, self.encode_piece, start_tokens)
 
     def start_tokens(self, settings: DecodeSettings) -> int | None:
-        """How wide slots start: growing slots are the masked-diffusion loop's (FixedLengthRun),
-        and need a model that can end a span (an end token); others start at full width."""
+        """How wide slots start (None: full width). Growing slots are the masked-diffusion loop's
+        (FixedLengthRun) and need a model that can end a span (an end token); `settings` may name
+        a width or 0 (full width), else the device's default applies (`device_slot_start`)."""
         if LOOPS[self.denoiser.decoding] is not denoise or not self.denoiser.special.end_ids:
             return None
-        return settings.slot_start_tokens
+        start = settings.slot_start_tokens
+        if start is None:
+            start = device_slot_start(self.denoiser.device.type)
+        return start or None
 
     def infill(
         self,

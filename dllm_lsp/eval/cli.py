@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
                         "`remaskBelow` option; default: never). docs/eval.md compares the settings")
     h.add_argument("--slot-start-tokens", type=int, default=DecodeOptions().slot_start_tokens, metavar="N",
                    help="with the length unknown, the slot starts N tokens wide and doubles while the model fills "
-                        "it (the server's `slotStartTokens`; default: the server's; 0: full width from the start)")
+                        "it (the server's `slotStartTokens`; 0: full width from the start; default: the device's, "
+                        "16 on a CPU, full width on a GPU)")
     h.add_argument("--context", type=int, default=PlannerOptions().context_tokens,
                    help="context tokens kept around the slot (default: the server's contextTokens)")
     h.add_argument("--timeout", type=float, default=10.0, help="seconds per program")
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         # The decode options go through the server's schema (same checks, same meaning); the two
         # ablation flags are eval-only switches of the loop's rules.
         decode = DecodeOptions(steps=a.steps, threshold=a.threshold, confidence=a.confidence,
-                               remask_below=a.remask_below, slot_start_tokens=a.slot_start_tokens or None)
+                               remask_below=a.remask_below, slot_start_tokens=a.slot_start_tokens)
         settings = replace(decode.decode_settings(), ends_in_order=a.ends_in_order, floor_from_left=a.floor_from_left)
         denoiser = load_model(a.model, a.device)
     except (ValueError, ModelLoadError) as exc:
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         "pass@1": round(headline.pass_at_1, 4), "tasks": len(tasks), "unknown_slot_tokens": unknown,
         "settings": {"steps": a.steps, "threshold": a.threshold, "confidence": a.confidence,
                      "remask_below": a.remask_below, "ends_in_order": a.ends_in_order,
-                     "floor_from_left": a.floor_from_left, "slot_start_tokens": settings.slot_start_tokens,
+                     "floor_from_left": a.floor_from_left, "slot_start_tokens": engine.start_tokens(settings),
                      "context": a.context, "timeout": a.timeout},
         "modes": {r.mode: r.to_json() for r in results},
         # The figures' provenance: what was run and how long it took (model load included).

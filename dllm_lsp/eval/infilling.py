@@ -55,7 +55,7 @@ def evaluate(engine: Engine, tasks: list[Task], mode: str, settings: DecodeSetti
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     if mode == "oracle":
-        settings = replace(settings, slot_start_tokens=None)   # the slot is the span's length: nothing to grow into
+        settings = replace(settings, slot_start_tokens=0)   # the slot is the span's length: nothing to grow into
     t0 = time.perf_counter()
     completions, steps, committed, latency = [], 0, 0, 0.0
     for i, task in enumerate(tasks):

@@ -84,6 +84,7 @@ def test_bench_measures_growing_slots_beside_full_width_slots(tiny_model_dir, tm
     cases = figures["cases"]
     assert set(cases) == {"line_tail", "line_tail_full_width", "block_body", "block_body_full_width"}
     start = figures["settings"]["slot_start_tokens"]
+    assert figures["settings"]["device_default_slot_start"] == start        # growing is the CPU's default
     for name in ("line_tail", "block_body"):
         grown, full = cases[name], cases[f"{name}_full_width"]
         assert full["slot_width_decoded"] == full["span_tokens"]

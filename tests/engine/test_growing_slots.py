@@ -14,7 +14,7 @@ from dllm_lsp.engine.canvas import build_canvas
 from dllm_lsp.engine.denoise import FixedLengthRun, denoise
 from dllm_lsp.engine.denoiser import Canvas, Denoiser, SpecialTokens
 from dllm_lsp.engine.engine import Engine
-from dllm_lsp.engine.types import DecodeSettings, InfillRequest, Slot
+from dllm_lsp.engine.types import GROWING_SLOT_START, DecodeSettings, InfillRequest, Slot, device_slot_start
 from dllm_lsp.loader import load_model
 
 MASK, PAD, CTX = 0, 1, 2
@@ -168,9 +168,21 @@ def test_the_canvas_leaves_room_for_the_full_width():
     assert narrow.widened((24,), MASK).ids.tolist() == full.ids.tolist()
 
 
-def test_slot_start_tokens_must_be_positive():
+def test_slot_start_tokens_must_not_be_negative():
     with pytest.raises(ValueError):
-        DecodeSettings(slot_start_tokens=0)
+        DecodeSettings(slot_start_tokens=-1)
+
+
+def test_slots_start_narrow_on_a_cpu_and_at_full_width_on_a_gpu(tiny_model_dir):
+    """Where a step costs in proportion to its rows (a CPU) growing pays; on a GPU it does not."""
+    assert device_slot_start("cpu") == GROWING_SLOT_START
+    assert device_slot_start("cuda") is None
+    engine = Engine(load_model(tiny_model_dir, "cpu"), batching=False)
+    assert engine.start_tokens(DecodeSettings()) == GROWING_SLOT_START        # the device's default
+    assert engine.start_tokens(DecodeSettings(slot_start_tokens=0)) is None    # full width, asked for
+    assert engine.start_tokens(DecodeSettings(slot_start_tokens=8)) == 8
+    request = InfillRequest.single("x = ", "\n", 40)
+    assert engine.canvas(request, start_tokens=engine.start_tokens(DecodeSettings())).widths == (16,)
 
 
 def test_the_real_model_streams_at_full_width_and_reports_the_grown_budget(tiny_model_dir):
@@ -183,7 +195,7 @@ def test_the_real_model_streams_at_full_width_and_reports_the_grown_budget(tiny_
     assert result.steps > 8
     assert states[-1].total_steps > 8 and states[0].total_steps == 8
     assert all(s.step <= s.total_steps for s in states)
-    full = engine.infill(request, DecodeSettings(steps=8, threshold=1.0, slot_start_tokens=None))
+    full = engine.infill(request, DecodeSettings(steps=8, threshold=1.0, slot_start_tokens=0))
     assert full.steps <= 8
     assert len(engine.denoiser.encode(result.text)) <= 24
 

@@ -98,7 +98,7 @@ def test_the_unknown_length_slot_grows_and_the_oracle_slot_does_not(data, tiny_m
     report = json.loads(capsys.readouterr().out)
     assert report["settings"]["slot_start_tokens"] == 4
     assert widths["4"] and all(w[0] > 4 for w in widths["4"])          # unknown length: grew from 4
-    assert widths["None"] == [(1,)] * 3                                 # oracle: the span's own length
+    assert widths["0"] == [(1,)] * 3                                    # oracle: the span's own length
     rc = main(["humaneval-infilling", "--data", str(data), "--model", str(tiny_model_dir), "--device", "cpu",
                "--json", "--modes", "unknown", "--steps", "4", "--max-tokens", "12", "--slot-start-tokens", "0"])
     assert rc == 0 and json.loads(capsys.readouterr().out)["settings"]["slot_start_tokens"] is None
