@@ -60,7 +60,6 @@ def build_canvas(denoiser: Denoiser, request: InfillRequest, context_budget: int
         ranges.append((start, len(ids)))
         ids += after
     max_widths = tuple(s.max_tokens for s in request.slots)
-    canvas = Canvas(torch.tensor(ids, dtype=torch.long), ranges, tuple(s.single_line for s in request.slots))
-    if canvas.widths != max_widths:
-        canvas.max_widths = max_widths
-    return canvas
+    narrow = any(b - a < w for (a, b), w in zip(ranges, max_widths))
+    return Canvas(torch.tensor(ids, dtype=torch.long), ranges, tuple(s.single_line for s in request.slots),
+                  max_widths if narrow else ())

@@ -95,7 +95,6 @@ class FixedLengthRun:
         self.collapse_threshold = -math.inf if settings.ends_in_order else settings.pad_collapse_threshold
         self.steps = 0                  # forward passes run
         self.budget = settings.steps    # forward passes allowed so far (`steps` more per growth)
-        self.growths = 0
         self.filled = False
         n_span = canvas.span_positions().numel()
         self._open(canvas, canvas.ids.to(device)[None].repeat(self.batch, 1),
@@ -157,26 +156,18 @@ class FixedLengthRun:
         if tuple(new_widths) == widths:
             return False
         wide = canvas.widened(tuple(new_widths), self.pad_fill)
-        device = self.denoiser.device
-        new_span = torch.full((self.batch, sum(new_widths)), self.pad_fill, dtype=torch.long, device=device)
-        masked = torch.zeros(new_span.shape, dtype=torch.bool, device=device)
-        conf = torch.zeros(new_span.shape, device=device)
-        old = new = 0
+        new_span = relayout(span, widths, new_widths, self.pad_fill)
+        conf = relayout(self.committed_conf, widths, new_widths, 0.0)
+        masked = torch.zeros_like(new_span, dtype=torch.bool)
+        start = 0
         for width, new_width, full in zip(widths, new_widths, full_rows):
-            new_span[:, new:new + width] = span[:, old:old + width]
-            conf[:, new:new + width] = self.committed_conf[:, old:old + width]
-            if new_width > width:
-                fresh = torch.zeros_like(masked)
-                fresh[:, new + width:new + new_width] = True
-                fresh &= full[:, None]
-                new_span[fresh] = special.mask_id
-                masked |= fresh
-            old, new = old + width, new + new_width
-        ids = wide.ids.to(device)[None].repeat(self.batch, 1)
-        ids[:, wide.span_positions().to(device)] = new_span
+            masked[full, start + width:start + new_width] = True
+            start += new_width
+        new_span[masked] = special.mask_id
+        ids = wide.ids.to(self.denoiser.device)[None].repeat(self.batch, 1)
+        ids[:, wide.span_positions().to(ids.device)] = new_span
         self._open(wide, ids, masked, conf)
         self.budget += self.settings.steps
-        self.growths += 1
         return True
 
     def at_capacity(self, span: torch.Tensor, masked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -185,14 +176,7 @@ class FixedLengthRun:
         widths, capacity = self.canvas.widths, self.canvas.capacity
         if widths == capacity:
             return span, masked
-        out = torch.full((span.shape[0], sum(capacity)), self.pad_fill, dtype=span.dtype, device=span.device)
-        out_masked = torch.zeros(out.shape, dtype=torch.bool, device=span.device)
-        old = new = 0
-        for width, cap in zip(widths, capacity):
-            out[:, new:new + width] = span[:, old:old + width]
-            out_masked[:, new:new + width] = masked[:, old:old + width]
-            old, new = old + width, new + cap
-        return out, out_masked
+        return relayout(span, widths, capacity, self.pad_fill), relayout(masked, widths, capacity, False)
 
     def rows(self) -> torch.Tensor:
         """[B, S] bool: the span rows whose logits the next `advance` reads (the undecided ones).
@@ -274,6 +258,17 @@ def denoise(
             raise Cancelled()
         run.advance(run.session.logits(run.ids, run.rows()))   # [R, V]: the undecided rows
     return run.outcome()
+
+
+def relayout(x: torch.Tensor, widths: tuple[int, ...], new_widths, fill) -> torch.Tensor:
+    """x [B, sum(widths)], slot after slot -> [B, sum(new_widths)]: each slot's columns at the
+    start of its new range, `fill` after them (every new width >= its old one)."""
+    out = torch.full((x.shape[0], sum(new_widths)), fill, dtype=x.dtype, device=x.device)
+    old = new = 0
+    for width, new_width in zip(widths, new_widths):
+        out[:, new:new + width] = x[:, old:old + width]
+        old, new = old + width, new + new_width
+    return out
 
 
 def first_in_slot(flags: torch.Tensor, slot_of: torch.Tensor, n_slots: int) -> tuple[torch.Tensor, torch.Tensor]:
