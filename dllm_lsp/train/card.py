@@ -61,6 +61,22 @@ def eval_section(evals: list[dict]) -> list[str]:
     return lines
 
 
+def runs_section(runs: list[dict]) -> list[str]:
+    """A folder trained in several runs (each continuing the last, `--init-from`): one row each."""
+    if len(runs) < 2:
+        return []
+    lines = ["Runs (each continued the previous one's weights with a fresh optimizer and LR schedule):", "",
+             "| run | steps | tokens | minutes | hardware | peak LR | batch x window | bf16 |",
+             "|---|---|---|---|---|---|---|---|"]
+    for i, run in enumerate(runs, 1):
+        batch = f"{run['batch_size']} x {run['seq_len']}" if "batch_size" in run and "seq_len" in run else "?"
+        bf16 = {True: "yes", False: "no"}.get(run.get("bf16_autocast"), "?")
+        lines.append(f"| {i} | {_fmt_int(run['steps'])} | {_fmt_int(run['tokens'])} | {run['seconds'] / 60:.1f} | "
+                     f"{run.get('hardware', '?')} | {run.get('lr', '?')} | {batch} | {bf16} |")
+    lines.append("")
+    return lines
+
+
 def write_card(model_dir: Path, corpus_dir: Path | None, eval_files: list[Path], title: str,
                preamble: str = "", closing: str = "") -> Path:
     model_dir = Path(model_dir)
@@ -92,6 +108,7 @@ def write_card(model_dir: Path, corpus_dir: Path | None, eval_files: list[Path],
     ]
     lines += corpus_section(stats)
     obj = opts.get("objective", {})
+    n_runs = len(training.get("runs") or [])
     lines += [
         "## Training", "",
         f"- Objective: masked diffusion on syntax-aware spans (1-3 per window: line tails, whole lines, block "
@@ -100,7 +117,8 @@ def write_card(model_dir: Path, corpus_dir: Path | None, eval_files: list[Path],
         f"{obj.get('ar_fraction')} of context positions, weight {obj.get('ar_weight')}.",
         f"- Steps: {_fmt_int(training['steps'])}; tokens seen: {_fmt_int(training['tokens'])} "
         f"(batch {opts.get('batch_size')} x {config.get('training', {}).get('seq_len')}); "
-        f"peak LR {opts.get('lr')}, warmup {opts.get('warmup')}, cosine decay.",
+        f"peak LR {opts.get('lr')}, warmup {opts.get('warmup')}, cosine decay"
+        + (f" (totals over {n_runs} runs, listed below; the settings are the last run's)." if n_runs > 1 else "."),
         f"- Time: {training['seconds'] / 60:.1f} min on {training['hardware']} (torch {training['torch']}, "
         f"bf16 autocast: {training['bf16_autocast']}).",
         f"- Final validation loss (masked-token cross-entropy on held-out files): "
@@ -108,6 +126,7 @@ def write_card(model_dir: Path, corpus_dir: Path | None, eval_files: list[Path],
         "- Full log: `train_log.jsonl` (train loss every 10 steps, validation every "
         f"{opts.get('eval_every')} steps).", "",
     ]
+    lines += runs_section(training.get("runs") or [])
     lines += eval_section(evals)
     if closing:
         lines += [closing, ""]

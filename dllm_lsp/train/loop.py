@@ -96,6 +96,15 @@ def validate(model, batches, opts: TrainOptions, device, autocast) -> dict[str, 
     return {f"val_{k}": v / len(batches) for k, v in totals.items()}
 
 
+def run_settings(options: dict, bf16: bool | None) -> dict:
+    """What a run's record keeps of its options (a continued folder's card lists every run)."""
+    keep = {key: options[key] for key in ("lr", "batch_size", "warmup", "threads") if key in options}
+    seq_len = (options.get("layout") or {}).get("seq_len")
+    corpus = options.get("corpus")
+    return {**keep, **({"seq_len": seq_len} if seq_len else {}), **({"corpus": str(corpus)} if corpus else {}),
+            **({"bf16_autocast": bf16} if bf16 is not None else {})}
+
+
 def continued_config(folder: Path, tokenizer: Tokenizer, seq_len: int) -> tuple[EmbeddedConfig, dict]:
     """The architecture and the counters of a model folder whose training continues."""
     if not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():
@@ -107,8 +116,10 @@ def continued_config(folder: Path, tokenizer: Tokenizer, seq_len: int) -> tuple[
     cfg.max_positions = max(cfg.max_positions, seq_len)   # RoPE: longer windows need no new weights
     summary_path = folder / "training.json"
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    # A folder trained before runs were recorded holds one run: its summary's totals and options.
     runs = summary.get("runs") or ([{"steps": summary.get("steps", 0), "tokens": summary.get("tokens", 0),
-                                     "seconds": summary.get("seconds", 0.0), "hardware": summary.get("hardware", "?")}]
+                                     "seconds": summary.get("seconds", 0.0), "hardware": summary.get("hardware", "?"),
+                                     **run_settings(summary.get("options", {}), summary.get("bf16_autocast"))}]
                                    if summary else [])
     previous = {"steps": int(summary.get("steps", 0)), "tokens": int(summary.get("tokens", 0)),
                 "seconds": float(summary.get("seconds", 0.0)), "runs": runs}
@@ -191,7 +202,8 @@ def train(opts: TrainOptions, log=print) -> dict:
             "parameters": n_params, "steps": base_steps + step, "tokens": base_tokens + tokens,
             "seconds": round(base_seconds + elapsed, 1),
             "runs": [*previous["runs"], {"steps": step, "tokens": tokens, "seconds": round(elapsed, 1),
-                                         "hardware": hardware(device), "continued_from": str(opts.init_from or "")}],
+                                         "hardware": hardware(device), "continued_from": str(opts.init_from or ""),
+                                         **run_settings(asdict(opts), use_bf16)}],
             "hardware": hardware(device), "torch": torch.__version__, "bf16_autocast": use_bf16,
             "attention": model.training_attention,
             "compile": opts.compile, "final": final, **last_val,

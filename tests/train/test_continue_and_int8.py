@@ -78,6 +78,15 @@ def test_continuing_a_folder_keeps_its_weights_and_adds_to_its_counters(first_ru
     steps = [rec["step"] for rec in map(json.loads, (second / "train_log.jsonl").read_text().splitlines())
              if "loss" in rec]
     assert steps[0] == 1 and 6 in steps and steps == sorted(steps)   # one curve: run 1 from 1, run 2 from 6
+    # Each run keeps its own settings, and the card lists the runs.
+    assert summary["runs"][1]["lr"] == 0 and summary["runs"][0]["lr"] > 0
+    assert summary["runs"][1]["continued_from"] == str(first)
+    assert main(["card", "--model", str(second), "--title", "continued"]) == 0
+    card = (second / "MODEL_CARD.md").read_text()
+    rows = [line for line in card.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
+    cells = [[cell.strip() for cell in row.strip("|").split("|")] for row in rows]
+    assert [row[1] for row in cells] == ["5", "3"] and float(cells[1][5]) == 0 and float(cells[0][5]) > 0, rows
+    assert "totals over 2 runs" in card
 
 
 def test_continuing_with_another_tokenizer_is_refused(first_run, tmp_path, capsys):
