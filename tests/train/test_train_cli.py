@@ -5,6 +5,7 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 
 from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import InfillRequest
@@ -42,13 +43,16 @@ def test_pipeline_writes_a_loadable_model_folder(trained):
     assert result.steps >= 1 and isinstance(result.text, str)
 
 
-def test_resume_continues_the_step_count_and_bf16_runs_on_cpu(trained):
+def test_resume_continues_the_step_count_and_bf16_runs_on_cpu(trained, capsys):
     work, out = trained
     rc = main(["model", "--corpus", str(work / "corpus"), "--tokenizer", str(work / "tokenizer.json"),
                "--out", str(out), "--preset", "tiny-test", "--steps", "8", "--resume", "--threads", "1", "--bf16"])
     assert rc == 0
     summary = json.loads((out / "training.json").read_text())
     assert summary["steps"] == 8 and summary["bf16_autocast"] is True
+    # Where the CPU has no native bf16, the run says it is on the slow path.
+    native = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert ("has no native bf16" in capsys.readouterr().out) == (not native)
     assert all(math.isfinite(rec["loss"]) for rec in map(json.loads, (out / "train_log.jsonl").read_text().splitlines())
                if "loss" in rec)
 
