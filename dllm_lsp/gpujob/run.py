@@ -26,7 +26,6 @@ from dllm_lsp.train.presets import MODEL_KEYS, preset
 from .budget import PHASES, Budget
 from .children import ChildResult, dllm_command, run_child
 from .pack import pack_job
-from .plot import plot_loss_curve
 
 EVALS = ("single-line", "random-span-light")
 
@@ -399,13 +398,7 @@ class Job:
 
     def pack(self, box: float) -> str:
         notes = {}
-        if (self.model_dir / "train_log.jsonl").is_file():
-            try:
-                plot_loss_curve(self.model_dir / "train_log.jsonl", self.model_dir / "loss-curve.png",
-                                title=f"{self.opts.model_name}: training loss")
-            except ImportError as exc:
-                notes["plot"] = f"no loss-curve PNG: {exc}"
-        if (self.model_dir / "model.safetensors").is_file():
+        if (self.model_dir / "model.safetensors").is_file():   # the card draws the loss curve beside it
             card = self.child("pack", "card", self.card_args(), max(min(box / 2, 60.0), 10.0))
             if not card.ok:
                 notes["card"] = "the model card could not be written"
@@ -436,8 +429,7 @@ class Job:
             run = (f"Evaluated again, not trained, by the dllm-lsp GPU job (`dllm-lsp gpujob run --phases "
                    f"{','.join(self.opts.phases)}`), device {device}; `training.json` records its training.")
         closing.write_text(
-            "## Loss curve\n\n![training loss](loss-curve.png)\n\n" + run +
-            " Weights are stored as int8 with one fp32 scale per row (dllm_lsp/arch/weight_storage.py).\n")
+            run + " Weights are stored as int8 with one fp32 scale per row (dllm_lsp/arch/weight_storage.py).\n")
         return args + ["--closing", str(closing)]
 
 

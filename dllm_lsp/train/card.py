@@ -8,6 +8,8 @@ import json
 import shutil
 from pathlib import Path
 
+from .plot import plot_loss_curve
+
 
 def _fmt_int(n) -> str:
     return f"{n:,}" if isinstance(n, int) else str(n)
@@ -77,6 +79,23 @@ def runs_section(runs: list[dict]) -> list[str]:
     return lines
 
 
+def loss_curve_section(model_dir: Path, title: str, runs: list[dict]) -> list[str]:
+    """Draw `loss-curve.png` beside the log (when matplotlib is there) and link it."""
+    log = model_dir / "train_log.jsonl"
+    if not log.is_file():
+        return []
+    starts = [float(sum(run["tokens"] for run in runs[:i])) for i in range(1, len(runs))]
+    try:
+        plot_loss_curve(log, model_dir / "loss-curve.png", f"{title}: training loss", starts)
+    except ImportError as exc:
+        return ["## Loss curve", "", f"Not drawn ({exc}); the numbers are in `train_log.jsonl`.", ""]
+    lines = ["## Loss curve", "", "![training loss](loss-curve.png)", ""]
+    if starts:
+        lines += ["Dashed lines: where each later run began (its learning rate warms up again there, and its "
+                  "validation files are those of its own corpus).", ""]
+    return lines
+
+
 def write_card(model_dir: Path, corpus_dir: Path | None, eval_files: list[Path], title: str,
                preamble: str = "", closing: str = "") -> Path:
     model_dir = Path(model_dir)
@@ -127,6 +146,7 @@ def write_card(model_dir: Path, corpus_dir: Path | None, eval_files: list[Path],
         f"{opts.get('eval_every')} steps).", "",
     ]
     lines += runs_section(training.get("runs") or [])
+    lines += loss_curve_section(model_dir, title, training.get("runs") or [])
     lines += eval_section(evals)
     if closing:
         lines += [closing, ""]

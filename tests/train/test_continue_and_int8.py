@@ -87,6 +87,8 @@ def test_continuing_a_folder_keeps_its_weights_and_adds_to_its_counters(first_ru
     cells = [[cell.strip() for cell in row.strip("|").split("|")] for row in rows]
     assert [row[1] for row in cells] == ["5", "3"] and float(cells[1][5]) == 0 and float(cells[0][5]) > 0, rows
     assert "totals over 2 runs" in card
+    assert (second / "loss-curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "![training loss](loss-curve.png)" in card and "where each later run began" in card
 
 
 def test_continuing_with_another_tokenizer_is_refused(first_run, tmp_path, capsys):

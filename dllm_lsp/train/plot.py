@@ -19,8 +19,11 @@ def read_log(path: Path) -> tuple[list[dict], list[dict]]:
     return train, val
 
 
-def plot_loss_curve(log_path: Path, png_path: Path, title: str = "training loss") -> Path:
-    """Raises ImportError when matplotlib is missing (the job then notes it and goes on)."""
+def plot_loss_curve(log_path: Path, png_path: Path, title: str = "training loss",
+                    run_starts: list[float] | None = None) -> Path:
+    """Raises ImportError when matplotlib is missing (the caller notes it and goes on).
+    `run_starts`: the tokens at which each later run began (a continued model), drawn as
+    dashed lines: a fresh optimizer warms up again there, and its validation files may differ."""
     import matplotlib   # noqa: PLC0415  (optional: only the plot needs it)
 
     matplotlib.use("Agg")
@@ -36,6 +39,10 @@ def plot_loss_curve(log_path: Path, png_path: Path, title: str = "training loss"
         points = [(r["tokens"] / 1e6, r[key]) for r in val if key in r]
         if points:
             ax.plot(*zip(*points), "o-", label=label, markersize=3)
+    for i, start in enumerate(run_starts or [], 2):
+        ax.axvline(start / 1e6, color="grey", linestyle="--", linewidth=1)
+        ax.annotate(f"run {i}", (start / 1e6, 1), xycoords=("data", "axes fraction"), xytext=(3, -12),
+                    textcoords="offset points", color="grey", fontsize=8)
     ax.set_xlabel("training tokens (millions)")
     ax.set_ylabel("loss (nats per token)")
     ax.set_title(title)
