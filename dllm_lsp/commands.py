@@ -205,7 +205,8 @@ def complete(args) -> int:
               file=sys.stderr)
     # The same pipeline as the server's: planner, companion import slot, one context budget.
     try:
-        plan = pipeline.plan(Snapshot.parse(text, language), offset, options)
+        plan = pipeline.plan(Snapshot.parse(text, language), offset, options,
+                             model_context=engine.denoiser.max_context)
     except pipeline.PlanError as exc:
         raise UserError(str(exc)) from None
     result = plan.run(engine)

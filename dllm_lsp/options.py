@@ -70,9 +70,11 @@ class PlannerOptions:
     languages: dict[str, bool] = attrs.field(factory=dict, metadata=doc(
         'per-language enable, e.g. `{"markdown": false}`; unknown languages use line rules'))
 
-    def planner_settings(self) -> PlannerSettings:
+    def planner_settings(self, context_tokens: int | None = None) -> PlannerSettings:
+        """`context_tokens`: the budget in force (`context_tokens` capped by the model's positions)."""
+        budget = self.context_tokens if context_tokens is None else context_tokens
         return PlannerSettings(max_span_tokens=self.max_span_tokens, max_line_tokens=self.max_line_tokens,
-                               context_chars=self.context_tokens * CHARS_PER_TOKEN)
+                               context_chars=budget * CHARS_PER_TOKEN)
 
     def language_enabled(self, language_id: str) -> bool:
         return self.languages.get(language_id, self.languages.get("*", True))

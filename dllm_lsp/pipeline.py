@@ -1,6 +1,6 @@
 """One completion, from a cursor in a document snapshot to the text to insert.
 
-    plan(snapshot, offset, options, other_docs) -> CompletionPlan     the span planner, the
+    plan(snapshot, offset, options, other_docs, model_context) -> CompletionPlan   the planner, the
         companion import slot and the one context budget, all read from this one snapshot
     CompletionPlan.run(engine, ...) -> InfillResult                    the engine (any thread)
     CompletionPlan.finish(result) -> Completion | None                 post-processing, against
@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 from dllm_lsp.engine.engine import CancelToken, Engine
 from dllm_lsp.engine.types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState
-from dllm_lsp.multisite.companion import MAX_BETWEEN_CHARS, CompanionEdit, CompanionSlot, with_companion_slot
-from dllm_lsp.options import Options
+from dllm_lsp.multisite.companion import (COMPANION_TOKENS, MAX_BETWEEN_CHARS, CompanionEdit, CompanionSlot,
+                                          with_companion_slot)
+from dllm_lsp.options import CHARS_PER_TOKEN, Options
 from dllm_lsp.planner.spans import plan_span
 from dllm_lsp.planner.types import PlanError, SpanPlan
 from dllm_lsp.postprocess import finish
@@ -79,20 +80,28 @@ class CompletionPlan:
 
 
 def plan(snapshot: Snapshot, offset: int, options: Options = Options(),
-         other_docs: Sequence[tuple[str, str]] = ()) -> CompletionPlan:
+         other_docs: Sequence[tuple[str, str]] = (), model_context: int | None = None) -> CompletionPlan:
     """Plan the completion at string offset `offset` of `snapshot`. `other_docs` are (uri, text)
     of other open documents, for cross-file snippets. PlanError when the offset is not in the text.
 
-    One context budget, `options.planner.context_tokens`: the planner's character window, the
-    text the companion slot keeps before the cursor and the engine's canvas all derive from it."""
-    planner = options.planner.planner_settings()
+    One context budget: `options.planner.context_tokens`, capped by `model_context` (the
+    positions of the model that will run the plan, `engine.denoiser.max_context`; None: not
+    known). The planner's character window, the text the companion slot keeps before the
+    cursor and the engine's canvas all derive from it."""
+    budget = options.planner.context_tokens if model_context is None else min(options.planner.context_tokens,
+                                                                             model_context)
+    planner = options.planner.planner_settings(budget)
     span = plan_span(snapshot, offset, planner, other_docs)
     companion = None
     if options.planner.companion_edits:
-        # A third of the character window may sit between the companion slot and the cursor
-        # (2,048 characters at the default budget, the slot's historical constant).
-        between = min(MAX_BETWEEN_CHARS, planner.context_chars // 3)
-        companion = with_companion_slot(span.request, snapshot, span.replace_start, max_between_chars=between)
+        # The engine never cuts the text between two slots unless it must, so it has to fit
+        # beside the slots: a third of the tokens the slots leave (1,872 characters at the
+        # default budget; a 256-position model keeps 336, not 2,048 characters, ~360 tokens,
+        # that pushed its canvas past the positions it was trained on).
+        slot_tokens = sum(slot.max_tokens for slot in span.request.slots) + COMPANION_TOKENS
+        between = min(MAX_BETWEEN_CHARS, max(budget - slot_tokens, 0) // 3 * CHARS_PER_TOKEN)
+        if between > 0:
+            companion = with_companion_slot(span.request, snapshot, span.replace_start, max_between_chars=between)
     request = companion.request if companion is not None else span.request
     return CompletionPlan(snapshot, span, companion, request, options.decode.decode_settings(),
-                          options.planner.context_tokens, options.model.cache_settings())
+                          budget, options.model.cache_settings())

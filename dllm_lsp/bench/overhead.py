@@ -81,7 +81,7 @@ def run_overhead(text: str, denoiser, requests: int, seed: int = 0) -> dict:
         else:
             doc.tree  # noqa: B018  (a jump: nothing typed, the tree is already up to date)
         t1 = time.perf_counter()
-        plan = pipeline.plan(doc.snapshot, offset, options)
+        plan = pipeline.plan(doc.snapshot, offset, options, model_context=denoiser.max_context)
         t2 = time.perf_counter()
         engine.canvas(plan.request, plan.context_tokens)
         t3 = time.perf_counter()

@@ -16,6 +16,14 @@ from .types import InfillRequest
 PieceEncoder = Callable[[str, str], list[int]]
 
 PREFIX_SHARE = 0.75
+# The prefix is cut from its start in steps of this many tokens, so that while the user types
+# the kept prefix starts at the same token for a while and the model's cached context
+# (arch/embedded_denoiser.py, PrefixCache) keeps matching; a cut one token at a time would
+# shift every position at every keystroke that adds a token.
+PREFIX_QUANTUM_TOKENS = 32
+# Text between two slots takes at most this share of the budget (cut from its start, keeping
+# what leads into the next slot): the planner sizes it to fit, this is the engine's guarantee.
+MIDDLE_SHARE = 0.75
 
 
 class CanvasTooSmall(ValueError):
@@ -40,11 +48,12 @@ def build_canvas(denoiser: Denoiser, request: InfillRequest, context_budget: int
     encode = encode_piece or (lambda text, role: denoiser.encode(text))
     pieces = [encode(text, role) for text, role in zip(request.pieces, roles)]
     prefix, middles, suffix = pieces[0], pieces[1:-1], pieces[-1]
+    middles = fit_middles(middles, int(budget * MIDDLE_SHARE))
     middle_total = sum(len(m) for m in middles)
     room = max(budget - middle_total, 2)
     # Give the prefix its share, then let either side use what the other leaves unused.
     prefix_room = max(int(room * PREFIX_SHARE), room - len(suffix))
-    prefix = prefix[-prefix_room:] if len(prefix) > prefix_room else prefix
+    prefix = cut_prefix(prefix, prefix_room)
     suffix_room = room - len(prefix)
     suffix = suffix[:suffix_room]
 
@@ -63,3 +72,23 @@ def build_canvas(denoiser: Denoiser, request: InfillRequest, context_budget: int
     narrow = any(b - a < w for (a, b), w in zip(ranges, max_widths))
     return Canvas(torch.tensor(ids, dtype=torch.long), ranges, tuple(s.single_line for s in request.slots),
                   max_widths if narrow else ())
+
+
+def cut_prefix(prefix: list[int], room: int) -> list[int]:
+    """The prefix's last `room` tokens at most, cut from its start in PREFIX_QUANTUM_TOKENS steps
+    (at most a quarter of the room) so that typing at its end leaves its first token in place."""
+    if len(prefix) <= room:
+        return prefix
+    quantum = max(1, min(PREFIX_QUANTUM_TOKENS, room // 4))
+    drop = -(-(len(prefix) - room) // quantum) * quantum
+    return prefix[drop:]
+
+
+def fit_middles(middles: list[list[int]], limit: int) -> list[list[int]]:
+    """Cut the text between slots to `limit` tokens in all, each piece in proportion, from its
+    start: a piece's end leads into the next slot."""
+    total = sum(len(m) for m in middles)
+    if total <= limit:
+        return middles
+    keep = [len(m) * limit // total for m in middles]
+    return [m[len(m) - k:] if k else [] for m, k in zip(middles, keep)]

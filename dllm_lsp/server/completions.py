@@ -113,7 +113,9 @@ class CompletionService:
 
     async def _run(self, uri: str, snapshot: Snapshot, offset: int, options: Options,
                    on_step: StepCallback | None) -> Completion | None:
-        completion_plan = plan(snapshot, offset, options, self.trees.others(uri))
+        # The model's positions cap the context budget, so it is planned for the model that runs it.
+        engine = await self.host.ready_engine()
+        completion_plan = plan(snapshot, offset, options, self.trees.others(uri), engine.denoiser.max_context)
         key = (uri, on_step is not None)
         token = self._supersede(key)
         step = None if on_step is None else (lambda state: on_step(completion_plan, state))

@@ -49,6 +49,31 @@ def test_canvas_keeps_more_prefix_than_suffix_when_cut(engine):
     assert engine.denoiser.decode(canvas.ids[:start].tolist()).endswith("x = 1\n")
 
 
+def test_text_between_slots_never_pushes_the_canvas_past_the_models_positions(engine):
+    # A middle of ~1,500 tokens (a companion slot far above the cursor, say) in a tiny model's
+    # positions: the canvas fits, and each middle keeps the end that leads into the next slot.
+    denoiser = engine.denoiser
+    middle = "".join(f"value_{i} = compute({i})\n" for i in range(300))
+    request = InfillRequest(["import os\n", middle, "x = ", "\n"], [Slot(8), Slot(8), Slot(8)])
+    canvas = build_canvas(denoiser, request, context_budget=10_000)
+    assert canvas.length <= denoiser.max_context
+    (_, end1), (start2, _), _ = canvas.slot_ranges
+    kept = denoiser.decode(canvas.ids[end1:start2].tolist())
+    assert 0 < len(kept) < len(middle) and middle.endswith(kept)
+
+
+def test_the_cut_prefix_starts_at_the_same_token_while_the_user_types(engine):
+    # The prefix is cut in steps of tokens, so typing at its end keeps its first kept token
+    # (and the model's cached context) for a while instead of shifting it every keystroke.
+    denoiser = engine.denoiser
+    base = "".join(f"item_{i} = {i}\n" for i in range(400))
+    starts = []
+    for typed in ["r", "re", "ret", "retu", "retur", "return", "return 1", "return 12"]:
+        canvas = build_canvas(denoiser, InfillRequest.single(base + typed, "\n", 8), context_budget=100)
+        starts.append(canvas.ids[: canvas.slot_ranges[0][0]].tolist()[:4])
+    assert starts.count(starts[0]) >= len(starts) - 1, starts
+
+
 def test_cached_span_logits_equal_the_full_forward(engine):
     denoiser = engine.denoiser
     canvas = engine.canvas(InfillRequest(["a = ", "\nb = ", "\n"], [Slot(5), Slot(7)]))

@@ -5,6 +5,7 @@ import pytest
 from lsprotocol import types
 from pygls.workspace import Workspace
 
+from dllm_lsp.arch.tiny import write_tiny_model
 from dllm_lsp.engine.types import InfillRequest
 from dllm_lsp.multisite.companion import companion_edit
 from dllm_lsp.server.completions import CompletionService
@@ -23,9 +24,11 @@ class RecordingHost(ModelHost):
     def __init__(self) -> None:
         super().__init__()
         self.requests: list[InfillRequest] = []
+        self.plans = []
         self.results = []
 
     async def run_plan(self, plan, cancel, on_step=None):
+        self.plans.append(plan)
         self.requests.append(plan.request)
         result = await super().run_plan(plan, cancel, on_step)
         self.results.append(result)
@@ -77,3 +80,31 @@ async def test_no_companion_slot_without_imports_to_follow(service):
     settings = OPTIONS
     await completions.complete(URI, types.Position(line=0, character=9), workspace, settings)   # in the imports
     assert len(host.requests[-1].slots) == 1
+
+
+async def test_a_small_models_positions_bound_the_plan_so_the_canvas_fits(tmp_path):
+    # A model trained on 256 positions, a cursor 300 lines below the imports: the budget is the
+    # model's, the text between the companion slot and the cursor is planned to fit beside the
+    # slots, and the canvas stays inside the positions.
+    folder = write_tiny_model(tmp_path / "small", max_positions=256)
+    body = "".join(f"value_{i} = compute({i}, os.sep)\n" for i in range(300))
+    text = "import os\n\n" + body + "def area(width, height):\n    return \n" + "print(area(1, 2))\n" * 50
+    uri = "file:///tmp/small_positions.py"
+    host = RecordingHost()
+    await host.load(str(folder), "cpu")
+    trees, workspace = DocumentTrees(), Workspace(None)
+    workspace.put_text_document(types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text))
+    trees.open(uri, "python", text)
+    line = text[:text.index("    return ")].count("\n")
+    try:
+        await CompletionService(host, trees).complete(uri, types.Position(line=line, character=11), workspace,
+                                                      Options().merged({"steps": 2}))
+        plan = host.plans[-1]
+        engine = host.engine
+        assert plan.context_tokens == 256 and plan.companion is not None
+        slots = sum(slot.max_tokens for slot in plan.request.slots)
+        # A third of what the slots leave, in the planner's characters (2,048 before the cap).
+        assert len(plan.request.pieces[1]) <= (256 - slots) // 3 * 6 < 600
+        assert engine.canvas(plan.request, plan.context_tokens).length <= 256
+    finally:
+        host.shutdown()
