@@ -19,8 +19,9 @@ PREFIX_SHARE = 0.75
 # The prefix is cut from its start in steps of this many tokens, so that while the user types
 # the kept prefix starts at the same token for a while and the model's cached context
 # (arch/embedded_denoiser.py, PrefixCache) keeps matching; a cut one token at a time would
-# shift every position at every keystroke that adds a token.
-PREFIX_QUANTUM_TOKENS = 32
+# shift every position at every keystroke that adds a token. It costs up to 15 tokens of the
+# farthest context; a full re-prefill comes once per ~16 tokens typed instead of every one.
+PREFIX_QUANTUM_TOKENS = 16
 # Text between two slots takes at most this share of the budget (cut from its start, keeping
 # what leads into the next slot): the planner sizes it to fit, this is the engine's guarantee.
 MIDDLE_SHARE = 0.75
