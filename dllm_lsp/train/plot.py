@@ -41,7 +41,7 @@ def plot_loss_curve(log_path: Path, png_path: Path, title: str = "training loss"
             ax.plot(*zip(*points), "o-", label=label, markersize=3)
     for i, start in enumerate(run_starts or [], 2):
         ax.axvline(start / 1e6, color="grey", linestyle="--", linewidth=1)
-        ax.annotate(f"run {i}", (start / 1e6, 1), xycoords=("data", "axes fraction"), xytext=(3, -12),
+        ax.annotate(f"run {i}", (start / 1e6, 0), xycoords=("data", "axes fraction"), xytext=(3, 4),
                     textcoords="offset points", color="grey", fontsize=8)
     ax.set_xlabel("training tokens (millions)")
     ax.set_ylabel("loss (nats per token)")
