@@ -159,9 +159,11 @@ def with_companion_slot(
     imports, the cursor is above or inside the import block, or the first piece does not end
     with the document text before the cursor.
 
-    The canvas never shortens the text between two slots, so at most `max_between_chars` of
-    text stay between the companion slot and the cursor: further down a long file the canvas
-    shows the import block, the slot, then the last part before the cursor. That part starts
+    The text between two slots has to fit beside them in the model's positions (the canvas
+    builder cuts it only as a last resort), so at most `max_between_chars` of text (sized from
+    the budget by pipeline.plan) stay between the companion slot and the cursor: further down a
+    long file the canvas shows the import block, the slot, then the last part before the
+    cursor. That part starts
     at a multiple of QUANTUM_CHARS (then at a line start) so it stays put while the user
     types, and the model's context cache keeps matching."""
     doc_text = source.text

@@ -127,7 +127,7 @@ def write_card(model_dir: Path, corpus_dir: Path | None, eval_files: list[Path],
     ]
     lines += corpus_section(stats)
     obj = opts.get("objective", {})
-    n_runs = len(training.get("runs") or [])
+    runs = training.get("runs") or []
     lines += [
         "## Training", "",
         f"- Objective: masked diffusion on syntax-aware spans (1-3 per window: line tails, whole lines, block "
@@ -137,7 +137,7 @@ def write_card(model_dir: Path, corpus_dir: Path | None, eval_files: list[Path],
         f"- Steps: {_fmt_int(training['steps'])}; tokens seen: {_fmt_int(training['tokens'])} "
         f"(batch {opts.get('batch_size')} x {config.get('training', {}).get('seq_len')}); "
         f"peak LR {opts.get('lr')}, warmup {opts.get('warmup')}, cosine decay"
-        + (f" (totals over {n_runs} runs, listed below; the settings are the last run's)." if n_runs > 1 else "."),
+        + (f" (totals over {len(runs)} runs, listed below; the settings are the last run's)." if len(runs) > 1 else "."),
         f"- Time: {training['seconds'] / 60:.1f} min on {training['hardware']} (torch {training['torch']}, "
         f"bf16 autocast: {training['bf16_autocast']}).",
         f"- Final validation loss (masked-token cross-entropy on held-out files): "
@@ -145,8 +145,8 @@ def write_card(model_dir: Path, corpus_dir: Path | None, eval_files: list[Path],
         "- Full log: `train_log.jsonl` (train loss every 10 steps, validation every "
         f"{opts.get('eval_every')} steps).", "",
     ]
-    lines += runs_section(training.get("runs") or [])
-    lines += loss_curve_section(model_dir, title, training.get("runs") or [])
+    lines += runs_section(runs)
+    lines += loss_curve_section(model_dir, title, runs)
     lines += eval_section(evals)
     if closing:
         lines += [closing, ""]
