@@ -13,6 +13,11 @@ options, e.g. prefix reuse or batching off), side by side in one run, it reports
 - the share of keystrokes answered before the next keystroke superseded them,
 - accepted suggestions and the characters they saved, typed-through hits (the server's own
   counter, where it keeps one), requests per second,
+- where the server's model time went (`server_work`, from `dllm/status` before and after): the
+  share of the wall its model thread was at work, and of that the share spent on context
+  (prefill) rather than denoising steps, the context tokens served from the prefix cache, and
+  `context_free_speedup`, the most any context reuse could lower that model time (Amdahl: the
+  steps remain). With one client (no queueing) it bounds what prefix reuse can do for latency,
 
 as JSON with the device, versions and settings, and a PNG (latency and throughput against
 clients). Every request must end answered or cancelled: `unanswered` counts those that never
@@ -377,11 +382,37 @@ async def run_clients(n: int, options: dict, args, files: list[Path], log, serve
         "prefetch_started": final.get("prefetchStarted"), "rebased": final.get("rebased"),
         "dropped": final.get("dropped"),
         "server_batching": final.get("batching"),
+        "server_work": work_between(status.get("work"), final.get("work"), wall, final.get("batching")),
         "model": status.get("model"),
     }
     log(f"  {n} client(s): p50 {row['latency']['p50_ms'] if row['latency'] else '-'} ms, "
         f"answered {row['answered_share']:.0%}, {row['requests_per_s']} req/s, unanswered {row['unanswered']}")
     return row
+
+
+def work_between(before: dict | None, after: dict | None, wall: float, batching: dict | None) -> dict | None:
+    """The server's model work during the replay, from two `work` readings of `dllm/status`
+    (None for a server that reports none: a remote engine)."""
+    if not before or not after:
+        return None
+    busy = after["busySeconds"] - before["busySeconds"]
+    ctx = {key: after["context"][key] - before["context"][key]
+           for key in ("sessions", "tokens", "reusedTokens", "seconds")}
+    out = {
+        "busy_s": round(busy, 3),
+        "busy_share": round(busy / wall, 4) if wall > 0 else None,
+        "context_s": round(ctx["seconds"], 3),
+        "context_share": round(ctx["seconds"] / busy, 4) if busy > 0 else None,
+        "sessions": ctx["sessions"],
+        "context_tokens": ctx["tokens"],
+        "reused_share": round(ctx["reusedTokens"] / ctx["tokens"], 4) if ctx["tokens"] else None,
+        "context_ms_per_session": round(1000 * ctx["seconds"] / ctx["sessions"], 3) if ctx["sessions"] else None,
+        # Model time with the context for free: what is left is the steps.
+        "context_free_speedup": round(busy / (busy - ctx["seconds"]), 3) if busy > ctx["seconds"] > 0 else None,
+    }
+    if batching and batching.get("forwardPasses"):
+        out["requests_per_forward"] = round(batching["requestSteps"] / batching["forwardPasses"], 3)
+    return out
 
 
 def plot(result: dict, png: Path) -> None:
@@ -390,7 +421,7 @@ def plot(result: dict, png: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt   # noqa: PLC0415
 
-    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4.4), dpi=110)
+    fig, (ax1, ax2, ax3, ax4) = plt.subplots(1, 4, figsize=(19, 4.4), dpi=110)
     for i, (name, rows) in enumerate(result["variants"].items()):
         color = f"C{i}"
         xs = [r["clients"] for r in rows if r["latency"]]
@@ -400,10 +431,19 @@ def plot(result: dict, png: Path) -> None:
         # What a user sees: answers with a suggestion in them, per second of typing.
         ax3.plot([r["clients"] for r in rows], [r["shown"] / r["wall_s"] if r["wall_s"] else 0.0 for r in rows],
                  "o-", color=color, label=name)
+        # Where the model's time went: busy share of the wall, and the context's share of that.
+        work = [(r["clients"], r["server_work"]) for r in rows if r.get("server_work")]
+        if work:
+            ax4.plot([c for c, _ in work], [w["busy_share"] or 0.0 for _, w in work], "o-", color=color,
+                     label=f"{name} busy")
+            ax4.plot([c for c, _ in work], [w["context_share"] or 0.0 for _, w in work], "s:", color=color,
+                     label=f"{name} context")
     ax1.set(xlabel="concurrent clients", ylabel="keystroke -> suggestion (ms)", title="latency", xscale="log")
     ax2.set(xlabel="concurrent clients", ylabel="answered requests / s", title="throughput", xscale="log")
     ax3.set(xlabel="concurrent clients", ylabel="suggestions shown / s", title="suggestions shown", xscale="log")
-    for ax in (ax1, ax2, ax3):
+    ax4.set(xlabel="concurrent clients", ylabel="share", ylim=(0, 1), xscale="log",
+            title="model thread: busy / wall, context / busy")
+    for ax in (ax1, ax2, ax3, ax4):
         ax.minorticks_off()   # log axes: label the client counts themselves, nothing in between
         ax.set_xticks(result["settings"]["clients"], labels=[str(c) for c in result["settings"]["clients"]])
         ax.grid(alpha=0.3)

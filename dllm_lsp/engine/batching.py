@@ -137,6 +137,7 @@ class StepScheduler:
         self.request_steps = 0
         self.largest_batch = 0
         self.dropped_waiting = 0
+        self.busy_seconds = 0.0   # the thread at work (prefills, steps), not waiting for requests
         self._iterations = 0
 
     def submit(self, make_run: Callable[[], FixedLengthRun], should_stop: Callable[[], bool],
@@ -187,11 +188,13 @@ class StepScheduler:
                     closing = True
                     break
                 jobs.append(job)
+            start = time.perf_counter()
             with torch.inference_mode():
                 jobs = [job for job in jobs if self._still_running(job)]
                 group = self._group(jobs)
                 if group:
                     self._step(group)
+            self.busy_seconds += time.perf_counter() - start
             jobs = [job for job in jobs if not job.future.done()]
 
     def _still_running(self, job: Job) -> bool:
@@ -308,6 +311,7 @@ class StepScheduler:
         coeffs = self.cost.fit()
         return {"forwardPasses": self.forward_passes, "requestSteps": self.request_steps,
                 "largestBatch": self.largest_batch, "droppedBeforeStart": self.dropped_waiting,
+                "busySeconds": round(self.busy_seconds, 3),
                 "slack": None if math.isinf(self.slack) else self.slack,
                 "stepCostMs": None if coeffs is None else
                 {"fixed": round(coeffs[0] * 1000, 3), "perRow": round(coeffs[1] * 1000, 4)}}

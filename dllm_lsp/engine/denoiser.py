@@ -8,6 +8,8 @@ dual cache) plug into the same loops.
 """
 from __future__ import annotations
 
+import threading
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Protocol
@@ -16,6 +18,19 @@ import torch
 from tokenizers import Tokenizer
 
 from .types import CacheSettings
+
+
+_COUNT_LOCK = threading.Lock()
+
+
+@dataclass
+class ContextCounts:
+    """Context work of every session a model opened (Denoiser.open_session)."""
+
+    sessions: int = 0
+    tokens: int = 0           # context tokens of those canvases
+    reused_tokens: int = 0    # of them, served from a cache kept across requests
+    seconds: float = 0.0      # opening them: the prefill, cache lookups included
 
 
 @dataclass(frozen=True)
@@ -116,10 +131,38 @@ class Denoiser(ABC):
     special: SpecialTokens
     device: torch.device
     max_context: int                # the most canvas tokens the model's positions allow
+    # Of the last session's context, the tokens served from a cache kept across requests (the
+    # embedded model's prefix cache); a model without such a cache leaves it 0.
+    last_reused_tokens: int = 0
 
     @abstractmethod
     def session(self, canvas: Canvas, batch: int, cache: CacheSettings = CacheSettings()) -> DenoiseSession:
         """Prepare a run over `canvas` decoded `batch` times in parallel (prefill happens here)."""
+
+    def open_session(self, canvas: Canvas, batch: int, cache: CacheSettings = CacheSettings()) -> DenoiseSession:
+        """`session`, counted: what the engine's loops call, so that status and benchmarks can
+        tell how much of the model's time went to context (`context_stats`) rather than steps."""
+        start = time.perf_counter()
+        session = self.session(canvas, batch, cache)
+        seconds = time.perf_counter() - start
+        tokens = int(canvas.context_mask().sum())
+        with _COUNT_LOCK:
+            # Made on first use: families set their own attributes and share no __init__.
+            counts = self.__dict__.setdefault("_context_counts", ContextCounts())
+            counts.sessions += 1
+            counts.tokens += tokens
+            counts.reused_tokens += min(self.last_reused_tokens, tokens)
+            counts.seconds += seconds
+        return session
+
+    def context_stats(self) -> dict:
+        """Sessions opened, their context tokens, how many came from a cross-request cache, and
+        the seconds opening them took (the context prefill, cache lookups included). The open
+        checkpoints compute their approximate cache inside their steps, so for them this is
+        only the sessions' bookkeeping; for the embedded model it is the whole context work."""
+        counts = self.__dict__.get("_context_counts", ContextCounts())
+        return {"sessions": counts.sessions, "tokens": counts.tokens, "reusedTokens": counts.reused_tokens,
+                "seconds": round(counts.seconds, 4)}
 
     @property
     def decoding(self) -> str:

@@ -65,6 +65,7 @@ class Engine:
         self._lock = threading.Lock()            # the tokenizer cache
         self._model_lock = threading.Lock()      # loops that run one request at a time
         self._encoders: dict[str, IncrementalEncoder] = {}
+        self._alone_seconds = 0.0                # loops run under the model lock
 
     def encode_piece(self, text: str, role: str) -> list[int]:
         """Encode one canvas piece ("prefix", "suffix", "middle1", ...) reusing the tokens of the
@@ -120,13 +121,24 @@ class Engine:
                 rows=canvas.span_positions().numel() * settings.n)
         else:
             with self._model_lock, torch.inference_mode():
-                outcome = loop(self.denoiser, canvas, settings, should_stop, step_cb, cache)
+                start = time.perf_counter()
+                try:
+                    outcome = loop(self.denoiser, canvas, settings, should_stop, step_cb, cache)
+                finally:
+                    self._alone_seconds += time.perf_counter() - start
         with torch.inference_mode():
             candidates = self.decode_slots(outcome.canvas.widths, outcome.span_ids, None)
             committed = self.real_tokens(outcome.span_ids[0])
         latency_ms = (time.perf_counter() - t0) * 1000
         return InfillResult(candidates=candidates, steps=outcome.steps, tokens_committed=committed,
                             latency_ms=latency_ms, slot_widths=outcome.canvas.widths)
+
+    def work_stats(self) -> dict:
+        """Where the model's time went: `busySeconds` at work for requests (the step scheduler's
+        thread plus loops run alone), and of it the context work (`context`: Denoiser.context_stats).
+        Benchmarks take differences between two readings."""
+        return {"busySeconds": round(self.scheduler.busy_seconds + self._alone_seconds, 3),
+                "context": self.denoiser.context_stats()}
 
     def real_tokens(self, span: torch.Tensor) -> int:
         special = self.denoiser.special

@@ -95,7 +95,7 @@ def _run_one(denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings, shoul
         if not masked.any():
             break
         if session is None:
-            session = denoiser.session(now, 1, cache)
+            session = denoiser.open_session(now, 1, cache)
         logits = session.logits(now.ids[None].to(device))[0]            # [S, V]
         steps += 1
         steps_left = settings.steps - step
@@ -124,7 +124,7 @@ def _fill_left(denoiser: Denoiser, layout: Layout, cache: CacheSettings) -> None
     if not any(t == special.mask_id for slot in layout.slots for t in slot):
         return
     now = layout.canvas()
-    logits = denoiser.session(now, 1, cache).logits(now.ids[None].to(denoiser.device))[0]
+    logits = denoiser.open_session(now, 1, cache).logits(now.ids[None].to(denoiser.device))[0]
     logits[:, special.expand_id] = float("-inf")
     best = logits.argmax(-1).tolist()
     flat = [t for slot in layout.slots for t in slot]

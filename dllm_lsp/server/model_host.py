@@ -278,6 +278,7 @@ class ModelHost:
             "error": slot.why if slot is not None else self._refused.get(user),
             "lastLatencyMs": self.last_latency_ms,
             "batching": engine.scheduler.stats() if engine is not None and getattr(engine, "batching", False) else None,
+            "work": engine.work_stats() if isinstance(engine, Engine) else None,
             "modelsLoaded": sum(1 for s in self._slots.values() if s.engine is not None),
             "maxModels": self.max_models,
         }

@@ -48,6 +48,10 @@ def test_two_clients_two_variants_every_keystroke_answered_or_superseded(tiny_mo
             assert r["answered"] + r["superseded"] + r["failed"] + r["unanswered"] == r["keystrokes"]
             assert r["unanswered"] == 0 and r["failed"] == 0
             assert r["answered"] > 0 and r["latency"]["p50_ms"] > 0
+            work = r["server_work"]        # the model's time, from the server's own counters
+            assert work["sessions"] > 0 and work["context_tokens"] > 0
+            assert 0 < work["context_s"] < work["busy_s"] and 0 < work["busy_share"] < 1.5
+            assert 0 <= work["reused_share"] < 1 and work["context_free_speedup"] > 1
     batched = result["variants"]["two-steps"][1]["server_batching"]
     assert batched["requestSteps"] > 0 and result["variants"]["serial"][1]["server_batching"] is None
     assert result["environment"]["python"] and png.read_bytes()[:4] == b"\x89PNG"
