@@ -113,14 +113,14 @@ class CompletionService:
 
     async def _run(self, uri: str, snapshot: Snapshot, offset: int, options: Options,
                    on_step: StepCallback | None) -> Completion | None:
-        # The model's positions cap the context budget, so it is planned for the model that runs it.
+        # The model's positions cap the context budget: one engine plans and runs the request.
         engine = await self.host.ready_engine()
         completion_plan = plan(snapshot, offset, options, self.trees.others(uri), engine.denoiser.max_context)
         key = (uri, on_step is not None)
         token = self._supersede(key)
         step = None if on_step is None else (lambda state: on_step(completion_plan, state))
         try:
-            result = await self.host.run_plan(completion_plan, token, step)
+            result = await self.host.run_plan(completion_plan, token, step, engine=engine)
         except Cancelled:
             raise Superseded("superseded by a newer request for the same document") from None
         except asyncio.CancelledError:

@@ -248,9 +248,13 @@ class ModelHost:
         return await self._run(run, cancel)
 
     async def run_plan(self, plan: CompletionPlan, cancel: CancelToken,
-                       on_step: Callable[[StepState], None] | None = None, user: int = 0) -> InfillResult:
-        """Run a completion plan (its request, decode settings, budget and cache mode)."""
-        engine = await self.ready_engine(user)
+                       on_step: Callable[[StepState], None] | None = None, user: int = 0,
+                       engine: Engine | None = None) -> InfillResult:
+        """Run a completion plan (its request, decode settings, budget and cache mode) on `engine`,
+        the one it was planned for (its positions bound the plan), else `user`'s engine. A
+        connection whose model changes meanwhile gets the new one from its next request on."""
+        if engine is None:
+            engine = await self.ready_engine(user)
         return await self._run(functools.partial(plan.run, engine, cancel, on_step), cancel)
 
     async def _run(self, call: Callable[[], InfillResult], cancel: CancelToken) -> InfillResult:
@@ -317,8 +321,9 @@ class HostView:
         return await self.host.infill(*args, **kwargs, user=self.user)
 
     async def run_plan(self, plan: CompletionPlan, cancel: CancelToken,
-                       on_step: Callable[[StepState], None] | None = None) -> InfillResult:
-        return await self.host.run_plan(plan, cancel, on_step, user=self.user)
+                       on_step: Callable[[StepState], None] | None = None,
+                       engine: Engine | None = None) -> InfillResult:
+        return await self.host.run_plan(plan, cancel, on_step, user=self.user, engine=engine)
 
     def status(self) -> dict:
         return self.host.status(self.user)

@@ -27,10 +27,10 @@ class RecordingHost(ModelHost):
         self.plans = []
         self.results = []
 
-    async def run_plan(self, plan, cancel, on_step=None):
+    async def run_plan(self, plan, cancel, on_step=None, user=0, engine=None):
         self.plans.append(plan)
         self.requests.append(plan.request)
-        result = await super().run_plan(plan, cancel, on_step)
+        result = await super().run_plan(plan, cancel, on_step, user, engine)
         self.results.append(result)
         return result
 
