@@ -385,8 +385,11 @@ async def run_clients(n: int, options: dict, args, files: list[Path], log, serve
         "server_work": work_between(status.get("work"), final.get("work"), wall, final.get("batching")),
         "model": status.get("model"),
     }
+    work = row["server_work"]
+    busy = (f", model busy {work['busy_share']:.0%} of the wall, context {work['context_share']:.0%} of that"
+            if work and work["busy_share"] is not None and work["context_share"] is not None else "")
     log(f"  {n} client(s): p50 {row['latency']['p50_ms'] if row['latency'] else '-'} ms, "
-        f"answered {row['answered_share']:.0%}, {row['requests_per_s']} req/s, unanswered {row['unanswered']}")
+        f"answered {row['answered_share']:.0%}, {row['requests_per_s']} req/s, unanswered {row['unanswered']}{busy}")
     return row
 
 
