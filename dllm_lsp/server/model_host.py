@@ -273,6 +273,7 @@ class ModelHost:
         slot = self._slot(user)
         engine = slot.engine if slot is not None else None
         info = engine.denoiser.describe() if engine else {"name": slot.key.model if slot else None}
+        local = engine if isinstance(engine, Engine) else None   # a remote (Ray) engine keeps its counters
         return {
             "model": info.get("name"),
             "family": info.get("family"),
@@ -281,8 +282,8 @@ class ModelHost:
             "loading": slot is not None and not slot.loading.done(),
             "error": slot.why if slot is not None else self._refused.get(user),
             "lastLatencyMs": self.last_latency_ms,
-            "batching": engine.scheduler.stats() if engine is not None and getattr(engine, "batching", False) else None,
-            "work": engine.work_stats() if isinstance(engine, Engine) else None,
+            "batching": local.scheduler.stats() if local is not None and local.batching else None,
+            "work": local.work_stats() if local is not None else None,
             "modelsLoaded": sum(1 for s in self._slots.values() if s.engine is not None),
             "maxModels": self.max_models,
         }
