@@ -82,7 +82,9 @@ async function startClient(): Promise<void> {
   }
   const clientOptions: LanguageClientOptions = {
     documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
-    initializationOptions: { ...settings.serverOptions(), ...settings.authOption() },
+    // A function, so that every start (the client restarts a server that closed the connection)
+    // reads the settings as they are then, not as they were when this client was made.
+    initializationOptions: () => ({ ...settings.serverOptions(), ...settings.authOption() }),
     outputChannelName: "dllm-lsp",
     middleware: {
       provideInlineCompletionItems: streaming.middleware,
