@@ -9,6 +9,10 @@ context in exactly 8 steps (4 tokens committed per step, no early stop), three w
   cache (a causal prefill of the context, then one token per forward pass).
 It also times one cached step on its own against the weight-read bound: the bytes of every
 weight divided by the device's memory bandwidth, measured here with a large on-device copy.
+And the step scheduler's shared step (`--shared`): k requests (each its own context and span,
+after its first full pass) advanced by one cached step in one pass (`batch_logits`) against
+their k cached steps in turn, interleaved; the ratio is the throughput sharing buys (issue 13's
+"4 clients batched >= 2x serial").
 Random weights are fine for speed (the steps are fixed); quality needs the real checkpoints.
 
 `--quick` swaps in a tiny shape and short context so the code path runs in seconds on a CPU.
@@ -43,7 +47,8 @@ TINY = BiConfig(vocab_size=1024, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, he
 MASK_ID, EOS_ID = 151666, 151643          # Dream's ids; the tiny shape uses the last rows instead
 
 TARGET_SPEEDUP_VS_AR = 3.0
-TARGET_STEP_VS_BOUND = 1.5
+TARGET_STEP_VS_BOUND = 1.3            # issue 11
+TARGET_SHARED_GAIN_AT_4 = 2.0
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -58,7 +63,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=None, help="timed repetitions (default 10; 2 with --quick)")
     p.add_argument("--refresh-every", type=int, default=0,
                    help="dual cache: full pass every N steps (default 0: only the first step)")
-    return p.parse_args(argv)
+    p.add_argument("--shared", default="1,2,4,8",
+                   help="request counts for the shared cached step against steps in turn ('' skips it)")
+    args = p.parse_args(argv)
+    try:
+        args.shared = sorted({int(c) for c in args.shared.split(",") if c.strip()})
+    except ValueError:
+        p.error(f"--shared must be comma-separated request counts, not {args.shared!r}")
+    if any(c < 1 for c in args.shared):
+        p.error("--shared counts must be at least 1")
+    return args
 
 
 def sync(device: torch.device) -> None:
@@ -153,6 +167,41 @@ def autoregressive_decode(model: BidirectionalLM, context: torch.Tensor, new_tok
     return torch.cat(out, dim=1)
 
 
+def shared_steps(denoiser: CheckpointDenoiser, cfg: BiConfig, context: int, span: int, counts: list[int],
+                 runs: int) -> list[dict]:
+    """One cached step of k requests shared (`batch_logits`) against their k cached steps in turn."""
+    device = denoiser.device
+    sessions, ids = [], []
+    for seed in range(max(counts, default=0)):
+        canvas = random_canvas(cfg, context, span, denoiser.special.mask_id, seed=seed + 1)
+        session = denoiser.session(canvas, 1, CacheSettings("dual", 0))
+        canvas_ids = canvas.ids[None].to(device)
+        session.logits(canvas_ids)         # its first step: the full pass that fills its cache
+        sessions.append(session)
+        ids.append(canvas_ids)
+    rows = []
+    for k in counts:
+        group, group_ids = sessions[:k], ids[:k]
+
+        def shared():
+            if denoiser.batch_logits(group, group_ids) is None:    # one request: its own step
+                group[0].logits(group_ids[0])
+
+        def in_turn():
+            for session, canvas_ids in zip(group, group_ids):
+                session.logits(canvas_ids)
+
+        shared(), in_turn()                # warm-up
+        samples: dict[str, list[float]] = {"shared": [], "in_turn": []}
+        for _ in range(runs):              # interleaved, so drift hits both alike
+            samples["shared"] += timed(shared, device, 1, warmup=0)
+            samples["in_turn"] += timed(in_turn, device, 1, warmup=0)
+        s, t = statistics.median(samples["shared"]), statistics.median(samples["in_turn"])
+        rows.append({"requests": k, "shared_step_ms": round(s, 3), "steps_in_turn_ms": round(t, 3),
+                     "throughput_gain": round(t / s, 3)})
+    return rows
+
+
 def memory_bandwidth_gbs(device: torch.device, mib: int = 1024) -> float:
     """Achievable read+write bandwidth of a large on-device copy (GB/s)."""
     n = mib * (1 << 20) // 2
@@ -199,6 +248,8 @@ def run(args: argparse.Namespace) -> dict:
     ctx_ids = torch.cat([canvas.ids[: canvas.slot_ranges[0][0]], canvas.ids[canvas.slot_ranges[0][1]:]])
     ar = timed(lambda: autoregressive_decode(model, ctx_ids, span), device, runs)
     prefill = timed(lambda: autoregressive_decode(model, ctx_ids, 1), device, runs)
+
+    shared = shared_steps(denoiser, cfg, context, span, args.shared, runs * 2)
 
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     # A step reads every weight once, except the input embedding: only the active rows are gathered
@@ -247,6 +298,8 @@ def run(args: argparse.Namespace) -> dict:
             "generation_only_dual_vs_autoregressive": round(ar_decode_ms / max(diffusion_after_first_ms, 1e-9), 3),
         },
     }
+    figures["shared_step"] = shared
+    at_four = next((r["throughput_gain"] for r in shared if r["requests"] == 4), None)
     figures["targets"] = {
         "diffusion_vs_autoregressive_at_least": TARGET_SPEEDUP_VS_AR,
         "met_speedup": figures["speedup"]["dual_vs_autoregressive"] >= TARGET_SPEEDUP_VS_AR,
@@ -255,6 +308,8 @@ def run(args: argparse.Namespace) -> dict:
             figures["speedup"]["generation_only_dual_vs_autoregressive"] >= TARGET_SPEEDUP_VS_AR,
         "cached_step_within_bound_factor": TARGET_STEP_VS_BOUND,
         "met_step_bound": step_ms / bound_ms <= TARGET_STEP_VS_BOUND,
+        "shared_step_gain_at_4_requests_at_least": TARGET_SHARED_GAIN_AT_4,
+        "met_shared_step_gain": None if at_four is None else at_four >= TARGET_SHARED_GAIN_AT_4,
         "meaningful": device.type == "cuda" and not quick,
     }
     return figures
@@ -275,6 +330,9 @@ def summary(f: dict) -> str:
         f"  speedup vs autoregressive: {f['speedup']['dual_vs_autoregressive']:.2f}x "
         f"(generation only {f['speedup']['generation_only_dual_vs_autoregressive']:.2f}x)",
     ]
+    for r in f.get("shared_step", []):
+        lines.append(f"  {r['requests']} request(s): shared cached step {r['shared_step_ms']:.2f} ms, "
+                     f"in turn {r['steps_in_turn_ms']:.2f} ms: {r['throughput_gain']:.2f}x throughput")
     return "\n".join(lines)
 
 

@@ -95,6 +95,19 @@ class Attention(nn.Module):
         q, k, v = self.qkv(x, cos, sin)
         return self.out(span_attention(q, ctx[0], ctx[1], k, v))
 
+    def cached_ragged(self, x, cos, sin, shapes: list[tuple[int, int]], contexts: list[KV]) -> torch.Tensor:
+        """x [1, T, dim]: the active rows of several requests back to back (request r: B_r x A_r
+        rows, batch-major), each attending to its own cached context `contexts[r]` and its own rows."""
+        q, k, v = self.qkv(x, cos, sin)                                        # [1, H, T, D]
+        parts, off = [], 0
+        for (b, a), ctx in zip(shapes, contexts):
+            q_r, k_r, v_r = (t[0, :, off:off + b * a].reshape(t.shape[1], b, a, self.head_dim).transpose(0, 1)
+                             for t in (q, k, v))                               # [B_r, heads, A_r, D]
+            y = span_attention(q_r, ctx[0], ctx[1], k_r, v_r)
+            parts.append(y.transpose(0, 1).reshape(self.n_heads, b * a, self.head_dim))
+            off += b * a
+        return self.out(torch.cat(parts, 1)[None])
+
 
 class FusedSwiGLU(nn.Module):
     """SwiGLU with gate and up projections in one matmul: down(silu(gate(x)) * up(x))."""
@@ -175,6 +188,27 @@ class BidirectionalLM(nn.Module):
         """Active rows ids [B, A] (rope at their canvas positions) against cached context -> hidden [B, A, D]."""
         cos, sin = rope
         return self._blocks(self._embed(ids), lambda i, layer, x: layer.attn.cached(x, cos, sin, context[i]))
+
+    @torch.no_grad()
+    def cached_ragged(self, ids: list[torch.Tensor], ropes: list[tuple[torch.Tensor, torch.Tensor]],
+                      contexts: list[list[KV]]) -> list[torch.Tensor]:
+        """`cached` for several requests in one pass (the step scheduler's shared step).
+
+        ids[r] [B_r, A_r] are request r's active rows, ropes[r] their cos/sin [A_r, D] at their
+        canvas positions, contexts[r] its cached keys/values. Every row of every request goes
+        through the projections and MLPs as one sequence, so a step reads the weights once for
+        all requests (what a memory-bound GPU step costs); attention is each request's own, so
+        each gets the hidden states `cached` gives it alone (up to float rounding).
+        Returns hidden [B_r, A_r, D] per request.
+        """
+        shapes = [(int(i.shape[0]), int(i.shape[1])) for i in ids]
+        flat = torch.cat([i.reshape(-1) for i in ids])[None]
+        cos = torch.cat([c.repeat(b, 1) for (c, _), (b, _) in zip(ropes, shapes)])
+        sin = torch.cat([s.repeat(b, 1) for (_, s), (b, _) in zip(ropes, shapes)])
+        hidden = self._blocks(self._embed(flat), lambda i, layer, x: layer.attn.cached_ragged(
+            x, cos, sin, shapes, [ctx[i] for ctx in contexts]))
+        parts = hidden[0].split([b * a for b, a in shapes])
+        return [part.view(b, a, -1) for part, (b, a) in zip(parts, shapes)]
 
     def _blocks(self, h: torch.Tensor, attend) -> torch.Tensor:
         """The pre-norm residual stack, `h + attn(norm(h))` then `h + mlp(norm(h))` per block, with each

@@ -9,7 +9,7 @@ from dllm_lsp.engine.types import CacheSettings
 
 from .architecture import BidirectionalLM
 from .families import Family
-from .session import CheckpointSession
+from .session import CheckpointSession, span_logits
 
 
 class CheckpointDenoiser(Denoiser):
@@ -32,6 +32,48 @@ class CheckpointDenoiser(Denoiser):
         session = CheckpointSession(self.model, canvas, self.spec.shift, cache, self.vocab_limit, self.blocked)
         self.last_session = session
         return session
+
+    @torch.no_grad()
+    def batch_logits(self, sessions: list[CheckpointSession], ids: list[torch.Tensor],
+                     rows: list[torch.Tensor | None] | None = None) -> list[torch.Tensor] | None:
+        """One step of several requests. Those whose step is a cached one (the dual cache: their
+        active rows against their stored context, most steps of a request) share one pass
+        (`BidirectionalLM.cached_ragged`) and one LM-head matmul: a memory-bound GPU step
+        reads a 7B model's weights once for all of them instead of once per request. A
+        request due a full pass (its first step, a refresh, no cache) takes it alone: that pass
+        is the context's prefill, bound by compute, which sharing would not make cheaper."""
+        if len(sessions) < 2:
+            return None
+        rows = rows if rows is not None else [None] * len(sessions)
+        out: list[torch.Tensor | None] = [None] * len(sessions)
+        hidden: dict[int, torch.Tensor] = {}     # request -> hidden rows that predict its span tokens
+        cached = []
+        for i, session in enumerate(sessions):
+            first = session.prefilled_step(ids[i])   # a first step whose pass ran at prefill: head only
+            if first is not None:
+                hidden[i] = first
+            elif session.refresh_due():
+                out[i] = session.logits(ids[i], rows[i])
+            else:
+                cached.append(i)
+        if cached:
+            active = self.model.cached_ragged([sessions[i].active_ids(ids[i]) for i in cached],
+                                              [sessions[i].rope_active for i in cached],
+                                              [sessions[i].context_kv for i in cached])
+            for i, h in zip(cached, active):
+                hidden[i] = sessions[i].took_cached_step(h)
+        if hidden:
+            order = sorted(hidden)
+            picked = [hidden[i] if rows[i] is None else hidden[i][rows[i]] for i in order]
+            flat = torch.cat([p.reshape(-1, p.shape[-1]) for p in picked])
+            logits = span_logits(self.model, flat, self.vocab_limit, sessions[order[0]].blocked)
+            for i, p, part in zip(order, picked, logits.split([p.shape[:-1].numel() for p in picked])):
+                out[i] = part.view(*p.shape[:-1], -1)
+        return out
+
+    def first_pass(self, session: CheckpointSession, ids: torch.Tensor) -> None:
+        """The first step's full pass, at the session's opening (`CheckpointSession.prefill`)."""
+        session.prefill(ids)
 
     def describe(self) -> dict:
         return {

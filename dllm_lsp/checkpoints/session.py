@@ -45,25 +45,71 @@ class CheckpointSession:
         self.context_kv: list[KV] | None = None
         self.steps = 0
         self.full_passes = 0
+        self._prefilled: tuple[torch.Tensor, torch.Tensor] | None = None   # (ids, hidden) of `prefill`
+
+    def prefill(self, ids: torch.Tensor) -> None:
+        """Run the first step's full pass over `ids` [B, T] now, when the session opens
+        (`CheckpointDenoiser.first_pass`): it fills the context cache, and a first step over the
+        same ids then only applies the LM head. So the pass counts as the context's work
+        (`Denoiser.context_stats`), and the step scheduler, which opens sessions outside its
+        timed steps, times steps rather than prefills."""
+        self._prefilled = (ids, self._full_pass(ids))
+
+    def prefilled_step(self, ids: torch.Tensor) -> torch.Tensor | None:
+        """The first step, when `prefill` ran it over these ids: hidden [B, S, D] of the rows
+        that predict each span token, the step counted; else None."""
+        hidden = self._take_prefilled(ids)
+        if hidden is not None:
+            self.steps += 1
+        return hidden
+
+    def _take_prefilled(self, ids: torch.Tensor) -> torch.Tensor | None:
+        # Taken once: a first step over other ids (not what the engine's loops do) runs its own pass.
+        pending, self._prefilled = self._prefilled, None
+        if pending is None or pending[0].shape != ids.shape or not torch.equal(pending[0], ids):
+            return None
+        return pending[1]
+
+    def refresh_due(self) -> bool:
+        """Whether this session's next step is a full pass (else a cached step over its active rows,
+        or a first step its prefill already ran)."""
+        return self._prefilled is None and self._refresh_due()
 
     def _refresh_due(self) -> bool:
-        if self.cache.mode == "none" or self.context_kv is None or self.context_index.numel() == 0:
+        if self.steps == 0 or self.cache.mode == "none" or self.context_kv is None or self.context_index.numel() == 0:
             return True      # (a canvas that is all span has no context to cache)
         every = self.cache.refresh_every
         return every > 0 and self.steps % every == 0
 
+    def _full_pass(self, ids: torch.Tensor) -> torch.Tensor:
+        keep = self.cache.mode == "dual"
+        hidden, kv = self.model.full(ids, self.rope_all, keep_kv=keep)
+        if keep:
+            idx = self.context_index
+            self.context_kv = [(k.index_select(2, idx), v.index_select(2, idx)) for k, v in kv]
+        self.full_passes += 1
+        return hidden.index_select(1, self.pred_rows)
+
     def hidden_rows(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [B, T] -> hidden states [B, S, D] of the rows that predict each span token."""
+        hidden = self._take_prefilled(ids)
+        if hidden is not None:
+            return hidden
         if self._refresh_due():
-            keep = self.cache.mode == "dual"
-            hidden, kv = self.model.full(ids, self.rope_all, keep_kv=keep)
-            if keep:
-                idx = self.context_index
-                self.context_kv = [(k.index_select(2, idx), v.index_select(2, idx)) for k, v in kv]
-            self.full_passes += 1
-            return hidden.index_select(1, self.pred_rows)
+            return self._full_pass(ids)
         hidden = self.model.cached(ids.index_select(1, self.active), self.rope_active, self.context_kv)
         return hidden.index_select(1, self.pred_in_active)
+
+    def active_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids [B, T] -> the active rows' ids [B, A], what a cached step runs (`rope_active` are their positions)."""
+        return ids.index_select(1, self.active)
+
+    def took_cached_step(self, active_hidden: torch.Tensor) -> torch.Tensor:
+        """The hidden states [B, A, D] of this session's active rows, computed for it by a shared
+        step (`BidirectionalLM.cached_ragged`) -> those of the rows that predict each span token
+        [B, S, D]; counts the step."""
+        self.steps += 1
+        return active_hidden.index_select(1, self.pred_in_active)
 
     @torch.no_grad()
     def logits(self, ids: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
@@ -71,8 +117,14 @@ class CheckpointSession:
         [R, V_tokenizer] for the rows `rows` ([B, S] bool) selects."""
         hidden = self.hidden_rows(ids)
         self.steps += 1
-        logits = self.model.head(hidden if rows is None else hidden[rows])[..., : self.vocab_limit].float()
-        if self.blocked is not None:
-            # Never propose the mask itself (nor family-reserved ids) as a span token.
-            logits.index_fill_(-1, self.blocked, float("-inf"))
-        return logits
+        return span_logits(self.model, hidden if rows is None else hidden[rows], self.vocab_limit, self.blocked)
+
+
+def span_logits(model: BidirectionalLM, hidden: torch.Tensor, vocab_limit: int,
+                blocked: torch.Tensor | None) -> torch.Tensor:
+    """hidden [..., D] of rows that predict span tokens -> fp32 logits [..., V_tokenizer]."""
+    logits = model.head(hidden)[..., :vocab_limit].float()
+    if blocked is not None:
+        # Never propose the mask itself (nor family-reserved ids) as a span token.
+        logits.index_fill_(-1, blocked, float("-inf"))
+    return logits

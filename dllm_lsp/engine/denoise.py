@@ -110,7 +110,7 @@ class FixedLengthRun:
         self.n_span = self.span_pos.numel()
         self.n_slots = len(canvas.slot_ranges)
         self.ids, self.masked, self.committed_conf = ids, masked, committed_conf
-        self.session = self.denoiser.open_session(canvas, self.batch, self.cache)   # the prefill happens here
+        self.session = self.denoiser.open_session(canvas, self.batch, self.cache, ids)   # the prefill happens here
         self.step_index = 0             # loop iterations in this window (the step budget counts these)
 
     @property

@@ -139,11 +139,15 @@ class Denoiser(ABC):
     def session(self, canvas: Canvas, batch: int, cache: CacheSettings = CacheSettings()) -> DenoiseSession:
         """Prepare a run over `canvas` decoded `batch` times in parallel (prefill happens here)."""
 
-    def open_session(self, canvas: Canvas, batch: int, cache: CacheSettings = CacheSettings()) -> DenoiseSession:
-        """`session`, counted: what the engine's loops call, so that status and benchmarks can
-        tell how much of the model's time went to context (`context_stats`) rather than steps."""
+    def open_session(self, canvas: Canvas, batch: int, cache: CacheSettings = CacheSettings(),
+                     ids: torch.Tensor | None = None) -> DenoiseSession:
+        """`session` and `first_pass`, counted: what the engine's loops call, so that status and
+        benchmarks can tell how much of the model's time went to context (`context_stats`)
+        rather than steps. `ids` [batch, T]: the canvas the first step will see, if it is not
+        `canvas.ids` in every row (a run widened with tokens already committed)."""
         start = time.perf_counter()
         session = self.session(canvas, batch, cache)
+        self.first_pass(session, ids if ids is not None else canvas.ids.to(self.device)[None].repeat(batch, 1))
         seconds = time.perf_counter() - start
         tokens = int(canvas.context_mask().sum())
         with _COUNT_LOCK:
@@ -155,11 +159,15 @@ class Denoiser(ABC):
             counts.seconds += seconds
         return session
 
+    def first_pass(self, session: DenoiseSession, ids: torch.Tensor) -> None:
+        """Whatever the first step over `ids` needs beyond a step, run as the session opens: the
+        open checkpoints' full pass, which fills their approximate context cache. Nothing for a
+        model whose `session` already computed its context (the embedded model's exact cache)."""
+
     def context_stats(self) -> dict:
         """Sessions opened, their context tokens, how many came from a cross-request cache, and
-        the seconds opening them took (the context prefill, cache lookups included). The open
-        checkpoints compute their approximate cache inside their steps, so for them this is
-        only the sessions' bookkeeping; for the embedded model it is the whole context work."""
+        the seconds opening them took (the context prefill, cache lookups included; for the open
+        checkpoints the first step's full pass, which their later refreshes repeat uncounted)."""
         counts = self.__dict__.get("_context_counts", ContextCounts())
         return {"sessions": counts.sessions, "tokens": counts.tokens, "reusedTokens": counts.reused_tokens,
                 "seconds": round(counts.seconds, 4)}

@@ -1,6 +1,7 @@
 """`dllm-lsp bench checkpoint --quick`: the GPU benchmark's code path, on the CPU with a tiny shape."""
 import json
 
+import pytest
 import torch
 
 from dllm_lsp.bench.checkpoint_latency import TINY, autoregressive_decode, main, random_model
@@ -20,6 +21,22 @@ def test_quick_bench_writes_its_figures(tmp_path, capsys):
         assert value > 0
     assert figures["weight_read_bound"]["bound_ms"] > 0
     assert figures["targets"]["meaningful"] is False          # CPU + tiny shape: not the GPU figures
+    # The shared step of 1, 2, 4, 8 requests against their steps in turn.
+    assert [r["requests"] for r in figures["shared_step"]] == [1, 2, 4, 8]
+    for row in figures["shared_step"]:
+        assert row["shared_step_ms"] > 0 and row["steps_in_turn_ms"] > 0
+        assert row["throughput_gain"] == pytest.approx(row["steps_in_turn_ms"] / row["shared_step_ms"], rel=2e-3)
+    assert isinstance(figures["targets"]["met_shared_step_gain"], bool)
+
+
+def test_shared_counts_are_checked_and_can_be_skipped(tmp_path, capsys):
+    out = tmp_path / "figures.json"
+    assert main(["--quick", "--device", "cpu", "--out", str(out), "--runs", "1", "--shared", ""]) == 0
+    figures = json.loads(out.read_text())
+    assert figures["shared_step"] == [] and figures["targets"]["met_shared_step_gain"] is None
+    with pytest.raises(SystemExit):
+        main(["--quick", "--shared", "2,x"])
+    assert "--shared must be comma-separated" in capsys.readouterr().err
 
 
 def test_autoregressive_baseline_matches_a_causal_full_pass():
