@@ -120,8 +120,9 @@ class ModelOptions:
     model: str = attrs.field(default="default", validator=_non_empty,
                              metadata=doc("model folder path, or the name of a shipped model"))
     device: str = attrs.field(default="auto", validator=_non_empty, metadata=doc("`auto`, `cpu`, `cuda`, `cuda:N`"))
-    cache: Literal["dual", "none"] = attrs.field(default="dual", metadata=doc(
-        'open checkpoints: `"dual"` (Fast-dLLM dual cache) or `"none"` (full passes)'))
+    cache: Literal["dual", "reuse", "none"] = attrs.field(default="dual", metadata=doc(
+        'open checkpoints: `"dual"` (Fast-dLLM dual cache), `"reuse"` (the dual cache, and the context '
+        'kept across requests: typing recomputes only what changed) or `"none"` (full passes)'))
     cache_refresh_every: int = attrs.field(default=0, validator=_in(0), metadata=doc(
         "dual cache: recompute prefix/suffix keys every N steps (0: only at the first step)"))
 

@@ -12,7 +12,9 @@ weight divided by the device's memory bandwidth, measured here with a large on-d
 And the step scheduler's shared step (`--shared`): k requests (each its own context and span,
 after its first full pass) advanced by one cached step in one pass (`batch_logits`) against
 their k cached steps in turn, interleaved; the ratio is the throughput sharing buys (issue 13's
-"4 clients batched >= 2x serial").
+"4 clients batched >= 2x serial"). And the keystroke after: the completion of the canvas with
+one more prefix token, with the previous canvas's context kept (cache mode "reuse") against
+the dual cache alone, which recomputes the context (issue 13's "prefix reuse >= 3x lower p50").
 Random weights are fine for speed (the steps are fixed); quality needs the real checkpoints.
 
 `--quick` swaps in a tiny shape and short context so the code path runs in seconds on a CPU.
@@ -49,6 +51,7 @@ MASK_ID, EOS_ID = 151666, 151643          # Dream's ids; the tiny shape uses the
 TARGET_SPEEDUP_VS_AR = 3.0
 TARGET_STEP_VS_BOUND = 1.3            # issue 11
 TARGET_SHARED_GAIN_AT_4 = 2.0
+TARGET_REUSE_SPEEDUP = 3.0            # issue 13: prefix reuse >= 3x lower p50 than recomputing the context
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -167,6 +170,44 @@ def autoregressive_decode(model: BidirectionalLM, context: torch.Tensor, new_tok
     return torch.cat(out, dim=1)
 
 
+def typed_one_token(canvas: Canvas, token: int = 17) -> Canvas:
+    """The canvas after the user typed one token at the cursor: one more prefix token, the
+    span and the suffix one position on."""
+    (a, b), = canvas.slot_ranges
+    ids = torch.cat([canvas.ids[:a], torch.tensor([token]), canvas.ids[a:]])
+    return Canvas(ids, [(a + 1, b + 1)])
+
+
+def after_typing(denoiser: CheckpointDenoiser, canvas: Canvas, settings: DecodeSettings, device: torch.device,
+                 runs: int) -> dict:
+    """Cache mode "reuse" on the keystroke after `canvas`: the completion of the typed-on canvas
+    with the previous canvas's context kept (context_store.py), against the dual cache alone."""
+    after = typed_one_token(canvas)
+    store = denoiser.context_store
+    reuse, dual = CacheSettings("reuse", 0), CacheSettings("dual", 0)
+    saved, store.entries = store.entries, 1
+    denoise(denoiser, canvas, settings, cache=reuse)       # the keystroke before: its context kept
+    before = store.latest()
+    samples: dict[str, list[float]] = {"reuse": [], "dual": []}
+    reused = 0
+    for i in range(runs + 1):                               # the first of each: warm-up
+        for name, cache in (("reuse", reuse), ("dual", dual)):   # interleaved
+            store.keep(before)                              # the same previous keystroke every time
+            sync(device)
+            t0 = time.perf_counter()
+            denoise(denoiser, after, settings, cache=cache)
+            sync(device)
+            if i:
+                samples[name].append((time.perf_counter() - t0) * 1000)
+            if name == "reuse":
+                reused = denoiser.last_session.reused_tokens
+    store.entries = saved
+    r, d = statistics.median(samples["reuse"]), statistics.median(samples["dual"])
+    return {"completion_reusing_context_ms": round(r, 3), "completion_dual_cache_ms": round(d, 3),
+            "context_tokens": int(after.context_mask().sum()), "reused_tokens": reused,
+            "speedup": round(d / r, 3)}
+
+
 def shared_steps(denoiser: CheckpointDenoiser, cfg: BiConfig, context: int, span: int, counts: list[int],
                  runs: int) -> list[dict]:
     """One cached step of k requests shared (`batch_logits`) against their k cached steps in turn."""
@@ -238,6 +279,8 @@ def run(args: argparse.Namespace) -> dict:
         results[mode] = {"median_ms": statistics.median(samples), "min_ms": min(samples),
                          "steps": outcome["o"].steps, "full_passes": denoiser.last_session.full_passes}
 
+    reuse = after_typing(denoiser, canvas, settings, device, runs)
+
     # One cached step on its own, and one full pass, over the same canvas.
     session = denoiser.session(canvas, 1, CacheSettings("dual", 0))
     ids = canvas.ids[None].to(device)
@@ -299,6 +342,7 @@ def run(args: argparse.Namespace) -> dict:
         },
     }
     figures["shared_step"] = shared
+    figures["context_reuse_after_typing"] = reuse
     at_four = next((r["throughput_gain"] for r in shared if r["requests"] == 4), None)
     figures["targets"] = {
         "diffusion_vs_autoregressive_at_least": TARGET_SPEEDUP_VS_AR,
@@ -310,6 +354,8 @@ def run(args: argparse.Namespace) -> dict:
         "met_step_bound": step_ms / bound_ms <= TARGET_STEP_VS_BOUND,
         "shared_step_gain_at_4_requests_at_least": TARGET_SHARED_GAIN_AT_4,
         "met_shared_step_gain": None if at_four is None else at_four >= TARGET_SHARED_GAIN_AT_4,
+        "context_reuse_speedup_at_least": TARGET_REUSE_SPEEDUP,
+        "met_context_reuse_speedup": reuse["speedup"] >= TARGET_REUSE_SPEEDUP,
         "meaningful": device.type == "cuda" and not quick,
     }
     return figures
@@ -330,6 +376,10 @@ def summary(f: dict) -> str:
         f"  speedup vs autoregressive: {f['speedup']['dual_vs_autoregressive']:.2f}x "
         f"(generation only {f['speedup']['generation_only_dual_vs_autoregressive']:.2f}x)",
     ]
+    reuse = f["context_reuse_after_typing"]
+    lines.append(f"  the keystroke after: context kept (cache \"reuse\") {reuse['completion_reusing_context_ms']:.2f} ms "
+                 f"against {reuse['completion_dual_cache_ms']:.2f} ms ({reuse['speedup']:.2f}x; "
+                 f"{reuse['reused_tokens']} of {reuse['context_tokens']} context tokens kept)")
     for r in f.get("shared_step", []):
         lines.append(f"  {r['requests']} request(s): shared cached step {r['shared_step_ms']:.2f} ms, "
                      f"in turn {r['steps_in_turn_ms']:.2f} ms: {r['throughput_gain']:.2f}x throughput")

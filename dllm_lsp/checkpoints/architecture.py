@@ -190,6 +190,22 @@ class BidirectionalLM(nn.Module):
         return self._blocks(self._embed(ids), lambda i, layer, x: layer.attn.cached(x, cos, sin, context[i]))
 
     @torch.no_grad()
+    def partial(self, ids: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
+                context: list[KV]) -> tuple[torch.Tensor, list[KV]]:
+        """Rows ids [B, R] (rope at their canvas positions) against the given context keys/values
+        plus themselves -> hidden [B, R, D] and each layer's keys/values of the rows: a first
+        pass that takes the rest of its context from another canvas (context_store.py)."""
+        cos, sin = rope
+        kvs: list[KV] = []
+
+        def attend(i: int, layer: Block, x: torch.Tensor) -> torch.Tensor:
+            q, k, v = layer.attn.qkv(x, cos, sin)
+            kvs.append((k, v))
+            return layer.attn.out(span_attention(q, context[i][0], context[i][1], k, v))
+
+        return self._blocks(self._embed(ids), attend), kvs
+
+    @torch.no_grad()
     def cached_ragged(self, ids: list[torch.Tensor], ropes: list[tuple[torch.Tensor, torch.Tensor]],
                       contexts: list[list[KV]]) -> list[torch.Tensor]:
         """`cached` for several requests in one pass (the step scheduler's shared step).

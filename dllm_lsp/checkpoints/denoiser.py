@@ -8,6 +8,7 @@ from dllm_lsp.engine.denoiser import Canvas, Denoiser, SpecialTokens
 from dllm_lsp.engine.types import CacheSettings
 
 from .architecture import BidirectionalLM
+from .context_store import ContextStore
 from .families import Family
 from .session import CheckpointSession, span_logits
 
@@ -27,10 +28,22 @@ class CheckpointDenoiser(Denoiser):
         self.vocab_limit = min(model.cfg.vocab_size, tokenizer.get_vocab_size(with_added_tokens=True))
         self.blocked = (special.mask_id,)
         self.last_session: CheckpointSession | None = None   # read by `bench checkpoint` (full passes run)
+        # Cache mode "reuse": contexts kept across requests (`--prefix-cache N` sets how many).
+        self.context_store = ContextStore()
+
+    @property
+    def prefix_cache_entries(self) -> int:
+        return self.context_store.entries
+
+    @prefix_cache_entries.setter
+    def prefix_cache_entries(self, entries: int) -> None:
+        self.context_store.entries = entries
 
     def session(self, canvas: Canvas, batch: int, cache: CacheSettings = CacheSettings()) -> CheckpointSession:
-        session = CheckpointSession(self.model, canvas, self.spec.shift, cache, self.vocab_limit, self.blocked)
+        session = CheckpointSession(self.model, canvas, self.spec.shift, cache, self.vocab_limit, self.blocked,
+                                    self.context_store)
         self.last_session = session
+        self.last_reused_tokens = session.reused_tokens
         return session
 
     @torch.no_grad()

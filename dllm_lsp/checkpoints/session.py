@@ -17,12 +17,15 @@ import torch
 from dllm_lsp.engine.denoiser import Canvas
 from dllm_lsp.engine.types import CacheSettings
 
+from dllm_lsp.kernels.rope import apply_rotary
+
 from .architecture import KV, BidirectionalLM
+from .context_store import ContextEntry, ContextStore, Reuse
 
 
 class CheckpointSession:
     def __init__(self, model: BidirectionalLM, canvas: Canvas, shift: int, cache: CacheSettings,
-                 vocab_limit: int, blocked: tuple[int, ...]) -> None:
+                 vocab_limit: int, blocked: tuple[int, ...], store: ContextStore | None = None) -> None:
         self.model = model
         self.cache = cache
         device = model.device
@@ -46,6 +49,16 @@ class CheckpointSession:
         self.steps = 0
         self.full_passes = 0
         self._prefilled: tuple[torch.Tensor, torch.Tensor] | None = None   # (ids, hidden) of `prefill`
+        # Cache mode "reuse": where this canvas's context is kept, and what its first pass takes
+        # from a recent canvas (context_store.py).
+        self.store = store if cache.mode == "reuse" else None
+        self.reuse: Reuse | None = None
+        # Context tokens before the end of the last slot: the suffix starts at this index.
+        self.split = int((self.context_index < canvas.slot_ranges[-1][1]).sum()) if canvas.slot_ranges else 0
+        if self.store is not None:
+            index = context.nonzero()[:, 0]
+            self.reuse = self.store.match(canvas.ids[index], index, self.split)
+        self.reused_tokens = self.reuse.tokens if self.reuse is not None else 0
 
     def prefill(self, ids: torch.Tensor) -> None:
         """Run the first step's full pass over `ids` [B, T] now, when the session opens
@@ -76,19 +89,63 @@ class CheckpointSession:
         return self._prefilled is None and self._refresh_due()
 
     def _refresh_due(self) -> bool:
-        if self.steps == 0 or self.cache.mode == "none" or self.context_kv is None or self.context_index.numel() == 0:
+        if self.steps == 0 or not self.cache.keeps_context or self.context_kv is None or self.context_index.numel() == 0:
             return True      # (a canvas that is all span has no context to cache)
         every = self.cache.refresh_every
         return every > 0 and self.steps % every == 0
 
     def _full_pass(self, ids: torch.Tensor) -> torch.Tensor:
-        keep = self.cache.mode == "dual"
+        if self.full_passes == 0 and self.reuse is not None:
+            return self._reusing_pass(ids)
+        keep = self.cache.keeps_context
         hidden, kv = self.model.full(ids, self.rope_all, keep_kv=keep)
         if keep:
             idx = self.context_index
             self.context_kv = [(k.index_select(2, idx), v.index_select(2, idx)) for k, v in kv]
         self.full_passes += 1
+        if self.full_passes == 1:           # the first pass's context; a refresh's is not kept
+            self._keep_context(ids, generation=0)
         return hidden.index_select(1, self.pred_rows)
+
+    def _reusing_pass(self, ids: torch.Tensor) -> torch.Tensor:
+        """The first pass of cache mode "reuse": the new context tokens and the active rows,
+        against the reused prefix and tail (context_store.py); the context cache is then the
+        reused keys/values and the new tokens' own, in canvas order."""
+        reuse, batch = self.reuse, ids.shape[0]
+        index, split, p, t = self.context_index, self.split, reuse.prefix, reuse.tail
+        fresh = torch.cat([index[p:split], index[split + t:]])                 # context to compute
+        rows = torch.unique(torch.cat([fresh, self.active]))                   # sorted canvas positions
+        cos, sin = self.model.cos_sin(torch.full((t,), reuse.shift))
+
+        def rotate(keys: torch.Tensor) -> torch.Tensor:       # the kept suffix's keys, moved `shift` on
+            return apply_rotary(keys, cos, sin)
+
+        def wide(kv: KV) -> KV:
+            return kv[0].expand(batch, -1, -1, -1), kv[1].expand(batch, -1, -1, -1)
+
+        kept = [tuple(map(wide, reuse.keys_values(i, rotate))) for i in range(len(self.model.layers))]
+        context = [(torch.cat([pk, tk], 2), torch.cat([pv, tv], 2)) for (pk, pv), (tk, tv) in kept]
+        hidden, row_kv = self.model.partial(ids.index_select(1, rows), self.model.cos_sin(rows), context)
+        before = torch.searchsorted(rows, index[p:split].to(rows.device))
+        after = torch.searchsorted(rows, index[split + t:].to(rows.device))
+        # The context cache in canvas order: prefix, new tokens before the suffix, kept suffix, the rest.
+        self.context_kv = [
+            tuple(torch.cat([pre, row.index_select(2, before), tail, row.index_select(2, after)], 2)
+                  for pre, tail, row in ((pk, tk, rk), (pv, tv, rv)))
+            for ((pk, pv), (tk, tv)), (rk, rv) in zip(kept, row_kv)]
+        self.full_passes += 1
+        self._keep_context(ids, generation=reuse.entry.generation + 1)
+        return hidden.index_select(1, torch.searchsorted(rows, self.pred_rows))
+
+    def _keep_context(self, ids: torch.Tensor, generation: int) -> None:
+        """Cache mode "reuse": keep this canvas's context for the requests after it, when every
+        row of the batch saw the same context (the first pass of a run)."""
+        if self.store is None or self.context_kv is None or not bool((ids == ids[:1]).all()):
+            return
+        idx = self.context_index
+        entry = ContextEntry(ids[0].index_select(0, idx).cpu(), idx.cpu(), self.split,
+                             [(k[:1], v[:1]) for k, v in self.context_kv], generation)
+        self.store.keep(entry, replaces=self.reuse.entry if self.reuse is not None else None)
 
     def hidden_rows(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [B, T] -> hidden states [B, S, D] of the rows that predict each span token."""

@@ -47,14 +47,21 @@ class InfillRequest:
 
 ConfidenceKind = Literal["prob", "margin", "entropy"]
 CONFIDENCE_KINDS = ("prob", "margin", "entropy")
-CACHE_MODES = ("dual", "none")
+CACHE_MODES = ("dual", "reuse", "none")
 
 
 @dataclass(frozen=True)
 class CacheSettings:
     """How a bidirectional checkpoint caches its context during one request (the embedded
     model's cache is exact and ignores this). "dual": Fast-dLLM's dual cache, the context
-    keys/values of a full pass reused by later steps; "none": a full pass every step (exact)."""
+    keys/values of a full pass reused by later steps; "reuse": the dual cache, and the context
+    kept across requests (checkpoints/context_store.py: typing recomputes only what changed);
+    "none": a full pass every step (exact)."""
+
+    @property
+    def keeps_context(self) -> bool:
+        """Whether steps after a full pass reuse its context keys/values."""
+        return self.mode != "none"
 
     mode: str = "dual"
     refresh_every: int = 0      # full pass every N steps; 0: only at the first step (Fast-dLLM within one block)

@@ -27,6 +27,10 @@ def test_quick_bench_writes_its_figures(tmp_path, capsys):
         assert row["shared_step_ms"] > 0 and row["steps_in_turn_ms"] > 0
         assert row["throughput_gain"] == pytest.approx(row["steps_in_turn_ms"] / row["shared_step_ms"], rel=2e-3)
     assert isinstance(figures["targets"]["met_shared_step_gain"], bool)
+    # The keystroke after, with the context kept: all of it but the typed token and the one before.
+    reuse = figures["context_reuse_after_typing"]
+    assert reuse["context_tokens"] - 2 <= reuse["reused_tokens"] < reuse["context_tokens"]
+    assert reuse["completion_reusing_context_ms"] > 0 and reuse["completion_dual_cache_ms"] > 0
 
 
 def test_shared_counts_are_checked_and_can_be_skipped(tmp_path, capsys):

@@ -24,7 +24,7 @@ export interface ServerOptionsPayload {
   slotStartTokens: number | null;
   model: string;
   device: string;
-  cache: "dual" | "none";
+  cache: "dual" | "reuse" | "none";
   cacheRefreshEvery: number;
   streamIntervalMs: number;
 }

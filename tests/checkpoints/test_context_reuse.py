@@ -1,0 +1,140 @@
+"""Cache mode "reuse": an open checkpoint keeps a canvas's context keys/values across requests,
+and the next keystroke's first pass computes only what changed."""
+import pytest
+import torch
+
+from dllm_lsp.checkpoints.context_store import ContextEntry, ContextStore
+from dllm_lsp.engine.engine import Engine
+from dllm_lsp.engine.types import CacheSettings, DecodeSettings, InfillRequest
+from dllm_lsp.kernels.rope import apply_rotary
+
+REUSE, DUAL = CacheSettings("reuse"), CacheSettings("dual")
+SOURCE = "\n".join(f"def f{i}(x):\n    return x * {i} + len(str(x))\n" for i in range(40))
+
+
+def request(typed: str = "", cut: int = 1500) -> InfillRequest:
+    return InfillRequest.single(SOURCE[:cut] + typed, SOURCE[cut:cut + 900], 12)
+
+
+def finite_max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    keep = torch.isfinite(b)
+    return float((a - b)[keep].abs().max())
+
+
+def test_rotating_a_key_moves_it_exactly(loaded):
+    """The suffix's kept keys are moved by rotating them: R(p + d) = R(d) R(p)."""
+    model = loaded["dream"].model
+    attn = model.layers[0].attn
+    x = torch.randn(1, 5, model.cfg.dim)
+    positions = torch.arange(100, 105)
+    _, k_at, _ = attn.qkv(x, *model.cos_sin(positions))
+    _, k_moved, _ = attn.qkv(x, *model.cos_sin(positions + 37))
+    torch.testing.assert_close(apply_rotary(k_at, *model.cos_sin(torch.full((5,), 37))), k_moved,
+                               atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["dream", "llada"])
+def test_the_next_keystroke_keeps_all_but_the_typed_context(layout, loaded):
+    denoiser = loaded[layout]
+    engine = Engine(denoiser, batching=False)
+    denoiser.context_store = ContextStore()
+    first = engine.canvas(request())
+    denoiser.session(first, 1, REUSE).logits(first.ids[None])
+    assert len(denoiser.context_store) == 1
+    for typed in ("r", "re", "ret("):
+        canvas = engine.canvas(request(typed))
+        session = denoiser.session(canvas, 1, REUSE)
+        reuse = session.reuse
+        n_context = session.context_index.numel()
+        # All the context but the typed tokens: the prefix before them, the whole suffix moved on.
+        assert reuse is not None and reuse.shift >= 0     # "re" may be one token where "r" was
+        assert reuse.tail == n_context - session.split
+        assert n_context - 3 <= session.reused_tokens <= n_context   # the token before the slot is a span row
+        logits = session.logits(canvas.ids[None])
+        assert session.full_passes == 1 and len(session.context_kv[0][0][0, 0]) == n_context
+        exact = denoiser.session(canvas, 1, DUAL).logits(canvas.ids[None])
+        # Approximate as the dual cache is (kept keys saw an older canvas), but close; and not
+        # close by chance: without the move of the suffix's keys the first keystroke is off ~8x.
+        assert finite_max_diff(logits, exact) < 5e-3
+        assert torch.equal(logits.argmax(-1), exact.argmax(-1))
+    # Each keystroke's entry replaced the one it came from.
+    assert len(denoiser.context_store) == 1 and denoiser.context_store.latest().generation == 3
+
+
+def test_a_moved_suffix_is_required_for_the_closeness(loaded):
+    """The counter-test of the bound above: the same reuse with the suffix's keys left where
+    they were is far off (so the bound tests the move)."""
+    denoiser = loaded["dream"]
+    engine = Engine(denoiser, batching=False)
+    denoiser.context_store = ContextStore()
+    first = engine.canvas(request())
+    denoiser.session(first, 1, REUSE).logits(first.ids[None])
+    canvas = engine.canvas(request("r"))
+    moved = denoiser.session(canvas, 1, REUSE)
+    entry = denoiser.context_store.latest()
+    unmoved_entry = ContextEntry(entry.ids, entry.positions + moved.reuse.shift * (torch.arange(entry.ids.numel()) >= entry.split),
+                                 entry.split, entry.kv)
+    denoiser.context_store = ContextStore()
+    denoiser.context_store.keep(unmoved_entry)          # positions say "already there": no rotation
+    unmoved = denoiser.session(canvas, 1, REUSE)
+    assert unmoved.reuse.shift == 0 and unmoved.reused_tokens == moved.reused_tokens
+    exact = denoiser.session(canvas, 1, DUAL).logits(canvas.ids[None])
+    good = finite_max_diff(moved.logits(canvas.ids[None]), exact)
+    bad = finite_max_diff(unmoved.logits(canvas.ids[None]), exact)
+    assert bad > 2 * good
+
+
+def test_an_unrelated_canvas_takes_a_full_pass(loaded):
+    denoiser = loaded["dream"]
+    engine = Engine(denoiser, batching=False)
+    denoiser.context_store = ContextStore()
+    first = engine.canvas(request())
+    denoiser.session(first, 1, REUSE).logits(first.ids[None])
+    other = engine.canvas(InfillRequest.single("import os\n" * 50, "print(1)\n" * 30, 8))
+    session = denoiser.session(other, 1, REUSE)
+    assert session.reuse is None and session.reused_tokens == 0
+    session.logits(other.ids[None])
+    assert len(denoiser.context_store) == 2        # both kept (least recently used out at 8)
+
+
+def test_staleness_is_bounded_by_generations(loaded):
+    denoiser = loaded["llada"]
+    engine = Engine(denoiser, batching=False)
+    denoiser.context_store = ContextStore(max_generations=2)
+    typed = ""
+    reused = []
+    for ch in "abcd":
+        canvas = engine.canvas(request(typed))
+        session = denoiser.session(canvas, 1, REUSE)
+        session.logits(canvas.ids[None])
+        reused.append(session.reused_tokens > 0)
+        typed += ch
+    # A full pass, two reuses, then a full pass again (the chain was two reuses old).
+    assert reused == [False, True, True, False]
+
+
+def test_the_dual_mode_keeps_nothing_and_an_entryless_store_reuses_nothing(loaded):
+    denoiser = loaded["dream"]
+    engine = Engine(denoiser, batching=False)
+    denoiser.context_store = ContextStore()
+    canvas = engine.canvas(request())
+    denoiser.session(canvas, 1, DUAL).logits(canvas.ids[None])
+    assert len(denoiser.context_store) == 0
+    denoiser.prefix_cache_entries = 0                    # `serve --prefix-cache 0`
+    denoiser.session(canvas, 1, REUSE).logits(canvas.ids[None])
+    assert len(denoiser.context_store) == 0
+
+
+def test_typing_through_the_engine_reuses_and_counts_it(loaded):
+    denoiser = loaded["dream"]
+    denoiser.context_store = ContextStore()
+    engine = Engine(denoiser)                            # the step scheduler
+    settings = DecodeSettings(steps=4)
+    before = denoiser.context_stats()
+    for typed in ("", "r", "re"):
+        result = engine.infill(request(typed), settings, cache=REUSE)
+        assert result.candidates
+    after = denoiser.context_stats()
+    assert after["sessions"] - before["sessions"] == 3
+    tokens = after["tokens"] - before["tokens"]
+    assert after["reusedTokens"] - before["reusedTokens"] > 0.6 * tokens   # two of three keystrokes kept ~all
