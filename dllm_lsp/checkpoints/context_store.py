@@ -41,28 +41,39 @@ class ContextEntry:
 
 
 @dataclass(frozen=True)
+class Segment:
+    """A run of context tokens a new canvas takes from an entry: entry context indices
+    [old, old + length) are the new canvas's [new, new + length), each moved by `shift`."""
+
+    old: int
+    new: int
+    length: int
+    shift: int
+
+
+@dataclass(frozen=True)
 class Reuse:
-    """What a new canvas takes from an entry: its first `prefix` context tokens as they are,
-    and `tail` tokens from the start of its suffix (entry context index `entry.split` on, new
-    index `split` on) moved by `shift` positions."""
+    """What a new canvas takes from an entry: up to three segments, in canvas order — the
+    prefix's start as it is, the rest of the prefix where its window moved (the planner cuts
+    the prefix from its start in steps as the cursor moves on), and the suffix's start moved
+    by what was typed."""
 
     entry: ContextEntry
-    prefix: int
-    split: int
-    tail: int
-    shift: int
+    segments: tuple[Segment, ...]
 
     @property
     def tokens(self) -> int:
-        return self.prefix + self.tail
+        return sum(s.length for s in self.segments)
 
-    def keys_values(self, layer: int, rotate) -> tuple[KV, KV]:
-        """One layer's reused keys/values, [1, Hkv, n, D]: the prefix's, and the tail's with
-        their keys moved by `shift` (`rotate(k)`; values carry no position)."""
+    def keys_values(self, layer: int, rotate) -> list[KV]:
+        """One layer's reused keys/values per segment, [1, Hkv, length, D], keys moved by each
+        segment's shift (`rotate(k, shift)`; values carry no position)."""
         k, v = self.entry.kv[layer]
-        a, b = self.entry.split, self.entry.split + self.tail
-        k_tail = rotate(k[:, :, a:b]) if self.shift and self.tail else k[:, :, a:b]
-        return (k[:, :, :self.prefix], v[:, :, :self.prefix]), (k_tail, v[:, :, a:b])
+        out = []
+        for seg in self.segments:
+            ks, vs = k[:, :, seg.old:seg.old + seg.length], v[:, :, seg.old:seg.old + seg.length]
+            out.append((rotate(ks, seg.shift) if seg.shift else ks, vs))
+        return out
 
 
 class ContextStore:
@@ -112,19 +123,50 @@ class ContextStore:
         return len(self._kept)
 
 
+ANCHOR_TOKENS = 8       # tokens that must agree to try an alignment of a moved prefix window
+MAX_ANCHORS = 4         # alignments tried (repetitive text matches in many places)
+
+
 def _overlap(entry: ContextEntry, ids: torch.Tensor, positions: torch.Tensor, split: int) -> Reuse:
-    # The prefix: the same tokens at the same positions, before either canvas's suffix.
-    n = min(entry.split, split)
-    same = (entry.ids[:n] == ids[:n]) & (entry.positions[:n] == positions[:n])
+    segments = []
+    # The prefix's start: the same tokens at the same positions.
+    first = _run(entry, 0, ids, positions, 0, min(entry.split, split))
+    if first.length:
+        segments.append(first)
+    # The rest of the prefix, if its window moved: where its next tokens sit further on in the entry.
+    at = first.length
+    if at < split:
+        best = None
+        for old in _anchors(entry.ids[:entry.split], ids[at:split], after=at):
+            run = _run(entry, old, ids, positions, at, min(entry.split - old, split - at))
+            if best is None or run.length > best.length:
+                best = run
+        if best is not None and best.length:
+            segments.append(best)
+    # The suffix's start: the same tokens moved by what was typed (its far end may be cut elsewhere).
+    tail = _run(entry, entry.split, ids, positions, split, min(entry.ids.numel() - entry.split, ids.numel() - split))
+    if tail.length:
+        segments.append(tail)
+    return Reuse(entry, tuple(segments))
+
+
+def _run(entry: ContextEntry, old: int, ids: torch.Tensor, positions: torch.Tensor, new: int, most: int) -> Segment:
+    """The longest run from entry index `old` and new index `new` of equal tokens all moved by
+    the shift of their first."""
+    if most <= 0:
+        return Segment(old, new, 0, 0)
+    shift = int(positions[new]) - int(entry.positions[old])
+    same = ((entry.ids[old:old + most] == ids[new:new + most])
+            & (positions[new:new + most] == entry.positions[old:old + most] + shift))
     miss = (~same).nonzero()
-    prefix = int(miss[0, 0]) if miss.numel() else n
-    # The suffix: the same tokens from its start on, each moved by the same number of positions.
-    m = min(entry.ids.numel() - entry.split, ids.numel() - split)
-    if m == 0:
-        return Reuse(entry, prefix, split, 0, 0)
-    shift = int(positions[split]) - int(entry.positions[entry.split])
-    old_ids, old_pos = entry.ids[entry.split:entry.split + m], entry.positions[entry.split:entry.split + m]
-    same = (old_ids == ids[split:split + m]) & (positions[split:split + m] == old_pos + shift)
-    miss = (~same).nonzero()
-    tail = int(miss[0, 0]) if miss.numel() else m
-    return Reuse(entry, prefix, split, tail, shift)
+    return Segment(old, new, int(miss[0, 0]) if miss.numel() else most, shift)
+
+
+def _anchors(old_ids: torch.Tensor, new_ids: torch.Tensor, after: int) -> list[int]:
+    """Entry indices past `after` where the first ANCHOR_TOKENS of `new_ids` occur."""
+    n = min(ANCHOR_TOKENS, new_ids.numel())
+    if n == 0 or old_ids.numel() - after < n:
+        return []
+    windows = old_ids[after:].unfold(0, n, 1)
+    hits = (windows == new_ids[:n]).all(1).nonzero()[:, 0] + after
+    return hits[:MAX_ANCHORS].tolist()

@@ -112,27 +112,41 @@ class CheckpointSession:
         against the reused prefix and tail (context_store.py); the context cache is then the
         reused keys/values and the new tokens' own, in canvas order."""
         reuse, batch = self.reuse, ids.shape[0]
-        index, split, p, t = self.context_index, self.split, reuse.prefix, reuse.tail
-        fresh = torch.cat([index[p:split], index[split + t:]])                 # context to compute
+        index = self.context_index
+        # Canvas order: the fresh context runs between the reused segments.
+        pieces: list[tuple[str, int, int]] = []       # ("fresh" | segment number, start, end) in context indices
+        at = 0
+        for n, seg in enumerate(reuse.segments):
+            if seg.new > at:
+                pieces.append(("fresh", at, seg.new))
+            pieces.append((str(n), seg.new, seg.new + seg.length))
+            at = seg.new + seg.length
+        if at < index.numel():
+            pieces.append(("fresh", at, index.numel()))
+        fresh = torch.cat([index[a:b] for kind, a, b in pieces if kind == "fresh"] + [index[:0]])
         rows = torch.unique(torch.cat([fresh, self.active]))                   # sorted canvas positions
-        cos, sin = self.model.cos_sin(torch.full((t,), reuse.shift))
 
-        def rotate(keys: torch.Tensor) -> torch.Tensor:       # the kept suffix's keys, moved `shift` on
-            return apply_rotary(keys, cos, sin)
+        def rotate(keys: torch.Tensor, shift: int) -> torch.Tensor:          # kept keys moved `shift` on
+            return apply_rotary(keys, *self.model.cos_sin(torch.full((keys.shape[2],), shift)))
 
-        def wide(kv: KV) -> KV:
-            return kv[0].expand(batch, -1, -1, -1), kv[1].expand(batch, -1, -1, -1)
+        def wide(t: torch.Tensor) -> torch.Tensor:
+            return t.expand(batch, -1, -1, -1)
 
-        kept = [tuple(map(wide, reuse.keys_values(i, rotate))) for i in range(len(self.model.layers))]
-        context = [(torch.cat([pk, tk], 2), torch.cat([pv, tv], 2)) for (pk, pv), (tk, tv) in kept]
+        kept = [[(wide(k), wide(v)) for k, v in reuse.keys_values(i, rotate)] for i in range(len(self.model.layers))]
+        context = [(torch.cat([k for k, _ in layer], 2), torch.cat([v for _, v in layer], 2)) for layer in kept]
         hidden, row_kv = self.model.partial(ids.index_select(1, rows), self.model.cos_sin(rows), context)
-        before = torch.searchsorted(rows, index[p:split].to(rows.device))
-        after = torch.searchsorted(rows, index[split + t:].to(rows.device))
-        # The context cache in canvas order: prefix, new tokens before the suffix, kept suffix, the rest.
-        self.context_kv = [
-            tuple(torch.cat([pre, row.index_select(2, before), tail, row.index_select(2, after)], 2)
-                  for pre, tail, row in ((pk, tk, rk), (pv, tv, rv)))
-            for ((pk, pv), (tk, tv)), (rk, rv) in zip(kept, row_kv)]
+        self.context_kv = []
+        for layer, (rk, rv) in zip(kept, row_kv):
+            ks, vs = [], []
+            for kind, a, b in pieces:
+                if kind == "fresh":
+                    at_rows = torch.searchsorted(rows, index[a:b])
+                    ks.append(rk.index_select(2, at_rows))
+                    vs.append(rv.index_select(2, at_rows))
+                else:
+                    ks.append(layer[int(kind)][0])
+                    vs.append(layer[int(kind)][1])
+            self.context_kv.append((torch.cat(ks, 2), torch.cat(vs, 2)))
         self.full_passes += 1
         self._keep_context(ids, generation=reuse.entry.generation + 1)
         return hidden.index_select(1, torch.searchsorted(rows, self.pred_rows))
