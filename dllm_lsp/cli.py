@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-models", type=int, default=2, metavar="N",
                        help="models held at once for connections that ask for different ones (default 2)")
     serve.add_argument("--prefix-cache", type=int, default=None, metavar="N",
-                       help="context caches the embedded model keeps across requests (default 8; 0: none)")
+                       help="context caches kept across requests (default 8; 0: none): the embedded "
+                            "model's, and an open checkpoint's with the cache option \"reuse\"")
     serve.add_argument("--ray", metavar="ADDRESS", help="send infills to the Ray Serve deployment on the Ray "
                                                          "cluster at ADDRESS (dllm-lsp ray deploy; docs/deploy.md)")
     serve.add_argument("--ray-app", default="dllm-lsp", help="the Serve application name (with --ray)")

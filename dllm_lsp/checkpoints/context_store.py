@@ -27,7 +27,7 @@ MIN_SHARE = 0.5          # reuse only when at least half of the new context come
 MAX_GENERATIONS = 8      # reuses in a row before a full pass recomputes the context
 
 
-@dataclass
+@dataclass(eq=False)      # identity: an entry holds tensors
 class ContextEntry:
     """One canvas's context: token ids and canvas positions (CPU, canvas order), how many of
     them come before the end of its last slot (`split`: the suffix starts there), and each

@@ -98,6 +98,12 @@ def test_an_unrelated_canvas_takes_a_full_pass(loaded):
     assert session.reuse is None and session.reused_tokens == 0
     session.logits(other.ids[None])
     assert len(denoiser.context_store) == 2        # both kept (least recently used out at 8)
+    # Typing on in each document finds its own context among the kept ones.
+    for typed in (InfillRequest.single("import os\n" * 50 + "x", "print(1)\n" * 30, 8), request("r")):
+        canvas = engine.canvas(typed)
+        session = denoiser.session(canvas, 1, REUSE)
+        assert session.reused_tokens >= session.context_index.numel() - 2
+        assert session.reuse.entry is denoiser.context_store.latest()     # now the most recently used
 
 
 def test_staleness_is_bounded_by_generations(loaded):
