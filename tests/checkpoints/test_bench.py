@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from dllm_lsp.bench.checkpoint_latency import TINY, autoregressive_decode, main, random_model
+from dllm_lsp.bench.checkpoint_latency import TINY, autoregressive_decode, guarded, main, random_model
 
 
 def test_quick_bench_writes_its_figures(tmp_path, capsys):
@@ -59,3 +59,16 @@ def test_autoregressive_baseline_matches_a_causal_full_pass():
             h = h + layer.mlp(layer.mlp_norm(h))
         seq = torch.cat([seq, model.head(h[:, -1]).argmax(-1)])
     assert tokens.tolist() == seq[20:].tolist()
+
+
+def test_a_failed_measurement_is_recorded_and_the_rest_kept(capsys):
+    """On a GPU the newer measurements never ran on, one that raises leaves the others' JSON."""
+    errors: dict[str, str] = {}
+
+    def out_of_memory():
+        raise RuntimeError("CUDA out of memory")
+
+    assert guarded("shared_step", errors, [], out_of_memory) == []
+    assert guarded("context_reuse_after_typing", errors, None, lambda: {"speedup": 2.0}) == {"speedup": 2.0}
+    assert errors == {"shared_step": "RuntimeError: CUDA out of memory"}
+    assert "CUDA out of memory" in capsys.readouterr().err
