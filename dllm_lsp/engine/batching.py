@@ -61,6 +61,8 @@ DEFAULT_SLACK = 1.25
 # model keeps seeing more than one group size (it would otherwise never learn that larger
 # groups got cheaper, e.g. after a load spike).
 EXPLORE_EVERY = 32
+# Shared steps that may raise (each halving the group limit) before requests step in turn for good.
+MAX_SHARED_FAILURES = 3
 
 
 class StepCost:
@@ -128,6 +130,7 @@ class StepScheduler:
         self.cost = StepCost()
         self.explore_every = EXPLORE_EVERY   # 0: never
         self._batched_forward = True        # until the model says it has none
+        self.shared_failures = 0            # shared steps that raised (each then taken in turn)
         self._incoming: queue.SimpleQueue[Job | None] = queue.SimpleQueue()   # None: stop
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
@@ -280,11 +283,18 @@ class StepScheduler:
             try:
                 batched = self.denoiser.batch_logits([r.session for r in runs], [r.ids for r in runs],
                                                      [r.rows() for r in runs])
-            except BaseException as exc:
-                log.warning("batched step failed (%s); stepping the requests one by one", exc)
-            if batched is None:
-                self._batched_forward = False
-                self.cost = StepCost()   # what it learnt assumed one pass per step
+                if batched is None:      # the model has no batched forward: step in turn from now on
+                    self._stop_sharing()
+            except Exception as exc:
+                # Out of memory on a large group, say: this step goes in turn, and later shared
+                # steps take at most half as many requests; a model whose shared steps keep
+                # failing steps in turn from then on.
+                self.shared_failures += 1
+                self.max_batch = max(2, len(runs) // 2)
+                log.warning("a shared step of %d requests failed (%s); stepping them one by one, "
+                            "at most %d per shared step from now on", len(runs), exc, self.max_batch)
+                if self.shared_failures >= MAX_SHARED_FAILURES:
+                    self._stop_sharing()
         if batched is not None:
             self.forward_passes += 1
         self.largest_batch = max(self.largest_batch, len(runs))
@@ -307,10 +317,16 @@ class StepScheduler:
             for job in jobs:
                 self.cost.observe(job.rows, seconds / len(jobs))
 
+    def _stop_sharing(self) -> None:
+        self._batched_forward = False
+        self.cost = StepCost()   # what it learnt assumed one pass per step
+
     def stats(self) -> dict:
         coeffs = self.cost.fit()
         return {"forwardPasses": self.forward_passes, "requestSteps": self.request_steps,
                 "largestBatch": self.largest_batch, "droppedBeforeStart": self.dropped_waiting,
+                "maxBatch": self.max_batch if self._batched_forward else 1,
+                "sharedFailures": self.shared_failures,
                 "busySeconds": round(self.busy_seconds, 3),
                 "slack": None if math.isinf(self.slack) else self.slack,
                 "stepCostMs": None if coeffs is None else

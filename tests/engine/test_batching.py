@@ -114,12 +114,17 @@ def _broken():
     raise ValueError("no canvas")
 
 
+# (A random checkpoint's logits are nearly flat: a shared step's float rounding, ~1e-6, can flip a
+# near-tie on longer spans, so the exact comparisons with the serial engine use these.)
+CHECKPOINT_REQUESTS = [InfillRequest.single("def f(x):\n    return ", "\n", 8), InfillRequest.single("a = [", "]\n", 6),
+                       InfillRequest.single("import os\n" * 12 + "p = os.path.", "\n", 5)]
+
+
 @pytest.mark.parametrize("layout", ["dream", "llada"])
 def test_open_checkpoints_share_their_cached_steps(tmp_path, layout):
     denoiser = load_model(write_tiny_checkpoint(tmp_path / layout, layout), "cpu")
     assert denoiser.batch_logits([], []) is None
-    requests = [InfillRequest.single("def f(x):\n    return ", "\n", 8), InfillRequest.single("a = [", "]\n", 6),
-                InfillRequest.single("import os\n" * 12 + "p = os.path.", "\n", 5)]
+    requests = CHECKPOINT_REQUESTS
     want = [Engine(denoiser, batching=False).infill(r, SLOW).candidates for r in requests]
     # Unbounded slack: every request joins every step (what a GPU's step-cost model decides).
     engine = Engine(denoiser, step_slack=float("inf"))
@@ -155,3 +160,34 @@ def test_close_finishes_the_work_in_hand_and_a_later_request_starts_it_again(den
     assert first.done() and first.result().steps >= 1
     assert not engine.scheduler._thread.is_alive()
     assert engine.infill(REQUESTS[3], DecodeSettings(steps=2)).steps >= 1   # started again
+
+
+class ShortOfMemory:
+    """The loaded model, whose shared steps of more than `fits` requests run out of memory, as a
+    GPU's would (a CPU has no such limit to hit)."""
+
+    def __init__(self, denoiser, fits: int) -> None:
+        self._denoiser, self.fits, self.refused = denoiser, fits, 0
+
+    def __getattr__(self, name):
+        return getattr(self._denoiser, name)
+
+    def batch_logits(self, sessions, ids, rows=None):
+        if len(sessions) > self.fits:
+            self.refused += 1
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (a shared step of %d)" % len(sessions))
+        return self._denoiser.batch_logits(sessions, ids, rows)
+
+
+def test_a_shared_step_out_of_memory_goes_in_turn_and_later_groups_are_smaller(tmp_path):
+    real = load_model(write_tiny_checkpoint(tmp_path / "dream", "dream"), "cpu")
+    want = [Engine(real, batching=False).infill(r, SLOW).candidates for r in CHECKPOINT_REQUESTS]
+    model = ShortOfMemory(real, fits=2)
+    engine = Engine(model, step_slack=float("inf"))
+    futures = [engine.scheduler.submit(lambda r=r: FixedLengthRun(model, engine.canvas(r), SLOW), lambda: False)
+               for r in CHECKPOINT_REQUESTS]
+    got = [engine.decode_slots(f.result(timeout=120).canvas.widths, f.result().span_ids, None) for f in futures]
+    assert got == want                                   # nothing lost: every request as it is alone
+    stats = engine.scheduler.stats()
+    assert 1 <= model.refused == stats["sharedFailures"] < 3, stats
+    assert stats["maxBatch"] == 2 and stats["forwardPasses"] < stats["requestSteps"], stats   # still shared, by two
