@@ -67,7 +67,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=None, help="timed repetitions (default 10; 2 with --quick)")
     p.add_argument("--refresh-every", type=int, default=0,
                    help="dual cache: full pass every N steps (default 0: only the first step)")
-    p.add_argument("--shared", default="1,2,4,8",
+    p.add_argument("--shared", default="1,2,4,8,16",
                    help="request counts for the shared cached step against steps in turn ('' skips it)")
     args = p.parse_args(argv)
     try:

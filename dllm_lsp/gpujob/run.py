@@ -40,7 +40,7 @@ class BenchItem:
 # Priority order. A benchmark runs whole or not at all: it starts only if its estimate fits.
 BENCHES = (
     BenchItem("kernels", 240.0, 25.0),
-    BenchItem("checkpoint", 200.0, 25.0),    # with the shared step of 1-8 requests (issue 13)
+    BenchItem("checkpoint", 200.0, 25.0),    # with the shared step of 1-16 requests and the kept context (issue 13)
     BenchItem("latency", 60.0, 15.0),
     # What a shared denoising step buys on this GPU with the trained model (issue 13).
     BenchItem("batching", 45.0, 10.0),

@@ -21,8 +21,8 @@ def test_quick_bench_writes_its_figures(tmp_path, capsys):
         assert value > 0
     assert figures["weight_read_bound"]["bound_ms"] > 0
     assert figures["targets"]["meaningful"] is False          # CPU + tiny shape: not the GPU figures
-    # The shared step of 1, 2, 4, 8 requests against their steps in turn.
-    assert [r["requests"] for r in figures["shared_step"]] == [1, 2, 4, 8]
+    # The shared step of 1 to 16 requests (the scheduler's most) against their steps in turn.
+    assert [r["requests"] for r in figures["shared_step"]] == [1, 2, 4, 8, 16]
     for row in figures["shared_step"]:
         assert row["shared_step_ms"] > 0 and row["steps_in_turn_ms"] > 0
         assert row["throughput_gain"] == pytest.approx(row["steps_in_turn_ms"] / row["shared_step_ms"], rel=2e-3)
