@@ -114,16 +114,16 @@ class CheckpointSession:
         reuse, batch = self.reuse, ids.shape[0]
         index = self.context_index
         # Canvas order: the fresh context runs between the reused segments.
-        pieces: list[tuple[str, int, int]] = []       # ("fresh" | segment number, start, end) in context indices
+        pieces: list[tuple[int | None, int, int]] = []   # (segment number, or None: fresh; context indices)
         at = 0
         for n, seg in enumerate(reuse.segments):
             if seg.new > at:
-                pieces.append(("fresh", at, seg.new))
-            pieces.append((str(n), seg.new, seg.new + seg.length))
+                pieces.append((None, at, seg.new))
+            pieces.append((n, seg.new, seg.new + seg.length))
             at = seg.new + seg.length
         if at < index.numel():
-            pieces.append(("fresh", at, index.numel()))
-        fresh = torch.cat([index[a:b] for kind, a, b in pieces if kind == "fresh"] + [index[:0]])
+            pieces.append((None, at, index.numel()))
+        fresh = torch.cat([index[a:b] for n, a, b in pieces if n is None] + [index[:0]])
         rows = torch.unique(torch.cat([fresh, self.active]))                   # sorted canvas positions
 
         def rotate(keys: torch.Tensor, shift: int) -> torch.Tensor:          # kept keys moved `shift` on
@@ -138,14 +138,14 @@ class CheckpointSession:
         self.context_kv = []
         for layer, (rk, rv) in zip(kept, row_kv):
             ks, vs = [], []
-            for kind, a, b in pieces:
-                if kind == "fresh":
+            for n, a, b in pieces:
+                if n is None:
                     at_rows = torch.searchsorted(rows, index[a:b])
                     ks.append(rk.index_select(2, at_rows))
                     vs.append(rv.index_select(2, at_rows))
                 else:
-                    ks.append(layer[int(kind)][0])
-                    vs.append(layer[int(kind)][1])
+                    ks.append(layer[n][0])
+                    vs.append(layer[n][1])
             self.context_kv.append((torch.cat(ks, 2), torch.cat(vs, 2)))
         self.full_passes += 1
         self._keep_context(ids, generation=reuse.entry.generation + 1)
@@ -153,12 +153,20 @@ class CheckpointSession:
 
     def _keep_context(self, ids: torch.Tensor, generation: int) -> None:
         """Cache mode "reuse": keep this canvas's context for the requests after it, when every
-        row of the batch saw the same context (the first pass of a run)."""
-        if self.store is None or self.context_kv is None or not bool((ids == ids[:1]).all()):
-            return
+        row of the batch has the same context tokens (their keys/values may differ by the span
+        each row saw; the first row's are kept)."""
         idx = self.context_index
-        entry = ContextEntry(ids[0].index_select(0, idx).cpu(), idx.cpu(), self.split,
-                             [(k[:1], v[:1]) for k, v in self.context_kv], generation)
+        if self.store is None or self.context_kv is None:
+            return
+        context = ids.index_select(1, idx)
+        if not bool((context == context[:1]).all()):
+            return
+
+        def first_row(t: torch.Tensor) -> torch.Tensor:   # a copy when the batch would stay alive behind a view
+            return t[:1].clone() if t.shape[0] > 1 else t
+
+        entry = ContextEntry(context[0].cpu(), idx.cpu(), self.split,
+                             [(first_row(k), first_row(v)) for k, v in self.context_kv], generation)
         self.store.keep(entry, replaces=self.reuse.entry if self.reuse is not None else None)
 
     def hidden_rows(self, ids: torch.Tensor) -> torch.Tensor:
