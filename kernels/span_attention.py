@@ -55,6 +55,24 @@ def span_attention(
     return span_attention_reference(q, k_ctx, v_ctx, k_span, v_span, scale)
 
 
+def span_attention_ragged(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, shapes: list[tuple[int, int]],
+                          contexts: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    """Several requests' span rows back to back in one sequence (a shared denoising step):
+    q [1, H, T, D], k/v [1, Hkv, T, D], request r owning B_r x S_r rows (`shapes[r]`,
+    batch-major) and attending to its own cached context `contexts[r]` (k_ctx, v_ctx
+    [B_r or 1, Hkv, N_r, D]) and its own rows -> [1, H, T, D]. One `span_attention` per request:
+    nothing padded, nothing copied between requests."""
+    heads, d = q.shape[1], q.shape[3]
+    parts, off = [], 0
+    for (b, n), (k_ctx, v_ctx) in zip(shapes, contexts):
+        q_r, k_r, v_r = (t[0, :, off:off + b * n].reshape(t.shape[1], b, n, d).transpose(0, 1)
+                         for t in (q, k, v))                                   # [B_r, heads, S_r, D]
+        y = span_attention(q_r, k_ctx, v_ctx, k_r, v_r)
+        parts.append(y.transpose(0, 1).reshape(heads, b * n, d))
+        off += b * n
+    return torch.cat(parts, 1)[None]
+
+
 def check_shapes(q, k_ctx, v_ctx, k_span, v_span) -> None:
     for name, t in (("q", q), ("k_ctx", k_ctx), ("v_ctx", v_ctx), ("k_span", k_span), ("v_span", v_span)):
         if t.dim() != 4:

@@ -21,7 +21,7 @@ from torch import nn
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 from dllm_lsp.kernels.rmsnorm import add_rms_norm
-from dllm_lsp.kernels.span_attention import span_attention
+from dllm_lsp.kernels.span_attention import span_attention, span_attention_ragged
 
 from .layers import RMSNorm, Rotary, SwiGLU, apply_rotary
 
@@ -251,17 +251,9 @@ class EmbeddedModel(nn.Module):
         h = self.embed(torch.cat([s.reshape(-1) for s in spans]))[None]            # [1, T, dim]
         flat_pos = torch.cat([p.repeat(b) for p, (b, _) in zip(positions, shapes)])
         cos, sin = self.rotary.cos_sin(flat_pos, h.dtype)
-        heads, kv_heads, d = self.cfg.n_heads, self.cfg.n_kv_heads, self.cfg.head_dim
         for i, layer in enumerate(self.layers):
             q, k, v = layer.attn.project(layer.input_norm(h), cos, sin)             # [1, H, T, D]
-            parts, off = [], 0
-            for (b, n), ctx in zip(shapes, contexts):
-                def own(t: torch.Tensor, nh: int) -> torch.Tensor:
-                    return t[0, :, off:off + b * n].reshape(nh, b, n, d).transpose(0, 1)   # [B, H, S, D]
-                y = span_attention(own(q, heads), ctx[i][0], ctx[i][1], own(k, kv_heads), own(v, kv_heads))
-                parts.append(y.transpose(0, 1).reshape(heads, b * n, d))
-                off += b * n
-            h = h + layer.attn.out(torch.cat(parts, 1)[None])
+            h = h + layer.attn.out(span_attention_ragged(q, k, v, shapes, [ctx[i] for ctx in contexts]))
             h = h + layer.mlp(layer.post_attn_norm(h))
         if rows is None:
             rows = [None] * len(spans)

@@ -24,7 +24,7 @@ from torch import nn
 from dllm_lsp.arch.layers import RMSNorm, Rotary, SwiGLU
 from dllm_lsp.kernels.rmsnorm import add_rms_norm, rms_norm
 from dllm_lsp.kernels.rope import apply_rotary
-from dllm_lsp.kernels.span_attention import span_attention
+from dllm_lsp.kernels.span_attention import span_attention, span_attention_ragged
 
 KV = tuple[torch.Tensor, torch.Tensor]   # keys, values [B, Hkv, N, D], rotary already applied
 
@@ -92,21 +92,18 @@ class Attention(nn.Module):
         return self.out(y), (k, v)
 
     def cached(self, x, cos, sin, ctx: KV) -> torch.Tensor:
+        return self.cached_with_kv(x, cos, sin, ctx)[0]
+
+    def cached_with_kv(self, x, cos, sin, ctx: KV) -> tuple[torch.Tensor, KV]:
+        """Rows x against the context keys/values `ctx` plus themselves; also the rows' own keys/values."""
         q, k, v = self.qkv(x, cos, sin)
-        return self.out(span_attention(q, ctx[0], ctx[1], k, v))
+        return self.out(span_attention(q, ctx[0], ctx[1], k, v)), (k, v)
 
     def cached_ragged(self, x, cos, sin, shapes: list[tuple[int, int]], contexts: list[KV]) -> torch.Tensor:
         """x [1, T, dim]: the active rows of several requests back to back (request r: B_r x A_r
         rows, batch-major), each attending to its own cached context `contexts[r]` and its own rows."""
         q, k, v = self.qkv(x, cos, sin)                                        # [1, H, T, D]
-        parts, off = [], 0
-        for (b, a), ctx in zip(shapes, contexts):
-            q_r, k_r, v_r = (t[0, :, off:off + b * a].reshape(t.shape[1], b, a, self.head_dim).transpose(0, 1)
-                             for t in (q, k, v))                               # [B_r, heads, A_r, D]
-            y = span_attention(q_r, ctx[0], ctx[1], k_r, v_r)
-            parts.append(y.transpose(0, 1).reshape(self.n_heads, b * a, self.head_dim))
-            off += b * a
-        return self.out(torch.cat(parts, 1)[None])
+        return self.out(span_attention_ragged(q, k, v, shapes, contexts))
 
 
 class FusedSwiGLU(nn.Module):
@@ -199,9 +196,9 @@ class BidirectionalLM(nn.Module):
         kvs: list[KV] = []
 
         def attend(i: int, layer: Block, x: torch.Tensor) -> torch.Tensor:
-            q, k, v = layer.attn.qkv(x, cos, sin)
-            kvs.append((k, v))
-            return layer.attn.out(span_attention(q, context[i][0], context[i][1], k, v))
+            out, kv = layer.attn.cached_with_kv(x, cos, sin, context[i])
+            kvs.append(kv)
+            return out
 
         return self._blocks(self._embed(ids), attend), kvs
 

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from dllm_lsp.arch.embedded import layout_mask
 from dllm_lsp.kernels.span_attention import (
-    plan_splits, span_attention, span_attention_reference, span_attention_triton,
+    plan_splits, span_attention, span_attention_ragged, span_attention_reference, span_attention_triton,
 )
 
 TOL = {torch.float32: dict(atol=2e-5, rtol=2e-5), torch.bfloat16: dict(atol=2e-2, rtol=2e-2)}
@@ -106,3 +106,21 @@ def test_bad_shapes_raise_clear_errors(bad, message):
     inputs = make_inputs(1, 4, 2, 3, 5, 16, 1, torch.float32)
     with pytest.raises(ValueError, match=message):
         span_attention_triton(*bad(*inputs))
+
+
+def test_ragged_rows_of_several_requests_attend_each_to_their_own():
+    """`span_attention_ragged` (a shared step): each request's rows get what they get alone."""
+    torch.manual_seed(0)
+    heads, kv_heads, d = 4, 2, 16
+    shapes = [(1, 5), (3, 2), (2, 7)]                    # (B_r, S_r) per request
+    contexts = [(torch.randn(b if i != 1 else 1, kv_heads, n_ctx, d), torch.randn(b if i != 1 else 1, kv_heads, n_ctx, d))
+                for i, ((b, _), n_ctx) in enumerate(zip(shapes, (9, 4, 13)))]   # request 1's context shared by its rows
+    alone = [(torch.randn(b, heads, s, d), torch.randn(b, kv_heads, s, d), torch.randn(b, kv_heads, s, d)) for b, s in shapes]
+
+    def flat(ts):   # [B, H, S, D] per request -> one [1, H, sum B*S, D] sequence, batch-major
+        return torch.cat([t.transpose(0, 1).reshape(t.shape[1], -1, d) for t in ts], 1)[None]
+
+    got = span_attention_ragged(flat([a[0] for a in alone]), flat([a[1] for a in alone]), flat([a[2] for a in alone]),
+                                shapes, contexts)
+    want = flat([span_attention(q, kc, vc, k, v) for (q, k, v), (kc, vc) in zip(alone, contexts)])
+    torch.testing.assert_close(got, want)
