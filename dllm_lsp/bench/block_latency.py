@@ -3,8 +3,8 @@ the same weights, at equal tokens.
 
 A randomly initialised model of SDAR-8B's shape (Qwen3-8B layers: 36 x 4096, GQA 32/8, qk-norm,
 vocabulary 151936) in bf16 fills a 32-token span after a 2,048-token context, block by block
-(blocks of 4, `engine.blockwise.decode_blockwise`, each finished block appended to the exact KV
-cache) with a fixed number of denoising steps per block (1, 2 and 4: 4, 2 and 1 tokens per
+(blocks of 4, `engine.blockwise.decode_blockwise`, each finished block joining the exact KV
+cache in the next block's first pass) with a fixed number of denoising steps per block (1, 2 and 4: 4, 2 and 1 tokens per
 pass), against the same weights decoding the same 32 tokens left to right (a causal prefill,
 then one token per pass with a KV cache). Random weights time like trained ones; quality needs
 the real checkpoints (docs/models.md).
@@ -69,7 +69,8 @@ def run(device: torch.device, cfg: BlockConfig, context: int, span: int, runs: i
         outcome = decode_blockwise(port, canvas, settings)
         rows[f"block{port.block_size}_steps{steps}"] = {
             "median_ms": round(median_ms(lambda s=settings: decode_blockwise(port, canvas, s), device, runs), 3),
-            "denoising_steps": outcome.steps, "tokens": span}
+            # The context's prefill, then one pass per step (finished blocks ride along in the next step's pass).
+            "denoising_steps": outcome.steps, "forward_passes": outcome.steps + 1, "tokens": span}
     ar_ms = median_ms(lambda: autoregressive(port, ctx, span), device, runs)
     for row in rows.values():
         row["speedup_vs_autoregressive"] = round(ar_ms / row["median_ms"], 3)

@@ -13,16 +13,18 @@ masks, as the references do.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
 from tokenizers import Tokenizer
 
+from dllm_lsp.engine.blockwise import BlockStep
 from dllm_lsp.engine.denoiser import Canvas, Denoiser, SpecialTokens
 from dllm_lsp.engine.types import CacheSettings
 
 from .block_families import SDAR, BlockFamily
-from .block_model import KV, BlockConfig, BlockLM, block_causal_mask, random_block_model
+from .block_model import KV, BlockConfig, BlockLM, random_block_model
 from .tiny import tiny_tokenizer
 
 
@@ -60,11 +62,11 @@ def find_fim(tokenizer: Tokenizer) -> FimFormat | None:
 @dataclass
 class BlockCache:
     """Keys/values of every finished position (per layer [B, Hkv, N, D]) and, for families whose logits
-    are shifted by one, the logits at the last finished position (they predict the next token)."""
+    are shifted by one, the hidden state at the last finished position (its logits predict the next token)."""
 
     kv: list[KV] | None
     length: int = 0
-    last_logits: torch.Tensor | None = None     # [B, V] fp32
+    last_hidden: torch.Tensor | None = None     # [B, D]
 
 
 class BlockDenoiser(Denoiser):
@@ -104,32 +106,46 @@ class BlockDenoiser(Denoiser):
 
     @torch.no_grad()
     def prefill(self, cache: BlockCache, ids: torch.Tensor, start: int) -> None:
-        """Append finished positions start..start+T-1 (ids [B, T], whole blocks) to the cache, exactly."""
-        if start != cache.length:
-            raise ValueError(f"prefill at {start} but the cache holds {cache.length} positions")
-        hidden, new = self._forward(cache, ids.to(self.device), start)
-        if cache.kv is None:
-            cache.kv = new
-        else:
-            cache.kv = [(torch.cat([k0, k1], 2), torch.cat([v0, v1], 2)) for (k0, v0), (k1, v1) in zip(cache.kv, new)]
-        cache.length = start + ids.shape[1]
-        if self.shift:
-            cache.last_logits = self._logits(hidden[:, -1:])[:, 0]
+        """Append the context's finished positions start..start+T-1 (ids [B, T], whole blocks) to the
+        cache, exactly; counted as context work (`context_stats`)."""
+        began = time.perf_counter()
+        self._check_start(cache, start)
+        hidden, new = self.model.ragged([ids.to(self.device)], [start], [cache.kv], self.block_size)[0]
+        self._append(cache, hidden, new, ids.shape[1])
+        self.count_context(int(ids.shape[1]), 0, time.perf_counter() - began)
 
     @torch.no_grad()
-    def block_logits(self, cache: BlockCache, ids: torch.Tensor, start: int) -> torch.Tensor:
-        """ids [B, T] at positions start.. (the current block, masks included) against the cache ->
-        fp32 logits [B, T, V]; row i predicts the token at start+i (the shift is applied here)."""
-        if start != cache.length:
-            raise ValueError(f"block at {start} but the cache holds {cache.length} positions")
-        hidden, _ = self._forward(cache, ids.to(self.device), start)
-        logits = self._logits(hidden)
-        if not self.shift:
-            return logits
-        # Row i comes from position i-1; the block's first row from the last cached position
-        # (position 0 predicts itself, as the references' `cat([logits[:, :1], logits[:, :-1]])`).
-        first = cache.last_logits[:, None] if cache.last_logits is not None else logits[:, :1]
-        return torch.cat([first, logits[:, :-1]], dim=1)
+    def block_logits(self, cache: BlockCache, ids: torch.Tensor, start: int,
+                     rows: torch.Tensor | None = None) -> torch.Tensor:
+        """ids [B, T] at positions start.. (the cache's length): finished blocks not yet cached, which
+        join the cache, then the current block (masks included) -> fp32 logits of the current block
+        [B, block_size, V] (row i predicts the token at its position; the shift is applied here),
+        or [R, V] for the rows `rows` [B, block_size] selects."""
+        return self.batch_logits([BlockStep(self, cache, start)], [ids], [rows])[0]
+
+    def batch_logits(self, sessions: list, ids: list[torch.Tensor],
+                     rows: list[torch.Tensor | None] | None = None) -> list[torch.Tensor]:
+        """Several block runs' model calls (`engine.blockwise.BlockStep`, the ids and rows each run
+        holds) in one forward pass: every request's rows through the weights together, attention
+        each request's own over its own cache (`BlockLM.ragged`), one LM-head matmul over the rows
+        read. Each request gets what `block_logits` gives it alone."""
+        rows = list(rows) if rows is not None else [None] * len(sessions)
+        for step in sessions:
+            self._check_start(step.cache, step.start)
+        with torch.no_grad():
+            outs = self.model.ragged([i.to(self.device) for i in ids], [s.start for s in sessions],
+                                     [s.cache.kv for s in sessions], self.block_size)
+            picked, shapes = [], []
+            for step, block_ids, selected, (hidden, new) in zip(sessions, ids, rows, outs):
+                source = self._absorb(step.cache, hidden, new, block_ids.shape[1] - self.block_size)
+                if selected is None:
+                    shapes.append(source.shape[:2])
+                    picked.append(source.reshape(-1, source.shape[-1]))
+                else:
+                    shapes.append(None)
+                    picked.append(source[selected.to(self.device)])
+            logits = self._logits(torch.cat(picked)).split([p.shape[0] for p in picked])
+        return [part if shape is None else part.view(*shape, -1) for part, shape in zip(logits, shapes)]
 
     def newline_ids(self) -> torch.Tensor:
         """[V] bool: tokens whose text contains a line break (byte-level BPE writes it as 'Ċ')."""
@@ -143,12 +159,35 @@ class BlockDenoiser(Denoiser):
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _forward(self, cache: BlockCache, ids: torch.Tensor, start: int):
-        positions = torch.arange(start, start + ids.shape[1], device=self.device)
-        mask = block_causal_mask(positions, torch.arange(start + ids.shape[1], device=self.device), self.block_size)
-        if bool(mask.all()):
-            mask = None
-        return self.model(ids, positions, cache.kv, mask)
+    @staticmethod
+    def _check_start(cache: BlockCache, start: int) -> None:
+        if start != cache.length:
+            raise ValueError(f"rows from position {start} but the cache holds {cache.length} positions")
+
+    def _append(self, cache: BlockCache, hidden: torch.Tensor, new: list[KV], finished: int) -> None:
+        """The first `finished` rows of a pass (hidden [B, T, D], their keys/values `new`) join the cache."""
+        if finished <= 0:
+            return
+        new = [(k[:, :, :finished], v[:, :, :finished]) for k, v in new]
+        if cache.kv is None:
+            cache.kv = new
+        else:
+            cache.kv = [(torch.cat([k0, k1], 2), torch.cat([v0, v1], 2)) for (k0, v0), (k1, v1) in zip(cache.kv, new)]
+        cache.length += finished
+        if self.shift:
+            cache.last_hidden = hidden[:, finished - 1]
+
+    def _absorb(self, cache: BlockCache, hidden: torch.Tensor, new: list[KV], finished: int) -> torch.Tensor:
+        """Cache the finished rows of a pass; -> the hidden states whose logits are the current
+        block's [B, block_size, D]: its own rows, or for shifted families the row before each (the
+        block's first row from the last cached position; position 0 predicts itself, as the
+        references' `cat([logits[:, :1], logits[:, :-1]])`)."""
+        self._append(cache, hidden, new, finished)
+        block = hidden[:, finished:]
+        if not self.shift:
+            return block
+        first = cache.last_hidden[:, None] if cache.last_hidden is not None else block[:, :1]
+        return torch.cat([first, block[:, :-1]], dim=1)
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         logits = self.model.head(hidden)[..., : self.vocab_limit].float()

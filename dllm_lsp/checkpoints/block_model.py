@@ -151,6 +151,24 @@ class Attention(nn.Module):
         q, k, v = self.qkv(x, cos, sin)
         return self.out(span_attention(q, ctx[0], ctx[1], k, v))
 
+    def attend_ragged(self, x, cos, sin, shapes: list[tuple[int, int]], pasts: list[KV | None],
+                      masks: list[torch.Tensor | None]) -> tuple[torch.Tensor, list[KV]]:
+        """x [1, N, dim]: several requests' rows back to back (request r: B_r x T_r rows,
+        batch-major), each attending to its own cache `pasts[r]` and its own rows under
+        `masks[r]` (as `attend`). -> output [1, N, dim] and each request's keys/values [B_r, Hkv, T_r, D]."""
+        q, k, v = self.qkv(x, cos, sin)                                   # [1, heads, N, D]
+        parts, kvs, off = [], [], 0
+        for (b, t), past, mask in zip(shapes, pasts, masks):
+            q_r, k_r, v_r = (a[0, :, off:off + b * t].reshape(a.shape[1], b, t, a.shape[3]).transpose(0, 1)
+                             for a in (q, k, v))                          # [B_r, heads, T_r, D]
+            keys, values = (k_r, v_r) if past is None else (torch.cat([past[0], k_r], 2), torch.cat([past[1], v_r], 2))
+            y = F.scaled_dot_product_attention(q_r, keys, values, attn_mask=mask,
+                                               enable_gqa=self.n_heads != self.n_kv_heads)
+            parts.append(y.transpose(0, 1).reshape(y.shape[1], b * t, y.shape[3]))
+            kvs.append((k_r, v_r))
+            off += b * t
+        return self.out(torch.cat(parts, 1)[None]), kvs
+
 
 class DenseMLP(nn.Module):
     """SwiGLU with gate and up in one matmul: down(silu(gate(x)) * up(x))."""
@@ -267,6 +285,38 @@ class BlockLM(nn.Module):
             return out
 
         return self._stack(self.embed(ids), attend), new
+
+    @torch.no_grad()
+    def ragged(self, ids: list[torch.Tensor], starts: list[int], pasts: list[list[KV] | None],
+               block_size: int) -> list[tuple[torch.Tensor, list[KV]]]:
+        """`forward` for several requests in one pass, under the block-causal mask (blocks of
+        `block_size` from position 0): request r's rows ids[r] [B_r, T_r] at positions
+        starts[r].., attending to its own cache pasts[r] (per layer, or None) and to themselves.
+        Every row of every request goes through the projections and MLPs as one sequence, so
+        the weights are read once for all of them (a memory-bound GPU step's cost); attention is
+        each request's own. -> per request (hidden [B_r, T_r, D], the rows' keys/values per layer),
+        what `forward` gives it alone (up to float rounding)."""
+        shapes = [(int(i.shape[0]), int(i.shape[1])) for i in ids]
+        masks, cos, sin = [], [], []
+        for (b, t), start in zip(shapes, starts):
+            positions = torch.arange(start, start + t, device=self.device)
+            mask = block_causal_mask(positions, torch.arange(start + t, device=self.device), block_size)
+            masks.append(None if bool(mask.all()) else mask)
+            c, s = self.cos_sin(positions)
+            cos.append(c.repeat(b, 1))
+            sin.append(s.repeat(b, 1))
+        cos, sin = torch.cat(cos), torch.cat(sin)
+        flat = torch.cat([i.reshape(-1) for i in ids])[None]
+        new: list[list[KV]] = [[] for _ in ids]
+
+        def attend(i: int, layer: Layer, x: torch.Tensor) -> torch.Tensor:
+            out, kvs = layer.attn.attend_ragged(x, cos, sin, shapes, [None if p is None else p[i] for p in pasts], masks)
+            for r, kv in enumerate(kvs):
+                new[r].append(kv)
+            return out
+
+        hidden = self._stack(self.embed(flat), attend)[0].split([b * t for b, t in shapes])
+        return [(h.view(b, t, -1), kv) for h, (b, t), kv in zip(hidden, shapes, new)]
 
     # -- the bidirectional interface of architecture.BidirectionalLM (used by CheckpointSession) --
 

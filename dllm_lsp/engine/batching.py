@@ -1,8 +1,9 @@
 """The step scheduler: concurrent requests share denoising steps.
 
-One thread owns the model for fixed-length (masked-diffusion) decoding. Requests join and
-leave at step boundaries, and each keeps its own canvas, cache, step budget, stop rules,
-sampling and cancellation. Every iteration the scheduler
+One thread owns the model for fixed-length (masked-diffusion) and block-wise (block-diffusion)
+decoding: each request is a `SteppedRun` (engine/denoise.py). Requests join and leave at step
+boundaries, and each keeps its own canvas, cache, step budget, stop rules, sampling and
+cancellation. Every iteration the scheduler
 
 1. takes in the requests that arrived (nothing is computed for them yet),
 2. ends the cancelled or superseded ones (a waiting one costs nothing, not even its prefill),
@@ -11,8 +12,8 @@ sampling and cancellation. Every iteration the scheduler
    costs at most `slack` times what the first of them costs alone, by the step-cost model
    below. A request's context prefill runs when it first joins a group,
 4. advances the group by one step: one forward pass over all of them where the model has a
-   batched forward (`Denoiser.batch_logits`: the embedded model runs every row through its
-   weights together, attention per request), else one pass per request in turn.
+   batched forward (`Denoiser.batch_logits`: every row through the weights together,
+   attention per request), else one pass per request in turn.
 
 Why a cost bound and not "everything, every step": batching pays when a step's cost is mostly
 fixed (reading the weights: a GPU at small batch), where a step over sixteen requests costs
@@ -46,7 +47,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .denoise import Cancelled, DenoiseOutcome, FixedLengthRun
+from .denoise import Cancelled, DenoiseOutcome, SteppedRun
 from .denoiser import Denoiser
 
 log = logging.getLogger(__name__)
@@ -111,12 +112,12 @@ class StepCost:
 
 @dataclass
 class Job:
-    make_run: Callable[[], FixedLengthRun]
+    make_run: Callable[[], SteppedRun]
     should_stop: Callable[[], bool]
     future: Future
     rows: int                  # span rows (times candidates) its steps will carry
     arrived: float = field(default_factory=time.monotonic)
-    run: FixedLengthRun | None = None
+    run: SteppedRun | None = None
 
 
 class StepScheduler:
@@ -143,7 +144,7 @@ class StepScheduler:
         self.busy_seconds = 0.0   # the thread at work (prefills, steps), not waiting for requests
         self._iterations = 0
 
-    def submit(self, make_run: Callable[[], FixedLengthRun], should_stop: Callable[[], bool],
+    def submit(self, make_run: Callable[[], SteppedRun], should_stop: Callable[[], bool],
                rows: int = 1) -> Future:
         """Queue a request; the future gives its DenoiseOutcome, or raises Cancelled or its error.
         `rows` sizes it for the group choice before its run exists."""
@@ -165,7 +166,7 @@ class StepScheduler:
             self._incoming.put(None)
             thread.join(timeout)
 
-    def run(self, make_run: Callable[[], FixedLengthRun], should_stop: Callable[[], bool],
+    def run(self, make_run: Callable[[], SteppedRun], should_stop: Callable[[], bool],
             rows: int = 1) -> DenoiseOutcome:
         return self.submit(make_run, should_stop, rows).result()
 
@@ -220,7 +221,7 @@ class StepScheduler:
         if not wants:
             job.future.set_result(job.run.outcome())
             return False
-        job.rows = int(run.masked.numel())
+        job.rows = run.step_rows
         return True
 
     def _order(self, jobs: list[Job]) -> list[Job]:
@@ -269,7 +270,7 @@ class StepScheduler:
             return True
         try:
             job.run = job.make_run()
-            job.rows = int(job.run.masked.numel())
+            job.rows = job.run.step_rows
         except BaseException as exc:   # a bad canvas, out of memory: that request fails, not the loop
             job.future.set_exception(exc)
             return False

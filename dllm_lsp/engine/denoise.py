@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 
@@ -61,6 +62,30 @@ StepCallback = Callable[[int, torch.Tensor, torch.Tensor, float, int], None]
 """on_step(step, span_ids [B, S], still_masked [B, S], mean_confidence, budget): after each
 step, the span laid out at each slot's full width (positions a slot has not grown into read as
 ends) and the forward passes allowed so far."""
+
+
+class SteppedRun(Protocol):
+    """One request's decoding, advanced one model call at a time: what the step scheduler
+    (engine/batching.py) drives for several requests at once. `FixedLengthRun` (masked
+    diffusion) and `blockwise.BlockwiseRun` (block diffusion) are the two; creating one does
+    the request's context work (its prefill)."""
+
+    session: Any            # answers `logits(ids, rows)`; `Denoiser.batch_logits` takes several
+    ids: torch.Tensor       # what the next call runs
+    step_rows: int          # rows the next call runs through the model (the cost model's size)
+    needs_greedy_fill: bool  # the next call is a window's last: taken even when the request was cancelled
+
+    def wants_logits(self) -> bool:
+        """Whether another model call is needed (False: `outcome()` is ready)."""
+
+    def rows(self) -> torch.Tensor:
+        """Which rows of the next call's logits `advance` reads (bool)."""
+
+    def advance(self, logits: torch.Tensor) -> None:
+        """Apply the logits of the rows `rows()` selects, [R, V] row-major."""
+
+    def outcome(self) -> "DenoiseOutcome":
+        ...
 
 
 class FixedLengthRun:
@@ -177,6 +202,16 @@ class FixedLengthRun:
         if widths == capacity:
             return span, masked
         return relayout(span, widths, capacity, self.pad_fill), relayout(masked, widths, capacity, False)
+
+    @staticmethod
+    def planned_rows(denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings) -> int:
+        """Rows a step will carry, before the run exists (the scheduler's group choice)."""
+        return canvas.span_positions().numel() * settings.n
+
+    @property
+    def step_rows(self) -> int:
+        """Span rows the next step runs through the model (the step scheduler's cost model)."""
+        return int(self.masked.numel())
 
     def rows(self) -> torch.Tensor:
         """[B, S] bool: the span rows whose logits the next `advance` reads (the undecided ones).

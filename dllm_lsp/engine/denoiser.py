@@ -148,16 +148,20 @@ class Denoiser(ABC):
         start = time.perf_counter()
         session = self.session(canvas, batch, cache)
         self.first_pass(session, ids if ids is not None else canvas.ids.to(self.device)[None].repeat(batch, 1))
-        seconds = time.perf_counter() - start
         tokens = int(canvas.context_mask().sum())
+        self.count_context(tokens, min(self.last_reused_tokens, tokens), time.perf_counter() - start)
+        return session
+
+    def count_context(self, tokens: int, reused_tokens: int, seconds: float) -> None:
+        """Count one session's context work (`context_stats`): `open_session` calls it, and a model
+        whose loop opens no session (the block-wise checkpoints' context prefill)."""
         with _COUNT_LOCK:
             # Made on first use: families set their own attributes and share no __init__.
             counts = self.__dict__.setdefault("_context_counts", ContextCounts())
             counts.sessions += 1
             counts.tokens += tokens
-            counts.reused_tokens += min(self.last_reused_tokens, tokens)
+            counts.reused_tokens += reused_tokens
             counts.seconds += seconds
-        return session
 
     def first_pass(self, session: DenoiseSession, ids: torch.Tensor) -> None:
         """Whatever the first step over `ids` needs beyond a step, run as the session opens: the

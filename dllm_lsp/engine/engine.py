@@ -7,10 +7,11 @@ tail of each canvas piece changes, so the tokens before it are reused.
 Options that change per request (decode settings, context budget, cache mode) are arguments of
 `infill`, never state of the shared engine: two clients with different settings can share one.
 
-Thread-safe for any number of callers. Fixed-length (masked-diffusion) requests go to the step
-scheduler (batching.py): concurrent requests share denoising steps, joining and leaving at step
-boundaries. Other loops (block-wise, variable-length) run one request at a time under the
-model lock. `batching=False` runs every request alone under that lock (the comparison baseline).
+Thread-safe for any number of callers. Fixed-length (masked-diffusion) and block-wise requests
+go to the step scheduler (batching.py) as runs (RUNS): concurrent requests share denoising
+steps, joining and leaving at step boundaries. The variable-length loop (DreamOn: spans that
+grow and shrink inside the model's passes) runs one request at a time under the model lock.
+`batching=False` runs every request alone under that lock (the comparison baseline).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from collections.abc import Callable
 import torch
 
 from .batching import DEFAULT_SLACK, StepScheduler
-from .blockwise import decode_blockwise
+from .blockwise import BlockwiseRun, decode_blockwise
 from .canvas import CanvasTooSmall, build_canvas
 from .denoise import Cancelled, DenoiseOutcome, FixedLengthRun, denoise
 from .denoiser import Canvas, Denoiser
@@ -29,7 +30,7 @@ from .token_cache import IncrementalEncoder
 from .types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState, device_slot_start
 from .variable_length import denoise_variable_length
 
-__all__ = ["Engine", "Cancelled", "CancelToken", "CanvasTooSmall", "LOOPS"]
+__all__ = ["Engine", "Cancelled", "CancelToken", "CanvasTooSmall", "LOOPS", "RUNS"]
 
 DEFAULT_CONTEXT_TOKENS = 1024
 
@@ -38,6 +39,11 @@ LOOPS: dict[str, Callable[..., DenoiseOutcome]] = {
     "fixed": denoise,
     "variable_length": denoise_variable_length,
     "blockwise": decode_blockwise,
+}
+# Denoiser.decoding -> the run the step scheduler advances for it (loops without one run alone).
+RUNS: dict[str, type[FixedLengthRun] | type[BlockwiseRun]] = {
+    "fixed": FixedLengthRun,
+    "blockwise": BlockwiseRun,
 }
 
 
@@ -115,10 +121,11 @@ class Engine:
                 texts = self.decode_slots(canvas.capacity, span, masked)
                 on_step(StepState(step, budget, texts, mean_conf, int(masked[0].sum())))
         should_stop = (lambda: cancel.cancelled) if cancel is not None else (lambda: False)
-        if loop is denoise and self.batching:
+        run = RUNS.get(self.denoiser.decoding)
+        if run is not None and self.batching:
             outcome = self.scheduler.run(
-                lambda: FixedLengthRun(self.denoiser, canvas, settings, step_cb, cache), should_stop,
-                rows=canvas.span_positions().numel() * settings.n)
+                lambda: run(self.denoiser, canvas, settings, step_cb, cache), should_stop,
+                rows=run.planned_rows(self.denoiser, canvas, settings))
         else:
             with self._model_lock, torch.inference_mode():
                 start = time.perf_counter()

@@ -218,18 +218,22 @@ class UncachedPort:
         assert start == cache["ids"].shape[1]
         cache["ids"] = torch.cat([cache["ids"], ids], 1)
 
-    def block_logits(self, cache, ids, start):
-        seq = torch.cat([cache["ids"], ids], 1)
+    def block_logits(self, cache, ids, start, rows=None):
+        assert start == cache["ids"].shape[1]
+        bs = self.block_size
+        cache["ids"] = torch.cat([cache["ids"], ids[:, :-bs]], 1)     # finished blocks join the "cache"
+        start = cache["ids"].shape[1]
+        seq = torch.cat([cache["ids"], ids[:, -bs:]], 1)
         pos = torch.arange(seq.shape[1])
         model = self.port.model
-        hidden, _ = model(seq, pos, None, block_causal_mask(pos, pos, self.block_size))
+        hidden, _ = model(seq, pos, None, block_causal_mask(pos, pos, bs))
         logits = model.head(hidden)[..., : self.port.vocab_limit].float()
         logits[..., self.special.mask_id] = float("-inf")
         if self.port.shift:
-            rows = logits[:, max(start - 1, 0): start - 1 + ids.shape[1]] if start else \
-                torch.cat([logits[:, :1], logits[:, :ids.shape[1] - 1]], 1)
-            return rows
-        return logits[:, start:]
+            logits = logits[:, start - 1: start - 1 + bs] if start else torch.cat([logits[:, :1], logits[:, :bs - 1]], 1)
+        else:
+            logits = logits[:, start:]
+        return logits if rows is None else logits[rows]
 
 
 @pytest.mark.parametrize("layout", BLOCK)
@@ -308,11 +312,12 @@ class ScriptedPort:
     def prefill(self, cache, ids, start):
         pass
 
-    def block_logits(self, cache, ids, start):
-        logits = torch.zeros(ids.shape[0], ids.shape[1], self.vocab)
-        for i in range(ids.shape[1]):
+    def block_logits(self, cache, ids, start, rows=None):
+        start += ids.shape[1] - self.block_size            # the current block: the last columns
+        logits = torch.zeros(ids.shape[0], self.block_size, self.vocab)
+        for i in range(self.block_size):
             logits[:, i, self.script.get(start + i - self.t0, 5)] = 50.0
-        return logits
+        return logits if rows is None else logits[rows]
 
     def newline_ids(self):
         flags = torch.zeros(self.vocab, dtype=torch.bool)
