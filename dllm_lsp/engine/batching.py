@@ -1,7 +1,7 @@
 """The step scheduler: concurrent requests share denoising steps.
 
-One thread owns the model for fixed-length (masked-diffusion) and block-wise (block-diffusion)
-decoding: each request is a `SteppedRun` (engine/denoise.py). Requests join and leave at step
+One thread owns the model for every decoding loop (masked diffusion, DreamOn's variable
+length, block diffusion): each request is a `SteppedRun` (engine/denoise.py). Requests join and leave at step
 boundaries, and each keeps its own canvas, cache, step budget, stop rules, sampling and
 cancellation. Every iteration the scheduler
 

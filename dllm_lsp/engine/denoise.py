@@ -66,9 +66,9 @@ ends) and the forward passes allowed so far."""
 
 class SteppedRun(Protocol):
     """One request's decoding, advanced one model call at a time: what the step scheduler
-    (engine/batching.py) drives for several requests at once. `FixedLengthRun` (masked
-    diffusion) and `blockwise.BlockwiseRun` (block diffusion) are the two; creating one does
-    the request's context work (its prefill)."""
+    (engine/batching.py) drives for several requests at once: `FixedLengthRun` (masked
+    diffusion), `variable_length.VariableLengthRun` (DreamOn) and `blockwise.BlockwiseRun`
+    (block diffusion). Creating one does the request's context work (its prefill)."""
 
     session: Any            # answers `logits(ids, rows)`; `Denoiser.batch_logits` takes several
     ids: torch.Tensor       # what the next call runs

@@ -7,11 +7,10 @@ tail of each canvas piece changes, so the tokens before it are reused.
 Options that change per request (decode settings, context budget, cache mode) are arguments of
 `infill`, never state of the shared engine: two clients with different settings can share one.
 
-Thread-safe for any number of callers. Fixed-length (masked-diffusion) and block-wise requests
-go to the step scheduler (batching.py) as runs (RUNS): concurrent requests share denoising
-steps, joining and leaving at step boundaries. The variable-length loop (DreamOn: spans that
-grow and shrink inside the model's passes) runs one request at a time under the model lock.
-`batching=False` runs every request alone under that lock (the comparison baseline).
+Thread-safe for any number of callers. Every loop's requests go to the step scheduler
+(batching.py) as runs (RUNS: fixed-length, block-wise, variable-length): concurrent requests
+share denoising steps, joining and leaving at step boundaries. `batching=False` runs every
+request alone under the model lock (the comparison baseline).
 """
 from __future__ import annotations
 
@@ -28,7 +27,7 @@ from .denoise import Cancelled, DenoiseOutcome, FixedLengthRun, denoise
 from .denoiser import Canvas, Denoiser
 from .token_cache import IncrementalEncoder
 from .types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState, device_slot_start
-from .variable_length import denoise_variable_length
+from .variable_length import VariableLengthRun, denoise_variable_length
 
 __all__ = ["Engine", "Cancelled", "CancelToken", "CanvasTooSmall", "LOOPS", "RUNS"]
 
@@ -40,9 +39,10 @@ LOOPS: dict[str, Callable[..., DenoiseOutcome]] = {
     "variable_length": denoise_variable_length,
     "blockwise": decode_blockwise,
 }
-# Denoiser.decoding -> the run the step scheduler advances for it (loops without one run alone).
-RUNS: dict[str, type[FixedLengthRun] | type[BlockwiseRun]] = {
+# Denoiser.decoding -> the run the step scheduler advances for it (one model call at a time).
+RUNS: dict[str, type[FixedLengthRun] | type[BlockwiseRun] | type[VariableLengthRun]] = {
     "fixed": FixedLengthRun,
+    "variable_length": VariableLengthRun,
     "blockwise": BlockwiseRun,
 }
 
@@ -69,9 +69,9 @@ class Engine:
         self.batching = batching
         self.scheduler = StepScheduler(denoiser, slack=step_slack)
         self._lock = threading.Lock()            # the tokenizer cache
-        self._model_lock = threading.Lock()      # loops that run one request at a time
+        self._model_lock = threading.Lock()      # requests run alone (batching=False)
         self._encoders: dict[str, IncrementalEncoder] = {}
-        self._alone_seconds = 0.0                # loops run under the model lock
+        self._alone_seconds = 0.0                # requests run under the model lock
 
     def encode_piece(self, text: str, role: str) -> list[int]:
         """Encode one canvas piece ("prefix", "suffix", "middle1", ...) reusing the tokens of the

@@ -18,8 +18,9 @@ only asked for logits: the rules above are decoding, so they live here, in the e
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -61,6 +62,70 @@ def initial_layout(canvas: Canvas, special: SpecialTokens, initial_masks: int = 
     return Layout(pieces, slots, widths)
 
 
+class VariableLengthRun:
+    """One request's variable-length decoding, one model call at a time: the loop is a generator
+    that yields each call (its session, the canvas, the rows it reads) and takes the logits
+    back, so the step scheduler (engine/batching.py) can give concurrent requests' cached steps
+    one forward pass (`Denoiser.batch_logits`), as for `FixedLengthRun`. Candidates run one after
+    another (their layouts diverge)."""
+
+    def __init__(self, denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings,
+                 on_step: StepCallback | None = None, cache: CacheSettings = CacheSettings()) -> None:
+        self.canvas = canvas
+        self._calls = _candidates(denoiser, canvas, settings, on_step, cache)
+        self._call: _Call | None = None
+        self._outcome: DenoiseOutcome | None = None
+        self._resume(None)
+
+    @staticmethod
+    def planned_rows(denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings) -> int:
+        """Rows a step will carry, before the run exists (the scheduler's group choice)."""
+        return sum(max(1, min(width, INITIAL_MASKS)) for width in canvas.widths)
+
+    def _resume(self, logits: torch.Tensor | None) -> None:
+        try:
+            self._call = self._calls.send(logits)
+        except StopIteration as done:
+            self._call, self._outcome = None, done.value
+
+    def wants_logits(self) -> bool:
+        return self._call is not None
+
+    @property
+    def needs_greedy_fill(self) -> bool:
+        return self._call is not None and self._call.greedy
+
+    @property
+    def session(self):
+        return self._call.session
+
+    @property
+    def ids(self) -> torch.Tensor:
+        return self._call.ids
+
+    def rows(self) -> torch.Tensor:
+        return self._call.rows
+
+    @property
+    def step_rows(self) -> int:
+        return int(self._call.rows.numel()) if self._call is not None else 0
+
+    def advance(self, logits: torch.Tensor) -> None:
+        """Apply the logits of the call in hand (its `rows()`, [R, V]) and run to the next call."""
+        self._resume(logits)
+
+    def outcome(self) -> DenoiseOutcome:
+        return self._outcome
+
+
+@dataclass
+class _Call:
+    session: object          # the model session: logits(ids, rows)
+    ids: torch.Tensor        # [1, T] the canvas
+    rows: torch.Tensor       # [1, S] bool: the span rows whose logits are read (the masked ones)
+    greedy: bool             # the last fill after the step budget: taken even when cancelled
+
+
 def denoise_variable_length(
     denoiser: Denoiser,
     canvas: Canvas,
@@ -69,43 +134,55 @@ def denoise_variable_length(
     on_step: StepCallback | None = None,
     cache: CacheSettings = CacheSettings(),
 ) -> DenoiseOutcome:
-    """Fill every slot of `canvas`; candidates run one after another (their layouts diverge)."""
+    """Fill every slot of `canvas`, one request alone; candidates run one after another."""
+    if should_stop():
+        raise Cancelled()
+    run = VariableLengthRun(denoiser, canvas, settings, on_step, cache)
+    while run.wants_logits():
+        if should_stop() and not run.needs_greedy_fill:
+            raise Cancelled()
+        run.advance(run.session.logits(run.ids, run.rows()))
+    return run.outcome()
+
+
+Calls = Generator[_Call, torch.Tensor, Any]
+
+
+def _candidates(denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings, on_step, cache: CacheSettings) -> Calls:
     finals = []
     steps = 0
     for candidate in range(settings.n):
         one = replace(settings, n=1, seed=settings.seed + candidate)
-        layout, used = _run_one(denoiser, canvas, one, should_stop, on_step if candidate == 0 else None, cache)
+        layout, used = yield from _run_one(denoiser, canvas, one, on_step if candidate == 0 else None, cache)
         finals.append(layout)
         steps = max(steps, used)      # denoising steps per candidate
     return _outcome(finals, steps, denoiser.special, denoiser.device)
 
 
-def _run_one(denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings, should_stop, on_step,
-             cache: CacheSettings) -> tuple[Layout, int]:
+def _run_one(denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings, on_step,
+             cache: CacheSettings) -> Calls:
     special, device = denoiser.special, denoiser.device
     layout = initial_layout(canvas, special)
     generator = torch.Generator(device=device).manual_seed(settings.seed) if settings.temperature > 0 else None
     session = None
     steps = 0
     for step in range(settings.steps):
-        if should_stop():
-            raise Cancelled()
         now = layout.canvas()
         masked = torch.tensor([t == special.mask_id for slot in layout.slots for t in slot], device=device)
         if not masked.any():
             break
+        ids = now.ids[None].to(device)
         if session is None:
             session = denoiser.open_session(now, 1, cache)
-        logits = session.logits(now.ids[None].to(device))[0]            # [S, V]
-        steps += 1
         steps_left = settings.steps - step
-        limit_expansion(logits, layout, special, steps_left)
-        rows = masked.nonzero()[:, 0]
-        token, score = propose(logits[rows], settings, generator)
+        logits = yield _Call(session, ids, masked[None], greedy=False)      # [R, V]: the masked rows
+        steps += 1
+        logits[no_expansion(layout, steps_left)[masked], special.expand_id] = float("-inf")
+        token, score = propose(logits, settings, generator)
         conf = torch.full((masked.numel(),), -math.inf, device=device)
-        conf[rows] = score
+        conf[masked] = score
         proposal = torch.full_like(masked, special.mask_id, dtype=torch.long)
-        proposal[rows] = token
+        proposal[masked] = token
         commit = choose_commits(conf[None], masked[None], settings, steps_left)[0]
         flat = torch.where(commit, proposal, torch.tensor([t for s in layout.slots for t in s], device=device))
         if apply_resizes(layout, flat.tolist(), commit.tolist(), special):
@@ -114,31 +191,33 @@ def _run_one(denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings, shoul
             span, still = _project(layout, special)
             done = conf[commit]
             on_step(steps, span, still, float(done.mean()) if done.numel() else 0.0, settings.steps)
-    _fill_left(denoiser, layout, cache)
+    yield from _fill_left(denoiser, layout, cache)
     return layout, steps
 
 
-def _fill_left(denoiser: Denoiser, layout: Layout, cache: CacheSettings) -> None:
+def _fill_left(denoiser: Denoiser, layout: Layout, cache: CacheSettings) -> Calls:
     """Masks left when the step budget ran out (only if a step was skipped): the argmax, no resizing."""
     special = denoiser.special
-    if not any(t == special.mask_id for slot in layout.slots for t in slot):
+    flat = [t for slot in layout.slots for t in slot]
+    masked = torch.tensor([t == special.mask_id for t in flat], device=denoiser.device)
+    if not masked.any():
         return
     now = layout.canvas()
-    logits = denoiser.open_session(now, 1, cache).logits(now.ids[None].to(denoiser.device))[0]
+    session = denoiser.open_session(now, 1, cache)
+    logits = yield _Call(session, now.ids[None].to(denoiser.device), masked[None], greedy=True)
     logits[:, special.expand_id] = float("-inf")
-    best = logits.argmax(-1).tolist()
-    flat = [t for slot in layout.slots for t in slot]
-    filled = [b if t == special.mask_id else t for t, b in zip(flat, best)]
-    apply_resizes(layout, filled, [t == special.mask_id for t in flat], special)
+    best = iter(logits.argmax(-1).tolist())
+    filled = [next(best) if t == special.mask_id else t for t in flat]
+    apply_resizes(layout, filled, masked.tolist(), special)
 
 
-def limit_expansion(logits: torch.Tensor, layout: Layout, special: SpecialTokens, steps_left: int) -> None:
-    """No expansion in a full slot, nor at the last step (masks made then could never be filled)."""
-    offset = 0
+def no_expansion(layout: Layout, steps_left: int) -> torch.Tensor:
+    """[S] bool: span rows that may not expand: a full slot's, and every row at the last step
+    (masks made then could never be filled)."""
+    flags: list[bool] = []
     for slot, width in zip(layout.slots, layout.widths):
-        if steps_left <= 1 or len(slot) >= width:
-            logits[offset:offset + len(slot), special.expand_id] = float("-inf")
-        offset += len(slot)
+        flags += [steps_left <= 1 or len(slot) >= width] * len(slot)
+    return torch.tensor(flags, dtype=torch.bool)
 
 
 def apply_resizes(layout: Layout, flat: list[int], commit: list[bool], special: SpecialTokens) -> bool:

@@ -9,7 +9,8 @@ from dllm_lsp.engine.variable_length import (
     apply_resizes,
     denoise_variable_length,
     initial_layout,
-    limit_expansion,
+    VariableLengthRun,
+    no_expansion,
 )
 from dllm_lsp.loader import load_model
 
@@ -62,11 +63,8 @@ def test_expansion_is_blocked_when_full_and_at_the_last_step(tiny_checkpoints):
     d = dreamon(tiny_checkpoints)
     m, x = d.special.mask_id, d.special.expand_id
     layout = Layout([[1], [2], [3]], [[m, m], [m, m]], [2, 6])
-    logits = torch.zeros(4, d.vocab_limit)
-    limit_expansion(logits, layout, d.special, steps_left=3)
-    assert torch.isinf(logits[:2, x]).all() and not torch.isinf(logits[2:, x]).any()
-    limit_expansion(logits, layout, d.special, steps_left=1)
-    assert torch.isinf(logits[:, x]).all()
+    assert no_expansion(layout, steps_left=3).tolist() == [True, True, False, False]
+    assert no_expansion(layout, steps_left=1).all()
 
 
 def test_a_model_that_expands_grows_the_slot_to_its_width(tiny_checkpoints):
@@ -107,3 +105,21 @@ def test_delete_token_comes_from_the_generation_config(tiny_checkpoints):
     d = dreamon(tiny_checkpoints)
     generation = json.loads((tiny_checkpoints["dreamon"] / "generation_config.json").read_text())
     assert d.special.delete_id == generation["delete_token_id"] == d.special.eos_id
+
+
+def test_concurrent_dreamon_requests_share_steps_and_get_what_they_get_alone(tiny_checkpoints):
+    """The variable-length loop runs through the step scheduler (VariableLengthRun): concurrent
+    requests' cached steps share a pass, and each gets the completion it gets alone."""
+    d = dreamon(tiny_checkpoints)
+    requests = [InfillRequest.single("def f(x):\n    return ", "\n", 12), InfillRequest.single("a = [", "]\n", 10),
+                InfillRequest.single("import os\n" * 5 + "p = os.path.", "\n", 9)]
+    settings = DecodeSettings(steps=8, threshold=1.0)
+    want = [Engine(d, batching=False).infill(r, settings).candidates for r in requests]
+    engine = Engine(d, step_slack=float("inf"))
+    futures = [engine.scheduler.submit(lambda c=engine.canvas(r): VariableLengthRun(d, c, settings), lambda: False)
+               for r in requests]
+    got = [engine.decode_slots(f.result(timeout=120).canvas.widths, f.result().span_ids, None) for f in futures]
+    assert got == want
+    stats = engine.scheduler.stats()
+    assert stats["largestBatch"] == 3, stats
+    assert stats["forwardPasses"] < stats["requestSteps"], stats
