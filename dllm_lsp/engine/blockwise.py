@@ -34,13 +34,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 
 from .denoise import (
-    Cancelled, DenoiseOutcome, StepCallback, choose_commits, collapse_after_pad, hold_back_early_ends, propose,
+    CallRun, Cancelled, DenoiseOutcome, ModelCall, StepCallback, choose_commits, collapse_after_pad,
+    hold_back_early_ends, propose, run_alone,
 )
 from .denoiser import Canvas, SpecialTokens
 from .types import CacheSettings, DecodeSettings
@@ -89,75 +89,28 @@ class BlockStep:
         return self.port.block_logits(self.cache, ids, self.start, rows)
 
 
-@dataclass
-class _Call:
-    step: BlockStep
-    ids: torch.Tensor       # [B, T]: positions step.start .. the current block's end
-    rows: torch.Tensor      # [B, block_size] bool: the current block's rows whose logits are read
-    greedy: bool            # the budget ran out: the last call of a (sub-)block, taken even when cancelled
-
-
-class BlockwiseRun:
+class BlockwiseRun(CallRun):
     """One request's block-wise decoding, one model call at a time (see the module docstring).
 
     Creating it formats and prefills the first slot's context (the request's context work);
-    `wants_logits`, `session`, `ids`, `rows()`, `advance(logits)` and `outcome()` are what the
-    step scheduler and `decode_blockwise` drive, as for `FixedLengthRun`."""
+    `wants_logits`, `session` (a `BlockStep`), `ids`, `rows()`, `advance(logits)` and `outcome()`
+    are what the step scheduler and `decode_blockwise` drive, as for `FixedLengthRun`."""
 
     def __init__(self, port: BlockDiffusionPort, canvas: Canvas, settings: DecodeSettings,
                  on_step: StepCallback | None = None, cache: CacheSettings = CacheSettings()) -> None:
         # `cache` is accepted for the engine's run signature and ignored: the block cache is always exact.
         self.canvas = canvas
         self._loop = _Loop(port, settings)
-        self._calls = self._loop.decode(canvas, on_step)
-        self._call: _Call | None = None
-        self._outcome: DenoiseOutcome | None = None
-        self._resume(None)
+        super().__init__(self._loop.decode(canvas, on_step))
 
     @staticmethod
     def planned_rows(port: BlockDiffusionPort, canvas: Canvas, settings: DecodeSettings) -> int:
         """Rows a step will carry, before the run exists (the scheduler's group choice)."""
         return settings.n * port.block_size
 
-    def _resume(self, logits: torch.Tensor | None) -> None:
-        try:
-            self._call = self._calls.send(logits)
-        except StopIteration as done:
-            self._call, self._outcome = None, done.value
-
-    def wants_logits(self) -> bool:
-        return self._call is not None
-
-    @property
-    def needs_greedy_fill(self) -> bool:
-        return self._call is not None and self._call.greedy
-
-    @property
-    def session(self) -> BlockStep:
-        return self._call.step
-
-    @property
-    def ids(self) -> torch.Tensor:
-        return self._call.ids
-
-    def rows(self) -> torch.Tensor:
-        return self._call.rows
-
-    @property
-    def step_rows(self) -> int:
-        """Rows the next model call runs through the layers."""
-        return int(self._call.ids.numel()) if self._call is not None else 0
-
     @property
     def steps(self) -> int:
         return self._loop.steps
-
-    def advance(self, logits: torch.Tensor) -> None:
-        """Apply the logits of the call in hand (its `rows()`, [R, V] row-major) and run to the next call."""
-        self._resume(logits)
-
-    def outcome(self) -> DenoiseOutcome:
-        return self._outcome
 
 
 @torch.no_grad()
@@ -169,12 +122,7 @@ def decode_blockwise(port: BlockDiffusionPort, canvas: Canvas, settings: DecodeS
     returns it. `cache` is accepted for the engine's loop signature and ignored."""
     if should_stop():
         raise Cancelled()
-    run = BlockwiseRun(port, canvas, settings, on_step)
-    while run.wants_logits():
-        if should_stop() and not run.needs_greedy_fill:
-            raise Cancelled()
-        run.advance(run.session.logits(run.ids, run.rows()))
-    return run.outcome()
+    return run_alone(BlockwiseRun(port, canvas, settings, on_step), should_stop)
 
 
 def _covered(start: int, bs: int, t0: int, width: int) -> tuple[int, int]:
@@ -198,7 +146,7 @@ def _prefix(ids: list[int], ranges, k: int, span_row: torch.Tensor, offsets, wid
     return out + ids[cursor:ranges[k][0]]
 
 
-Calls = Generator[_Call, torch.Tensor, Any]
+Calls = Generator[ModelCall, torch.Tensor, Any]
 
 
 class _Loop:
@@ -213,7 +161,7 @@ class _Loop:
         self.steps = 0
         self.budget = 0     # forward passes allowed so far: `steps` per sub-block entered
 
-    def decode(self, canvas: Canvas, on_step: StepCallback | None) -> Generator[_Call, torch.Tensor, DenoiseOutcome]:
+    def decode(self, canvas: Canvas, on_step: StepCallback | None) -> Generator[ModelCall, torch.Tensor, DenoiseOutcome]:
         """Every slot of `canvas`, left to right -> the outcome laid out on `canvas`."""
         port, special = self.port, self.port.special
         batch = self.settings.n
@@ -252,7 +200,7 @@ class _Loop:
         return DenoiseOutcome(full, span, self.steps, canvas)
 
     def fill(self, prefix: list[int], suffix: list[int], width: int, batch: int, single_line: bool,
-             report: Callable[..., None]) -> Generator[_Call, torch.Tensor, torch.Tensor]:
+             report: Callable[..., None]) -> Generator[ModelCall, torch.Tensor, torch.Tensor]:
         """Decode one span of `width` tokens after `context_ids(prefix, suffix)` -> tokens [batch, width]."""
         port, settings, device = self.port, self.settings, self.port.device
         special = port.special
@@ -351,10 +299,10 @@ class _Block:
     def __init__(self, port: BlockDiffusionPort, cache: Any, cached: int) -> None:
         self.port, self.cache, self.cached, self.start = port, cache, cached, cached
 
-    def call(self, seq: torch.Tensor, rows: torch.Tensor, greedy: bool) -> _Call:
+    def call(self, seq: torch.Tensor, rows: torch.Tensor, greedy: bool) -> ModelCall:
         """The next model call: the finished blocks since the last call, then the current block.
         After it, the cache holds everything before the current block."""
         end = self.start + self.port.block_size
-        call = _Call(BlockStep(self.port, self.cache, self.cached), seq[:, self.cached:end], rows, greedy)
+        call = ModelCall(BlockStep(self.port, self.cache, self.cached), seq[:, self.cached:end], rows, greedy)
         self.cached = self.start
         return call

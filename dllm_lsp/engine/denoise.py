@@ -13,7 +13,7 @@ committed pad, which may only be decided in order (see hold_back_early_ends).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -86,6 +86,74 @@ class SteppedRun(Protocol):
 
     def outcome(self) -> "DenoiseOutcome":
         ...
+
+
+@dataclass
+class ModelCall:
+    """One model call a run waits for (the runs written as generators: block-wise, variable-length)."""
+
+    session: Any             # answers logits(ids, rows)
+    ids: torch.Tensor        # what the call runs
+    rows: torch.Tensor       # bool: the rows whose logits the run reads
+    greedy: bool             # the last fill after a step budget: taken even when the request was cancelled
+
+
+class CallRun:
+    """A `SteppedRun` whose loop is a generator: it yields each `ModelCall` it needs and takes the
+    logits back, so the decisions stay in one loop and who answers the calls (the model alone,
+    or a shared step) is the caller's choice. Creating the run runs the loop to its first call."""
+
+    def __init__(self, calls: Generator[ModelCall, torch.Tensor, "DenoiseOutcome"]) -> None:
+        self._calls = calls
+        self._call: ModelCall | None = None
+        self._outcome: DenoiseOutcome | None = None
+        self._resume(None)
+
+    def _resume(self, logits: torch.Tensor | None) -> None:
+        try:
+            self._call = self._calls.send(logits)
+        except StopIteration as done:
+            self._call, self._outcome = None, done.value
+
+    def wants_logits(self) -> bool:
+        return self._call is not None
+
+    @property
+    def needs_greedy_fill(self) -> bool:
+        return self._call is not None and self._call.greedy
+
+    @property
+    def session(self) -> Any:
+        return self._call.session
+
+    @property
+    def ids(self) -> torch.Tensor:
+        return self._call.ids
+
+    def rows(self) -> torch.Tensor:
+        return self._call.rows
+
+    @property
+    def step_rows(self) -> int:
+        """Rows the next call runs through the model."""
+        return int(self._call.ids.numel()) if self._call is not None else 0
+
+    def advance(self, logits: torch.Tensor) -> None:
+        """Apply the logits of the call in hand (its `rows()`, [R, V] row-major) and run to the next call."""
+        self._resume(logits)
+
+    def outcome(self) -> "DenoiseOutcome":
+        return self._outcome
+
+
+def run_alone(run: SteppedRun, should_stop: Callable[[], bool]) -> "DenoiseOutcome":
+    """Drive one run to its end with its own model calls (no shared steps); Cancelled at a step
+    boundary when `should_stop` says so (a window's last greedy fill is still taken)."""
+    while run.wants_logits():
+        if should_stop() and not run.needs_greedy_fill:
+            raise Cancelled()
+        run.advance(run.session.logits(run.ids, run.rows()))
+    return run.outcome()
 
 
 class FixedLengthRun:
@@ -287,12 +355,7 @@ def denoise(
     runs after each step. The outcome's canvas is the one decoded (slots may have grown)."""
     if should_stop():
         raise Cancelled()
-    run = FixedLengthRun(denoiser, canvas, settings, on_step, cache)
-    while run.wants_logits():
-        if should_stop() and not run.needs_greedy_fill:
-            raise Cancelled()
-        run.advance(run.session.logits(run.ids, run.rows()))   # [R, V]: the undecided rows
-    return run.outcome()
+    return run_alone(FixedLengthRun(denoiser, canvas, settings, on_step, cache), should_stop)
 
 
 def relayout(x: torch.Tensor, widths: tuple[int, ...], new_widths, fill) -> torch.Tensor:

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from .denoise import Cancelled, DenoiseOutcome, StepCallback, choose_commits, propose
+from .denoise import CallRun, Cancelled, DenoiseOutcome, ModelCall, StepCallback, choose_commits, propose, run_alone
 from .denoiser import Canvas, Denoiser, SpecialTokens
 from .types import CacheSettings, DecodeSettings
 
@@ -62,68 +62,25 @@ def initial_layout(canvas: Canvas, special: SpecialTokens, initial_masks: int = 
     return Layout(pieces, slots, widths)
 
 
-class VariableLengthRun:
-    """One request's variable-length decoding, one model call at a time: the loop is a generator
-    that yields each call (its session, the canvas, the rows it reads) and takes the logits
-    back, so the step scheduler (engine/batching.py) can give concurrent requests' cached steps
-    one forward pass (`Denoiser.batch_logits`), as for `FixedLengthRun`. Candidates run one after
-    another (their layouts diverge)."""
+class VariableLengthRun(CallRun):
+    """One request's variable-length decoding, one model call at a time (`CallRun`): the step
+    scheduler (engine/batching.py) gives concurrent requests' cached steps one forward pass
+    (`Denoiser.batch_logits`), as for `FixedLengthRun`. Candidates run one after another
+    (their layouts diverge)."""
 
     def __init__(self, denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings,
                  on_step: StepCallback | None = None, cache: CacheSettings = CacheSettings()) -> None:
         self.canvas = canvas
-        self._calls = _candidates(denoiser, canvas, settings, on_step, cache)
-        self._call: _Call | None = None
-        self._outcome: DenoiseOutcome | None = None
-        self._resume(None)
+        super().__init__(_candidates(denoiser, canvas, settings, on_step, cache))
 
     @staticmethod
     def planned_rows(denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings) -> int:
         """Rows a step will carry, before the run exists (the scheduler's group choice)."""
         return sum(max(1, min(width, INITIAL_MASKS)) for width in canvas.widths)
 
-    def _resume(self, logits: torch.Tensor | None) -> None:
-        try:
-            self._call = self._calls.send(logits)
-        except StopIteration as done:
-            self._call, self._outcome = None, done.value
-
-    def wants_logits(self) -> bool:
-        return self._call is not None
-
-    @property
-    def needs_greedy_fill(self) -> bool:
-        return self._call is not None and self._call.greedy
-
-    @property
-    def session(self):
-        return self._call.session
-
-    @property
-    def ids(self) -> torch.Tensor:
-        return self._call.ids
-
-    def rows(self) -> torch.Tensor:
-        return self._call.rows
-
     @property
     def step_rows(self) -> int:
         return int(self._call.rows.numel()) if self._call is not None else 0
-
-    def advance(self, logits: torch.Tensor) -> None:
-        """Apply the logits of the call in hand (its `rows()`, [R, V]) and run to the next call."""
-        self._resume(logits)
-
-    def outcome(self) -> DenoiseOutcome:
-        return self._outcome
-
-
-@dataclass
-class _Call:
-    session: object          # the model session: logits(ids, rows)
-    ids: torch.Tensor        # [1, T] the canvas
-    rows: torch.Tensor       # [1, S] bool: the span rows whose logits are read (the masked ones)
-    greedy: bool             # the last fill after the step budget: taken even when cancelled
 
 
 def denoise_variable_length(
@@ -137,15 +94,10 @@ def denoise_variable_length(
     """Fill every slot of `canvas`, one request alone; candidates run one after another."""
     if should_stop():
         raise Cancelled()
-    run = VariableLengthRun(denoiser, canvas, settings, on_step, cache)
-    while run.wants_logits():
-        if should_stop() and not run.needs_greedy_fill:
-            raise Cancelled()
-        run.advance(run.session.logits(run.ids, run.rows()))
-    return run.outcome()
+    return run_alone(VariableLengthRun(denoiser, canvas, settings, on_step, cache), should_stop)
 
 
-Calls = Generator[_Call, torch.Tensor, Any]
+Calls = Generator[ModelCall, torch.Tensor, Any]
 
 
 def _candidates(denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings, on_step, cache: CacheSettings) -> Calls:
@@ -175,7 +127,7 @@ def _run_one(denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings, on_st
         if session is None:
             session = denoiser.open_session(now, 1, cache)
         steps_left = settings.steps - step
-        logits = yield _Call(session, ids, masked[None], greedy=False)      # [R, V]: the masked rows
+        logits = yield ModelCall(session, ids, masked[None], greedy=False)      # [R, V]: the masked rows
         steps += 1
         logits[no_expansion(layout, steps_left)[masked], special.expand_id] = float("-inf")
         token, score = propose(logits, settings, generator)
@@ -204,7 +156,7 @@ def _fill_left(denoiser: Denoiser, layout: Layout, cache: CacheSettings) -> Call
         return
     now = layout.canvas()
     session = denoiser.open_session(now, 1, cache)
-    logits = yield _Call(session, now.ids[None].to(denoiser.device), masked[None], greedy=True)
+    logits = yield ModelCall(session, now.ids[None].to(denoiser.device), masked[None], greedy=True)
     logits[:, special.expand_id] = float("-inf")
     best = iter(logits.argmax(-1).tolist())
     filled = [next(best) if t == special.mask_id else t for t in flat]

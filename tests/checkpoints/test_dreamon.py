@@ -61,7 +61,7 @@ def test_expand_turns_a_position_into_two_masks_within_the_width(tiny_checkpoint
 
 def test_expansion_is_blocked_when_full_and_at_the_last_step(tiny_checkpoints):
     d = dreamon(tiny_checkpoints)
-    m, x = d.special.mask_id, d.special.expand_id
+    m = d.special.mask_id
     layout = Layout([[1], [2], [3]], [[m, m], [m, m]], [2, 6])
     assert no_expansion(layout, steps_left=3).tolist() == [True, True, False, False]
     assert no_expansion(layout, steps_left=1).all()
