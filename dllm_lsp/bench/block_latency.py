@@ -9,7 +9,12 @@ pass), against the same weights decoding the same 32 tokens left to right (a cau
 then one token per pass with a KV cache). Random weights time like trained ones; quality needs
 the real checkpoints (docs/models.md).
 
-    dllm-lsp bench block [--device cuda] [--context 2048] [--span 32] [--runs 5] [--out FILE] [--quick]
+`shared_step`: 1, 2, 4, 8, 16 requests, each with its own cached context, take one block step
+together (`BlockDenoiser.batch_logits`, what the step scheduler runs for concurrent requests)
+against their block steps in turn: the throughput concurrent users of one block model gain.
+
+    dllm-lsp bench block [--device cuda] [--context 2048] [--span 32] [--runs 5] [--shared 1,2,4,8,16]
+                         [--out FILE] [--quick]
 """
 from __future__ import annotations
 
@@ -23,10 +28,10 @@ import torch
 
 from dllm_lsp.checkpoints.block_denoiser import SDAR_8B_SHAPE, random_block_denoiser
 from dllm_lsp.checkpoints.block_model import BlockConfig, block_causal_mask
-from dllm_lsp.engine.blockwise import decode_blockwise
+from dllm_lsp.engine.blockwise import BlockStep, decode_blockwise
 from dllm_lsp.engine.denoiser import Canvas
 
-from .checkpoint_latency import fixed_steps, timed
+from .checkpoint_latency import fixed_steps, guarded, timed
 from .environment import environment
 
 TINY = BlockConfig(vocab_size=1024, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, ffn_dim=128,
@@ -56,7 +61,42 @@ def autoregressive(port, context: torch.Tensor, new_tokens: int) -> torch.Tensor
     return torch.cat(out, 1)
 
 
-def run(device: torch.device, cfg: BlockConfig, context: int, span: int, runs: int) -> dict:
+def shared_block_steps(port, context: int, counts: list[int], runs: int) -> list[dict]:
+    """One block step of k requests shared (`batch_logits`) against their k block steps in turn;
+    each request has its own `context` tokens cached (the step leaves the caches as they are)."""
+    device, bs = port.device, port.block_size
+    steps, blocks = [], []
+    for seed in range(max(counts, default=0)):
+        g = torch.Generator().manual_seed(seed + 1)
+        ctx = torch.randint(0, port.vocab_limit - 8, (1, context // bs * bs), generator=g)
+        cache = port.new_cache(1)
+        port.prefill(cache, ctx, 0)
+        steps.append(BlockStep(port, cache, cache.length))
+        blocks.append(torch.full((1, bs), port.special.mask_id, device=device))
+    rows = []
+    for k in counts:
+        group, group_ids = steps[:k], blocks[:k]
+
+        def shared():
+            port.batch_logits(group, group_ids)
+
+        def in_turn():
+            for step, ids in zip(group, group_ids):
+                step.logits(ids)
+
+        shared(), in_turn()                # warm-up
+        samples: dict[str, list[float]] = {"shared": [], "in_turn": []}
+        for _ in range(runs):              # interleaved, so drift hits both alike
+            samples["shared"] += timed(shared, device, 1, warmup=0)
+            samples["in_turn"] += timed(in_turn, device, 1, warmup=0)
+        s, t = statistics.median(samples["shared"]), statistics.median(samples["in_turn"])
+        rows.append({"requests": k, "shared_step_ms": round(s, 3), "steps_in_turn_ms": round(t, 3),
+                     "throughput_gain": round(t / s, 3)})
+    return rows
+
+
+def run(device: torch.device, cfg: BlockConfig, context: int, span: int, runs: int,
+        shared: list[int] = ()) -> dict:
     port = random_block_denoiser(cfg, device, torch.bfloat16 if device.type == "cuda" else torch.float32)
     g = torch.Generator().manual_seed(0)
     ctx = torch.randint(0, port.vocab_limit - 8, (context,), generator=g)
@@ -75,9 +115,14 @@ def run(device: torch.device, cfg: BlockConfig, context: int, span: int, runs: i
     for row in rows.values():
         row["speedup_vs_autoregressive"] = round(ar_ms / row["median_ms"], 3)
     params = sum(p.numel() for p in port.model.parameters())
-    return {"diffusion": rows, "autoregressive": {"median_ms": round(ar_ms, 3), "forward_passes": span + 1,
-                                                   "tokens": span},
-            "parameters": params}
+    errors: dict[str, str] = {}
+    shared_rows = guarded("shared_step", errors, [], lambda: shared_block_steps(port, context, list(shared), runs * 2))
+    figures = {"diffusion": rows, "autoregressive": {"median_ms": round(ar_ms, 3), "forward_passes": span + 1,
+                                                      "tokens": span},
+               "shared_step": shared_rows, "parameters": params}
+    if errors:
+        figures["errors"] = errors
+    return figures
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--context", type=int, default=None, help="context tokens (default 2048; 48 with --quick)")
     p.add_argument("--span", type=int, default=32)
     p.add_argument("--runs", type=int, default=None, help="timed repetitions (default 5; 2 with --quick)")
+    p.add_argument("--shared", default="1,2,4,8,16",
+                   help="request counts for the shared block step (comma-separated; '' to skip)")
     p.add_argument("--quick", action="store_true", help="a tiny shape: checks the code path (CPU)")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--json", action="store_true")
@@ -98,15 +145,22 @@ def main(argv: list[str] | None = None) -> int:
     if a.span < 1 or (a.context is not None and a.context < 1) or (a.runs is not None and a.runs < 1):
         print("dllm-lsp bench block: error: --span, --context and --runs must be positive", file=sys.stderr)
         return 1
+    try:
+        shared = [int(n) for n in a.shared.split(",") if n.strip()]
+    except ValueError:
+        shared = [0]
+    if any(n < 1 for n in shared):
+        print("dllm-lsp bench block: error: --shared takes positive request counts, e.g. 1,2,4,8", file=sys.stderr)
+        return 1
     cfg = TINY if a.quick else SDAR_8B_SHAPE
     context = a.context or (48 if a.quick else 2048)
     runs = a.runs or (2 if a.quick else 5)
-    figures = run(device, cfg, context, a.span, runs)
+    figures = run(device, cfg, context, a.span, runs, shared)
     result = {
         "benchmark": "block-diffusion infill vs autoregressive decode, same random weights, equal tokens",
         "shape": "tiny (quick)" if a.quick else "SDAR-8B (Qwen3-8B layers), random bf16 weights",
         "settings": {"context": context, "span": a.span, "runs": runs, "block_size": 4,
-                     "steps_per_block": list(STEPS_PER_BLOCK)},
+                     "steps_per_block": list(STEPS_PER_BLOCK), "shared": shared},
         "environment": environment(str(device)),
         **figures,
         "meaningful": device.type == "cuda" and not a.quick,

@@ -20,6 +20,12 @@ def test_quick_run_writes_every_figure(tmp_path):
     steps = [result["diffusion"][k]["denoising_steps"] for k in ("block4_steps1", "block4_steps2", "block4_steps4")]
     assert 8 <= steps[0] <= 9 and 16 <= steps[1] <= 17 and steps[2] == 32
     assert result["autoregressive"]["forward_passes"] == 33 and result["meaningful"] is False
+    # A finished block joins the cache in the next block's pass: the context's prefill and one pass per step.
+    assert all(row["forward_passes"] == row["denoising_steps"] + 1 for row in result["diffusion"].values())
+    shared = result["shared_step"]
+    assert [row["requests"] for row in shared] == [1, 2, 4, 8, 16] and "errors" not in result
+    for row in shared:
+        assert row["shared_step_ms"] > 0 and row["steps_in_turn_ms"] > 0 and row["throughput_gain"] > 0
 
 
 def test_the_autoregressive_baseline_is_a_real_greedy_decode():
@@ -39,3 +45,5 @@ def test_the_autoregressive_baseline_is_a_real_greedy_decode():
 def test_bad_arguments_are_one_line(capsys):
     assert main(["--quick", "--device", "cpu", "--span", "0"]) == 1
     assert "must be positive" in capsys.readouterr().err
+    assert main(["--quick", "--device", "cpu", "--shared", "2,x"]) == 1
+    assert "--shared takes positive request counts" in capsys.readouterr().err
