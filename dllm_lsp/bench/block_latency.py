@@ -31,7 +31,7 @@ from dllm_lsp.checkpoints.block_model import BlockConfig, block_causal_mask
 from dllm_lsp.engine.blockwise import BlockStep, decode_blockwise
 from dllm_lsp.engine.denoiser import Canvas
 
-from .checkpoint_latency import fixed_steps, guarded, timed
+from .checkpoint_latency import fixed_steps, guarded, shared_against_in_turn, timed
 from .environment import environment
 
 TINY = BlockConfig(vocab_size=1024, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, ffn_dim=128,
@@ -73,26 +73,7 @@ def shared_block_steps(port, context: int, counts: list[int], runs: int) -> list
         port.prefill(cache, ctx, 0)
         steps.append(BlockStep(port, cache, cache.length))
         blocks.append(torch.full((1, bs), port.special.mask_id, device=device))
-    rows = []
-    for k in counts:
-        group, group_ids = steps[:k], blocks[:k]
-
-        def shared():
-            port.batch_logits(group, group_ids)
-
-        def in_turn():
-            for step, ids in zip(group, group_ids):
-                step.logits(ids)
-
-        shared(), in_turn()                # warm-up
-        samples: dict[str, list[float]] = {"shared": [], "in_turn": []}
-        for _ in range(runs):              # interleaved, so drift hits both alike
-            samples["shared"] += timed(shared, device, 1, warmup=0)
-            samples["in_turn"] += timed(in_turn, device, 1, warmup=0)
-        s, t = statistics.median(samples["shared"]), statistics.median(samples["in_turn"])
-        rows.append({"requests": k, "shared_step_ms": round(s, 3), "steps_in_turn_ms": round(t, 3),
-                     "throughput_gain": round(t / s, 3)})
-    return rows
+    return shared_against_in_turn(port, steps, blocks, counts, runs)
 
 
 def run(device: torch.device, cfg: BlockConfig, context: int, span: int, runs: int,

@@ -231,6 +231,15 @@ def shared_steps(denoiser: CheckpointDenoiser, cfg: BiConfig, context: int, span
         session.logits(canvas_ids)         # its first step: the full pass that fills its cache
         sessions.append(session)
         ids.append(canvas_ids)
+    return shared_against_in_turn(denoiser, sessions, ids, counts, runs)
+
+
+def shared_against_in_turn(denoiser, sessions: list, ids: list[torch.Tensor], counts: list[int],
+                           runs: int) -> list[dict]:
+    """For each k in `counts`: the first k sessions' next step as one shared step
+    (`denoiser.batch_logits`) against their steps in turn (`session.logits`), medians of `runs`
+    interleaved samples. The steps must leave the sessions as they found them (cached steps)."""
+    device = denoiser.device
     rows = []
     for k in counts:
         group, group_ids = sessions[:k], ids[:k]
@@ -240,8 +249,8 @@ def shared_steps(denoiser: CheckpointDenoiser, cfg: BiConfig, context: int, span
                 group[0].logits(group_ids[0])
 
         def in_turn():
-            for session, canvas_ids in zip(group, group_ids):
-                session.logits(canvas_ids)
+            for session, step_ids in zip(group, group_ids):
+                session.logits(step_ids)
 
         shared(), in_turn()                # warm-up
         samples: dict[str, list[float]] = {"shared": [], "in_turn": []}
