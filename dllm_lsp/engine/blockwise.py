@@ -39,7 +39,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from .denoise import (
-    CallRun, Cancelled, DenoiseOutcome, ModelCall, StepCallback, choose_commits, collapse_after_pad,
+    CallRun, DenoiseOutcome, ModelCall, StepCallback, choose_commits, collapse_after_pad,
     hold_back_early_ends, propose, run_alone,
 )
 from .denoiser import Canvas, SpecialTokens
@@ -99,18 +99,12 @@ class BlockwiseRun(CallRun):
     def __init__(self, port: BlockDiffusionPort, canvas: Canvas, settings: DecodeSettings,
                  on_step: StepCallback | None = None, cache: CacheSettings = CacheSettings()) -> None:
         # `cache` is accepted for the engine's run signature and ignored: the block cache is always exact.
-        self.canvas = canvas
-        self._loop = _Loop(port, settings)
-        super().__init__(self._loop.decode(canvas, on_step))
+        super().__init__(_Loop(port, settings).decode(canvas, on_step))
 
     @staticmethod
     def planned_rows(port: BlockDiffusionPort, canvas: Canvas, settings: DecodeSettings) -> int:
         """Rows a step will carry, before the run exists (the scheduler's group choice)."""
         return settings.n * port.block_size
-
-    @property
-    def steps(self) -> int:
-        return self._loop.steps
 
 
 @torch.no_grad()
@@ -120,9 +114,7 @@ def decode_blockwise(port: BlockDiffusionPort, canvas: Canvas, settings: DecodeS
     """Fill every slot of `canvas` block by block, `settings.n` candidates, one request alone; the
     outcome is laid out on `canvas` (span tokens in its slots), as the masked-diffusion loop
     returns it. `cache` is accepted for the engine's loop signature and ignored."""
-    if should_stop():
-        raise Cancelled()
-    return run_alone(BlockwiseRun(port, canvas, settings, on_step), should_stop)
+    return run_alone(lambda: BlockwiseRun(port, canvas, settings, on_step), should_stop)
 
 
 def _covered(start: int, bs: int, t0: int, width: int) -> tuple[int, int]:
@@ -240,9 +232,7 @@ class _Loop:
                     # The step budget ran out with holes left (ends held back): fill them greedily.
                     best = yield state.call(seq, self._block_rows(left, start, t0), greedy=True)
                     self.steps += 1
-                    span = seq[:, t0:total]
-                    span[left] = best.argmax(-1)
-                    seq[:, t0:total] = span
+                    seq[:, t0:total][left] = best.argmax(-1)      # a view: the writes land in seq
                     masked &= ~left
             if newlines is not None:
                 # End of line: a row whose span has a line break is finished (the rest becomes pad).

@@ -146,9 +146,13 @@ class CallRun:
         return self._outcome
 
 
-def run_alone(run: SteppedRun, should_stop: Callable[[], bool]) -> "DenoiseOutcome":
-    """Drive one run to its end with its own model calls (no shared steps); Cancelled at a step
-    boundary when `should_stop` says so (a window's last greedy fill is still taken)."""
+def run_alone(make_run: Callable[[], SteppedRun], should_stop: Callable[[], bool]) -> "DenoiseOutcome":
+    """Create a run (unless already cancelled: no prefill then) and drive it to its end with its own
+    model calls (no shared steps); Cancelled at a step boundary when `should_stop` says so (a
+    window's last greedy fill is still taken)."""
+    if should_stop():
+        raise Cancelled()
+    run = make_run()
     while run.wants_logits():
         if should_stop() and not run.needs_greedy_fill:
             raise Cancelled()
@@ -353,9 +357,7 @@ def denoise(
 ) -> DenoiseOutcome:
     """Fill every slot of `canvas`, `settings.n` candidates in parallel; `on_step` (StepCallback)
     runs after each step. The outcome's canvas is the one decoded (slots may have grown)."""
-    if should_stop():
-        raise Cancelled()
-    return run_alone(FixedLengthRun(denoiser, canvas, settings, on_step, cache), should_stop)
+    return run_alone(lambda: FixedLengthRun(denoiser, canvas, settings, on_step, cache), should_stop)
 
 
 def relayout(x: torch.Tensor, widths: tuple[int, ...], new_widths, fill) -> torch.Tensor:

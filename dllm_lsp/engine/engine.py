@@ -1,6 +1,6 @@
 """The engine: InfillRequest in, InfillResult out (tokenize -> canvas -> decode loop -> text).
 
-The engine owns every decoding loop and picks one by the model's `decoding` (LOOPS); a model
+The engine owns every decoding loop and picks one by the model's `decoding` (RUNS); a model
 only answers logits. It also owns the incremental tokenizer cache: between keystrokes only the
 tail of each canvas piece changes, so the tokens before it are reused.
 
@@ -21,25 +21,20 @@ from collections.abc import Callable
 import torch
 
 from .batching import DEFAULT_SLACK, StepScheduler
-from .blockwise import BlockwiseRun, decode_blockwise
+from .blockwise import BlockwiseRun
 from .canvas import CanvasTooSmall, build_canvas
-from .denoise import Cancelled, DenoiseOutcome, FixedLengthRun, denoise
+from .denoise import Cancelled, FixedLengthRun, run_alone
 from .denoiser import Canvas, Denoiser
 from .token_cache import IncrementalEncoder
 from .types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState, device_slot_start
-from .variable_length import VariableLengthRun, denoise_variable_length
+from .variable_length import VariableLengthRun
 
-__all__ = ["Engine", "Cancelled", "CancelToken", "CanvasTooSmall", "LOOPS", "RUNS"]
+__all__ = ["Engine", "Cancelled", "CancelToken", "CanvasTooSmall", "RUNS"]
 
 DEFAULT_CONTEXT_TOKENS = 1024
 
-# Denoiser.decoding -> the loop that fills its canvases.
-LOOPS: dict[str, Callable[..., DenoiseOutcome]] = {
-    "fixed": denoise,
-    "variable_length": denoise_variable_length,
-    "blockwise": decode_blockwise,
-}
-# Denoiser.decoding -> the run the step scheduler advances for it (one model call at a time).
+# Denoiser.decoding -> the run (one request's loop, one model call at a time) that fills its
+# canvases: the step scheduler advances many at once, `run_alone` one (`batching=False`).
 RUNS: dict[str, type[FixedLengthRun] | type[BlockwiseRun] | type[VariableLengthRun]] = {
     "fixed": FixedLengthRun,
     "variable_length": VariableLengthRun,
@@ -92,7 +87,7 @@ class Engine:
         """How wide slots start (None: full width). Growing slots are the masked-diffusion loop's
         (FixedLengthRun) and need a model that can end a span (an end token); `settings` may name
         a width or 0 (full width), else the device's default applies (`device_slot_start`)."""
-        if LOOPS[self.denoiser.decoding] is not denoise or not self.denoiser.special.end_ids:
+        if RUNS[self.denoiser.decoding] is not FixedLengthRun or not self.denoiser.special.end_ids:
             return None
         start = settings.slot_start_tokens
         if start is None:
@@ -111,7 +106,7 @@ class Engine:
     ) -> InfillResult:
         """Fill every slot of `request`. Raises Cancelled if `cancel` fires mid-way, CanvasTooSmall
         when the slots leave no room for context."""
-        loop = LOOPS[self.denoiser.decoding]
+        run = RUNS[self.denoiser.decoding]
         t0 = time.perf_counter()
         with self._lock:
             canvas = self.canvas(request, context_tokens, self.start_tokens(settings))
@@ -121,16 +116,16 @@ class Engine:
                 texts = self.decode_slots(canvas.capacity, span, masked)
                 on_step(StepState(step, budget, texts, mean_conf, int(masked[0].sum())))
         should_stop = (lambda: cancel.cancelled) if cancel is not None else (lambda: False)
-        run = RUNS.get(self.denoiser.decoding)
-        if run is not None and self.batching:
-            outcome = self.scheduler.run(
-                lambda: run(self.denoiser, canvas, settings, step_cb, cache), should_stop,
-                rows=run.planned_rows(self.denoiser, canvas, settings))
+        def make_run():
+            return run(self.denoiser, canvas, settings, step_cb, cache)
+
+        if self.batching:
+            outcome = self.scheduler.run(make_run, should_stop, rows=run.planned_rows(self.denoiser, canvas, settings))
         else:
             with self._model_lock, torch.inference_mode():
                 start = time.perf_counter()
                 try:
-                    outcome = loop(self.denoiser, canvas, settings, should_stop, step_cb, cache)
+                    outcome = run_alone(make_run, should_stop)
                 finally:
                     self._alone_seconds += time.perf_counter() - start
         with torch.inference_mode():

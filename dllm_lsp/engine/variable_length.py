@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from .denoise import CallRun, Cancelled, DenoiseOutcome, ModelCall, StepCallback, choose_commits, propose, run_alone
+from .denoise import CallRun, DenoiseOutcome, ModelCall, StepCallback, choose_commits, propose, run_alone
 from .denoiser import Canvas, Denoiser, SpecialTokens
 from .types import CacheSettings, DecodeSettings
 
@@ -49,6 +49,11 @@ class Layout:
         return Canvas(torch.tensor(ids, dtype=torch.long), ranges)
 
 
+def initial_width(width: int, initial_masks: int = INITIAL_MASKS) -> int:
+    """Masks a slot of at most `width` tokens starts with."""
+    return max(1, min(width, initial_masks))
+
+
 def initial_layout(canvas: Canvas, special: SpecialTokens, initial_masks: int = INITIAL_MASKS) -> Layout:
     ids = canvas.ids.tolist()
     cuts = [0]
@@ -58,7 +63,7 @@ def initial_layout(canvas: Canvas, special: SpecialTokens, initial_masks: int = 
     pieces = [ids[cuts[i]:cuts[i + 1]] for i in range(0, len(cuts), 2)]
     pieces[-1] = pieces[-1] + [special.eos_id]      # the reference closes the canvas with EOS
     widths = [b - a for a, b in canvas.slot_ranges]
-    slots = [[special.mask_id] * max(1, min(w, initial_masks)) for w in widths]
+    slots = [[special.mask_id] * initial_width(w, initial_masks) for w in widths]
     return Layout(pieces, slots, widths)
 
 
@@ -70,13 +75,12 @@ class VariableLengthRun(CallRun):
 
     def __init__(self, denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings,
                  on_step: StepCallback | None = None, cache: CacheSettings = CacheSettings()) -> None:
-        self.canvas = canvas
         super().__init__(_candidates(denoiser, canvas, settings, on_step, cache))
 
     @staticmethod
     def planned_rows(denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings) -> int:
         """Rows a step will carry, before the run exists (the scheduler's group choice)."""
-        return sum(max(1, min(width, INITIAL_MASKS)) for width in canvas.widths)
+        return sum(initial_width(width) for width in canvas.widths)
 
     @property
     def step_rows(self) -> int:
@@ -92,9 +96,7 @@ def denoise_variable_length(
     cache: CacheSettings = CacheSettings(),
 ) -> DenoiseOutcome:
     """Fill every slot of `canvas`, one request alone; candidates run one after another."""
-    if should_stop():
-        raise Cancelled()
-    return run_alone(VariableLengthRun(denoiser, canvas, settings, on_step, cache), should_stop)
+    return run_alone(lambda: VariableLengthRun(denoiser, canvas, settings, on_step, cache), should_stop)
 
 
 Calls = Generator[ModelCall, torch.Tensor, Any]

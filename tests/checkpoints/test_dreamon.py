@@ -1,7 +1,7 @@
 """DreamOn's expand / delete rules (its reference sampler), on the tiny DreamOn folder."""
 import torch
 
-from dllm_lsp.engine.engine import LOOPS, Engine
+from dllm_lsp.engine.engine import RUNS, Engine
 from dllm_lsp.engine.types import DecodeSettings, InfillRequest
 from dllm_lsp.engine.variable_length import (
     INITIAL_MASKS,
@@ -18,7 +18,7 @@ from dllm_lsp.loader import load_model
 def dreamon(tiny_checkpoints):
     model = load_model(str(tiny_checkpoints["dreamon"]), "cpu")
     assert model.decoding == "variable_length"     # the engine picks the expand/delete loop for it
-    assert LOOPS[model.decoding] is denoise_variable_length
+    assert RUNS[model.decoding] is VariableLengthRun
     return model
 
 
