@@ -300,8 +300,12 @@ class BlockLM(nn.Module):
         masks, cos, sin = [], [], []
         for (b, t), start in zip(shapes, starts):
             positions = torch.arange(start, start + t, device=self.device)
-            mask = block_causal_mask(positions, torch.arange(start + t, device=self.device), block_size)
-            masks.append(None if bool(mask.all()) else mask)
+            # Rows inside one block see every key: no mask (the usual step; built and checked on
+            # the host, no device sync). Rows over several blocks (a finished block riding along,
+            # a prefill) get the block-causal mask.
+            one_block = start // block_size == (start + t - 1) // block_size
+            masks.append(None if one_block else
+                         block_causal_mask(positions, torch.arange(start + t, device=self.device), block_size))
             c, s = self.cos_sin(positions)
             cos.append(c.repeat(b, 1))
             sin.append(s.repeat(b, 1))
