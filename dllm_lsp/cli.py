@@ -22,6 +22,7 @@ BENCH_MODES = {
     "typing": "dllm_lsp.bench.typing",
     "block": "dllm_lsp.bench.block_latency",
     "batching": "dllm_lsp.bench.batching",
+    "training-data": "dllm_lsp.bench.training_data",
 }
 
 

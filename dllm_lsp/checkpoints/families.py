@@ -206,7 +206,7 @@ def special_tokens(family: Family, config: dict, generation: dict, tokens: Token
     if mask is None:
         mask = tokens.id_of("mask_token")
     if mask is None:
-        raise ModelLoadError(f"no mask token: config.json has no mask_token_id and the tokenizer declares no mask_token")
+        raise ModelLoadError("no mask token: config.json has no mask_token_id and the tokenizer declares no mask_token")
     declared = tokens.id_of("mask_token")
     if declared is not None and declared != mask:
         raise ModelLoadError(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections import OrderedDict
 
 import torch
 from tokenizers import Tokenizer
@@ -23,13 +22,28 @@ def load_files(corpus_dir, split: str, min_bytes: int = 0) -> list[tuple[str, st
     return [(r["text"], r["language"]) for r in iter_records(corpus_dir, split) if len(r["text"]) >= min_bytes]
 
 
+# Examples a parsed file serves (dllm-lsp bench training-data, gpu-30m layout, one core: 2.9x the
+# batches a second of parsing a file per example; docs/training.md).
+USES_PER_FILE = 8.0
+
+
 class SpanBatches(IterableDataset):
+    """Endless batches of canvases. Parsing a file (tree-sitter, then collecting its nodes) costs
+    more than an example drawn from it, so each parsed file serves about `uses_per_file`
+    examples: a draw reuses a file from a pool of `pool_files` parsed ones, or parses a new one
+    (chosen by size) in place of a random pool member. Every file drawn serves the same number of
+    examples on average, so the mix of files is the one the size weights give; the pool spreads a
+    file's examples over many batches."""
+
     def __init__(self, files: list[tuple[str, str]], tokenizer_path: str, pad_id: int, batch_size: int,
-                 opts: LayoutOptions, seed: int = 0, cache_files: int = 512) -> None:
+                 opts: LayoutOptions, seed: int = 0, pool_files: int = 512, uses_per_file: float = USES_PER_FILE) -> None:
         if not files:
             raise ValueError("no corpus files are long enough for the training window")
+        if uses_per_file < 1:
+            raise ValueError("uses_per_file must be at least 1")
         self.files, self.tokenizer_path, self.pad_id = files, tokenizer_path, pad_id
-        self.batch_size, self.opts, self.seed, self.cache_files = batch_size, opts, seed, cache_files
+        self.batch_size, self.opts, self.seed = batch_size, opts, seed
+        self.pool_files, self.uses_per_file = pool_files, uses_per_file
         # Favour big files, without drowning small ones.
         self.cum_weights = list(itertools.accumulate(len(t) ** 0.5 for t, _ in files))
 
@@ -38,21 +52,23 @@ class SpanBatches(IterableDataset):
         worker = info.id if info else 0
         rng = random.Random(self.seed * 1000 + worker)
         tokenizer = Tokenizer.from_file(self.tokenizer_path)
-        cache: OrderedDict[int, FileSpans] = OrderedDict()
+        pool: list[FileSpans] = []
+        reuse = 1.0 - 1.0 / self.uses_per_file
         while True:
             batch = []
             while len(batch) < self.batch_size:
-                i = rng.choices(range(len(self.files)), cum_weights=self.cum_weights)[0]
-                fs = cache.get(i)
-                if fs is None:
-                    text, lang = self.files[i]
+                if pool and rng.random() < reuse:
+                    fs = rng.choice(pool)
+                else:
+                    text, lang = self.files[rng.choices(range(len(self.files)), cum_weights=self.cum_weights)[0]]
                     try:
                         fs = FileSpans.analyse(text, lang)
                     except ValueError:
                         continue
-                    cache[i] = fs
-                    if len(cache) > self.cache_files:
-                        cache.popitem(last=False)
+                    if len(pool) < self.pool_files:
+                        pool.append(fs)
+                    else:
+                        pool[rng.randrange(len(pool))] = fs
                 ex = sample_example(fs, tokenizer, self.pad_id, self.opts, rng)
                 if ex is not None:
                     batch.append(ex)

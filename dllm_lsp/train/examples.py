@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from tokenizers import Tokenizer
 
-from .spans import FileSpans, sample_spans
+from .spans import FileSpans, char_boundary, sample_spans
 
 IGNORE = -100
 
@@ -30,7 +30,7 @@ class LayoutOptions:
     seq_len: int = 256
     max_slot: int = 64          # longest slot (span tokens + pads)
     full_slot_prob: float = 0.15   # slot exactly as long as the span (the oracle-length case)
-    bytes_per_token: int = 6       # how much text to cut around spans before tokenizing
+    bytes_per_token: float = 6.0   # bytes tokenized per context token wanted, before a file's own ratio is measured
 
 
 def encode_pieces(tokenizer: Tokenizer, pieces: list[str]) -> list[list[int]]:
@@ -43,55 +43,98 @@ def slot_length(n_tokens: int, opts: LayoutOptions, rng: random.Random) -> int:
     return rng.randint(n_tokens + 1, opts.max_slot)
 
 
+# Tokens kept clear of a window's cut edge: the word (pre-token) it cuts in two can tokenize into
+# several tokens that differ from the whole file's; past it, the window's tokens are the file's.
+EDGE_TOKENS = 16
+
+
+def _window_tokens(tokenizer: Tokenizer, fs: FileSpans, start: int, end: int) -> list[int]:
+    """data[start:end] tokenized as one piece; records the file's bytes per token for its next windows."""
+    ids = encode_pieces(tokenizer, [fs.data[start:end].decode("utf-8")])[0]
+    if len(ids) >= 32:
+        fs.bytes_per_token = (end - start) / len(ids)
+    return ids
+
+
+def window_bytes(n: int, fs: FileSpans, opts: LayoutOptions) -> int:
+    """How many bytes to tokenize for `n` tokens: the file's measured ratio with a margin, or the
+    layout's cautious default before one was measured."""
+    ratio = opts.bytes_per_token if fs.bytes_per_token is None else 1.2 * fs.bytes_per_token
+    return int(n * ratio) + 8 * EDGE_TOKENS
+
+
+def context_before(tokenizer: Tokenizer, fs: FileSpans, end: int, n: int, opts: LayoutOptions) -> list[int]:
+    """The last `n` tokens before byte `end`, tokenized as one piece (fewer only at the file's
+    start). Only a window about `n` tokens wide is tokenized, widened while it falls short; the
+    tokens near its cut edge are never kept."""
+    if n <= 0:
+        return []
+    width = window_bytes(n, fs, opts)
+    while True:
+        start = char_boundary(fs.data, max(0, end - width))
+        ids = _window_tokens(tokenizer, fs, start, end)
+        if start == 0 or len(ids) >= n + EDGE_TOKENS:
+            return ids[-n:]
+        width *= 2
+
+
+def context_after(tokenizer: Tokenizer, fs: FileSpans, start: int, n: int, opts: LayoutOptions) -> list[int]:
+    """The first `n` tokens from byte `start` (fewer only at the file's end), as `context_before`."""
+    if n <= 0:
+        return []
+    width = window_bytes(n, fs, opts)
+    while True:
+        end = char_boundary(fs.data, min(len(fs.data), start + width))
+        ids = _window_tokens(tokenizer, fs, start, end)
+        if end == len(fs.data) or len(ids) >= n + EDGE_TOKENS:
+            return ids[:n]
+        width *= 2
+
+
 def build_example(fs: FileSpans, spans: list[tuple[int, int]], tokenizer: Tokenizer, pad_id: int,
                   opts: LayoutOptions, rng: random.Random) -> Example | None:
     """The canvas for these spans, or None when they do not fit (too long, or too little context)."""
     if not spans:
         return None
     data = fs.data
-    window = opts.seq_len * opts.bytes_per_token
-    texts = [data[max(0, spans[0][0] - window):spans[0][0]]]
-    for i, (a, b) in enumerate(spans):
-        texts.append(data[a:b])
-        nxt = spans[i + 1][0] if i + 1 < len(spans) else min(len(data), b + window)
-        texts.append(data[b:nxt])
+    # The spans and the context between them, each piece tokenized on its own.
+    texts = [data[a:b] for a, b in spans]
+    texts += [data[b:spans[i + 1][0]] for i, (_, b) in enumerate(spans[:-1])]
     try:
-        decoded = [t.decode("utf-8") for t in texts]
+        tokens = encode_pieces(tokenizer, [t.decode("utf-8") for t in texts])
     except UnicodeDecodeError:
         return None
-    tokens = encode_pieces(tokenizer, decoded)
-    context, middles = tokens[0::2], tokens[1::2]
+    middles, inner = tokens[:len(spans)], tokens[len(spans):]
     if any(not m or len(m) > opts.max_slot for m in middles):
         return None
     slots = [slot_length(len(m), opts, rng) for m in middles]
-    inner = sum(len(c) for c in context[1:-1])
-    room = opts.seq_len - sum(slots) - inner
-    prefix, suffix = context[0], context[-1]
-    if room < 0 or len(prefix) + len(suffix) < room:
-        return None     # spans too far apart, or the file is too short to fill the window
-    # A random prefix share: the editor sometimes has little before the cursor, sometimes little after.
+    room = opts.seq_len - sum(slots) - sum(len(c) for c in inner)
+    if room < 0:
+        return None     # spans too far apart
+    # A random prefix share: the editor sometimes has little before the cursor, sometimes little
+    # after. Only the context the canvas takes is tokenized (it was most of an example's cost).
     want_prefix = int(room * rng.uniform(0.3, 1.0))
-    n_prefix = min(len(prefix), max(want_prefix, room - len(suffix)))
-    n_suffix = room - n_prefix
-    context = [prefix[len(prefix) - n_prefix:], *context[1:-1], suffix[:n_suffix]]
+    prefix = context_before(tokenizer, fs, spans[0][0], want_prefix, opts)
+    suffix = context_after(tokenizer, fs, spans[-1][1], room - len(prefix), opts)
+    if len(prefix) + len(suffix) < room:
+        # The file ends soon after the spans: the prefix takes the rest, if the file has it.
+        prefix = context_before(tokenizer, fs, spans[0][0], room - len(suffix), opts)
+        if len(prefix) + len(suffix) < room:
+            return None     # the file is too short to fill the window
 
     ids: list[int] = []
     is_span: list[bool] = []
     ar: list[int] = []
-
-    def add_context(piece: list[int]) -> None:
-        for j, tok in enumerate(piece):
-            ids.append(tok)
-            is_span.append(False)
-            ar.append(piece[j + 1] if j + 1 < len(piece) else IGNORE)
-
-    for k, piece in enumerate(context):
-        add_context(piece)
+    for k, piece in enumerate([prefix, *inner, suffix]):
+        # Causal-LM targets: the next context token, never across a slot.
+        ids += piece
+        is_span += [False] * len(piece)
+        ar += piece[1:] + [IGNORE] if piece else []
         if k < len(middles):
             slot = middles[k] + [pad_id] * (slots[k] - len(middles[k]))
-            ids.extend(slot)
-            is_span.extend([True] * len(slot))
-            ar.extend([IGNORE] * len(slot))
+            ids += slot
+            is_span += [True] * len(slot)
+            ar += [IGNORE] * len(slot)
     assert len(ids) == opts.seq_len, (len(ids), opts.seq_len)
     return Example(torch.tensor(ids), torch.tensor(is_span), torch.tensor(ar))
 

@@ -200,7 +200,11 @@ def train(opts: TrainOptions, log=print) -> dict:
     last_save = time.time()
     best_val = math.inf
     t_start = time.time()
+    data_wait = 0.0      # seconds this run waited for the DataLoader: too many, and --workers is too low
     last_val: dict[str, float] = {}
+
+    def data_wait_share() -> float:
+        return data_wait / max(time.time() - t_start, 1e-9)
 
     def checkpoint(final: bool = False) -> None:
         elapsed = elapsed_before + time.time() - t_start
@@ -213,6 +217,7 @@ def train(opts: TrainOptions, log=print) -> dict:
             "hardware": hardware(device), "torch": torch.__version__, "bf16_autocast": use_bf16,
             "attention": model.training_attention,
             "compile": opts.compile, "final": final, **last_val,
+            "data_wait_share": round(data_wait_share(), 3),
             "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()},
         }
         # Recorded for the engine and eval: the canvas and slot sizes the model was trained on.
@@ -237,7 +242,10 @@ def train(opts: TrainOptions, log=print) -> dict:
         lr = lr_at(progress, step, opts)
         for group in optim.param_groups:
             group["lr"] = lr
-        ids, is_span, ar = (x.to(device, non_blocking=True) for x in next(loader))
+        waited = time.perf_counter()
+        batch = next(loader)
+        data_wait += time.perf_counter() - waited
+        ids, is_span, ar = (x.to(device, non_blocking=True) for x in batch)
         with autocast():
             losses = diffusion_loss(step_model, ids, is_span, ar, opts.objective)
         optim.zero_grad(set_to_none=True)
@@ -250,6 +258,7 @@ def train(opts: TrainOptions, log=print) -> dict:
             rec = {"step": base_steps + step, "tokens": base_tokens + tokens,
                    "elapsed_s": round(base_seconds + elapsed, 1), "lr": lr,
                    "grad_norm": round(float(grad_norm), 3),
+                   "data_wait": round(data_wait_share(), 3),
                    **{k: round(float(v.detach()), 4) for k, v in losses.items()}}
             log_fh.write(json.dumps(rec) + "\n")
             log_fh.flush()
@@ -274,4 +283,7 @@ def train(opts: TrainOptions, log=print) -> dict:
     if previous_handler is not None:
         signal.signal(signal.SIGTERM, previous_handler)
     log(f"{'stopped (SIGTERM)' if stop.is_set() else 'done'}: {step} steps, {tokens} tokens, {last_val}")
+    if data_wait_share() > 0.1 and device.type == "cuda":
+        log(f"the training steps waited for batches {100 * data_wait_share():.0f}% of the time: more --workers "
+            "(dllm-lsp bench training-data says how many) would have trained faster")
     return json.loads((out / "training.json").read_text())

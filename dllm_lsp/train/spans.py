@@ -7,6 +7,7 @@ All offsets are byte offsets into the UTF-8 encoded file.
 """
 from __future__ import annotations
 
+import bisect
 import random
 import re
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ class FileSpans:
     data: bytes
     line_starts: list[int]        # byte offset of every line start, plus len(data)
     nodes: dict[str, list[tuple[int, int]]]
+    bytes_per_token: float | None = None   # measured by the first context tokenized from it
 
     @classmethod
     def analyse(cls, text: str, language: str) -> FileSpans:
@@ -75,7 +77,6 @@ class FileSpans:
         return cls(data, starts, nodes)
 
     def line_of(self, offset: int) -> int:
-        import bisect
         return bisect.bisect_right(self.line_starts, offset) - 1
 
     def full_lines(self, start: int, end: int) -> tuple[int, int]:

@@ -6,7 +6,7 @@ from tokenizers import Tokenizer
 
 from dllm_lsp.arch.tiny import sample_corpus
 from dllm_lsp.train.examples import IGNORE, LayoutOptions, build_example, sample_example
-from dllm_lsp.train.spans import FileSpans
+from dllm_lsp.train.spans import FileSpans, sample_spans
 
 
 @pytest.fixture(scope="module")
@@ -78,3 +78,27 @@ def test_sampled_examples_have_one_to_three_slots(tok, fs):
         edges = torch.diff(ex.is_span.int(), prepend=torch.zeros(1, dtype=torch.int32))
         n_slots.add(int((edges == 1).sum()))
     assert n_slots <= {1, 2, 3} and len(n_slots) >= 2
+
+
+def test_context_windows_tokenize_like_the_whole_file(tok):
+    """Only a window about as wide as the context wanted is tokenized (widened when it falls
+    short), yet the canvas's context is the whole prefix and suffix tokenized on their own."""
+    opts = LayoutOptions(seq_len=160, max_slot=32, bytes_per_token=0.5)   # first windows fall short
+    rng = random.Random(3)
+    checked = 0
+    for text in sorted(sample_corpus(), key=len)[-12:]:
+        fs = FileSpans.analyse(text, "python")
+        for _ in range(12):
+            spans = sample_spans(fs, rng)
+            ex = build_example(fs, spans, tok, 1, opts, rng) if spans else None
+            if ex is None:
+                continue
+            ids, is_span = ex.ids.tolist(), ex.is_span.tolist()
+            first, last = is_span.index(True), len(is_span) - 1 - is_span[::-1].index(True)
+            before = enc(tok, fs.data[:spans[0][0]])
+            after = enc(tok, fs.data[spans[-1][1]:])
+            assert ids[:first] == before[len(before) - first:]
+            assert ids[last + 1:] == after[:len(ids) - last - 1]
+            checked += 1
+        assert fs.bytes_per_token is not None and 1.0 < fs.bytes_per_token < 8.0   # measured, then used
+    assert checked >= 40

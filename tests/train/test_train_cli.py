@@ -2,6 +2,8 @@
 the loader and engine use, and a model card built from the run's own records."""
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,9 @@ def test_pipeline_writes_a_loadable_model_folder(trained):
     assert any("val_diffusion" in rec for rec in log) and any("loss" in rec for rec in log)
     summary = json.loads((out / "training.json").read_text())
     assert summary["steps"] == 6 and summary["tokens"] == 6 * 4 * 128 and summary["final"]
+    # How long the steps waited for batches (a GPU run's sign of too few --workers).
+    assert 0 < summary["data_wait_share"] < 1
+    assert all(0 <= rec["data_wait"] < 1 for rec in log if "loss" in rec)
     stats = json.loads((work / "corpus" / "stats.json").read_text())
     assert stats["train"]["tokens"] > 0 and stats["tokenizer_vocab"] == 512
 
@@ -81,3 +86,33 @@ def test_bad_input_gives_clear_errors(tmp_path, capsys):
     assert "unknown preset" in capsys.readouterr().err
     assert main(["tokenizer", "--corpus", str(tmp_path), "--out", str(tmp_path / "t.json"), "--vocab-size", "100"]) == 1
     assert "vocab size" in capsys.readouterr().err
+
+
+def test_bench_training_data_measures_one_core_and_the_data_loader(trained, tmp_path):
+    work, _ = trained
+    out = tmp_path / "td.json"
+    proc = subprocess.run([sys.executable, "-m", "dllm_lsp", "bench", "training-data", "--corpus", str(work / "corpus"),
+                           "--tokenizer", str(work / "tokenizer.json"), "--preset", "tiny-test",
+                           "--uses-per-file", "1,4", "--rounds", "2", "--batches", "2", "--workers", "1",
+                           "--target-steps-per-second", "50", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "round 2/2" in proc.stdout          # progress
+    result = json.loads(out.read_text())
+    assert result["settings"]["seq_len"] == 128 and result["settings"]["batch_size"] == 4
+    assert [r["uses_per_file"] for r in result["one_core"]] == [1.0, 4.0]
+    for row in result["one_core"]:
+        assert row["examples_per_second"] > 0
+        assert row["workers_for_target"] == math.ceil(50 * row["batch_ms_p50"] / 1000)
+    assert set(result["speedup_over_one_use"]) == {"4"}
+    assert result["data_loader"]["workers"] == 1 and result["data_loader"]["steps_per_second"] > 0
+    assert result["environment"]["python"]
+
+    missing = subprocess.run([sys.executable, "-m", "dllm_lsp", "bench", "training-data", "--corpus",
+                              str(tmp_path / "nothing"), "--tokenizer", str(work / "tokenizer.json")],
+                             capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 1 and "build the corpus first" in missing.stderr
+    bad = subprocess.run([sys.executable, "-m", "dllm_lsp", "bench", "training-data", "--corpus", str(work / "corpus"),
+                          "--tokenizer", str(work / "tokenizer.json"), "--uses-per-file", "0"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and "--uses-per-file" in bad.stderr
