@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from dllm_lsp.engine.denoiser import Canvas, Denoiser, SpecialTokens
+from dllm_lsp.engine.denoiser import Canvas, Denoiser, SpecialTokens, matching_run
 from dllm_lsp.engine.types import CacheSettings
 from dllm_lsp.model_folder import check_weights_match
 
@@ -35,12 +35,7 @@ class PrefixCache:
 
     def reusable_length(self, ids: torch.Tensor, positions: torch.Tensor) -> int:
         """How many leading context tokens of a new canvas match this cache exactly."""
-        n = min(self.ids.numel(), ids.numel())
-        if n == 0:
-            return 0
-        same = (self.ids[:n] == ids[:n]) & (self.positions[:n] == positions[:n])
-        mismatch = (~same).nonzero()
-        return int(mismatch[0, 0]) if mismatch.numel() else n
+        return matching_run(self.ids, self.positions, ids, positions)
 
 
 class EmbeddedSession:

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
+from dllm_lsp.engine.denoiser import matching_run
+
 from .architecture import KV
 
 DEFAULT_ENTRIES = 8
@@ -156,10 +158,9 @@ def _run(entry: ContextEntry, old: int, ids: torch.Tensor, positions: torch.Tens
     if most <= 0:
         return Segment(old, new, 0, 0)
     shift = int(positions[new]) - int(entry.positions[old])
-    same = ((entry.ids[old:old + most] == ids[new:new + most])
-            & (positions[new:new + most] == entry.positions[old:old + most] + shift))
-    miss = (~same).nonzero()
-    return Segment(old, new, int(miss[0, 0]) if miss.numel() else most, shift)
+    length = matching_run(entry.ids[old:old + most], entry.positions[old:old + most],
+                          ids[new:new + most], positions[new:new + most], shift)
+    return Segment(old, new, length, shift)
 
 
 def _anchors(old_ids: torch.Tensor, new_ids: torch.Tensor, after: int) -> list[int]:

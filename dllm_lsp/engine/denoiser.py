@@ -48,6 +48,18 @@ class SpecialTokens:
         return tuple(t for t in (self.pad_id, self.eos_id) if t is not None)
 
 
+def matching_run(old_ids: torch.Tensor, old_positions: torch.Tensor, new_ids: torch.Tensor,
+                 new_positions: torch.Tensor, shift: int = 0) -> int:
+    """How many leading tokens of a new context are an earlier context's tokens at the earlier
+    positions moved by `shift`: the run of a cached context's keys/values a new canvas can keep."""
+    n = min(old_ids.numel(), new_ids.numel())
+    if n == 0:
+        return 0
+    same = (old_ids[:n] == new_ids[:n]) & (new_positions[:n] == old_positions[:n] + shift)
+    miss = (~same).nonzero()
+    return int(miss[0, 0]) if miss.numel() else n
+
+
 @dataclass
 class Canvas:
     """Token ids of `[context][slot MASK*L][context]...` and where each slot sits."""
