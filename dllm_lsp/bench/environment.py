@@ -1,11 +1,14 @@
 """What every benchmark records beside its figures: device, versions, host."""
 from __future__ import annotations
 
+import os
 import platform
 import statistics
 from datetime import datetime, timezone
 
 import torch
+
+from dllm_lsp.cpus import usable_cpus
 
 
 def environment(device: str | None = None) -> dict:
@@ -17,6 +20,8 @@ def environment(device: str | None = None) -> dict:
         "processor": platform.processor() or platform.machine(),
         # Figures from different machines of one kind differ by 2x on a CPU: name the CPU.
         "cpu_model": cpu_model(),
+        "cpus": usable_cpus(),            # the cores this process may use (affinity, cgroup quota)
+        "host_cpus": os.cpu_count(),
         "cuda": torch.version.cuda,
         "device": device or ("cuda" if torch.cuda.is_available() else "cpu"),
     }

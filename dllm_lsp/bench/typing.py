@@ -29,7 +29,6 @@ import argparse
 import asyncio
 import json
 import math
-import os
 import random
 import shlex
 import socket
@@ -519,7 +518,7 @@ async def bench(args, log) -> dict:
         "settings": {"clients": clients, "keystrokes_per_client": args.keystrokes, "speed": args.speed,
                      "seed": args.seed, "model": args.model, "files": [str(f) for f in files],
                      "pace": vars(Pace(speed=args.speed))},
-        "environment": {**environment(args.device), "cpus": os.cpu_count()},
+        "environment": environment(args.device),
         "variants": {},
     }
     # Variants interleave per client count, so a noisy machine hits them alike.
@@ -541,7 +540,7 @@ async def bench_ray(args, clients: list[int], files: list[Path], log) -> dict:
         "settings": {"clients": clients, "keystrokes_per_client": args.keystrokes, "speed": args.speed,
                      "seed": args.seed, "model": args.model, "files": [str(f) for f in files],
                      "ray_replicas": counts, "pace": vars(Pace(speed=args.speed))},
-        "environment": {**environment(args.device), "cpus": os.cpu_count()},
+        "environment": environment(args.device),
         "variants": {},
     }
     with tempfile.TemporaryDirectory(prefix="dllm-ray-") as tmp, RayCluster(Path(tmp), cpus=max(4, max(counts))) as ray:

@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from dllm_lsp.bench.environment import environment
+from dllm_lsp.cpus import usable_cpus
 from dllm_lsp.checkpoints.tiny import LAYOUTS, write_tiny_checkpoint
 from dllm_lsp.kernels import dispatch, rmsnorm, rope, span_attention, unmask_select
 
@@ -202,7 +203,7 @@ def check_engine(device: torch.device, families: list[str], env: dict) -> list[d
         # all of them at once, so the comparison fits its share of the check's box.
         # On a CPU device (the dry run) "cpu" and the device are the same run: start it once.
         runs = list(dict.fromkeys((model, dev) for _, model in models for dev in ("cpu", str(device))))
-        with ThreadPoolExecutor(max_workers=min(len(runs), max(os.cpu_count() or 1, 2))) as pool:
+        with ThreadPoolExecutor(max_workers=min(len(runs), max(usable_cpus(), 2))) as pool:
             futures = {run: pool.submit(infill_texts, run[0], run[1], requests, env) for run in runs}
         for label, model in models:
             row = {"model": label}

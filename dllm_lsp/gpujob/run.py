@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TextIO
 
 from dllm_lsp.bench.environment import environment
+from dllm_lsp.cpus import usable_cpus
 from dllm_lsp.eval.tasks import FILES as EVAL_FILES
 from dllm_lsp.loader import ModelLoadError, default_model_path, resolve_device
 from dllm_lsp.train.presets import MODEL_KEYS, preset
@@ -283,7 +284,7 @@ class Job:
         if cuda:
             # One core for the loop itself, one for the rest; every other core builds batches
             # (dllm-lsp bench training-data: one core feeds ~3 gpu-30m steps a second).
-            args += ["--compile", "--workers", str(max(1, (os.cpu_count() or 2) - 2))]
+            args += ["--compile", "--workers", str(max(1, usable_cpus() - 2))]
         else:
             args += ["--threads", "1", "--eval-every", "20"]
         if self.continue_from is not None:
@@ -316,7 +317,7 @@ class Job:
                 continue
             args = ["eval", "humaneval-infilling", "--data", str(data), "--model", str(self.model_dir),
                     "--device", self.opts.device, "--json", "--out", str(self.model_dir / f"eval-{name}.json"),
-                    "--workers", str(max(2, min(8, (os.cpu_count() or 2) // 2))),
+                    "--workers", str(max(2, min(8, usable_cpus() // 2))),
                     "--threads", "1" if self.opts.device == "cpu" else "4"]
             if self.opts.eval_limit:
                 args += ["--limit", str(self.opts.eval_limit)]

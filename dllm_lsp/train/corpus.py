@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
 import random
 import time
 from collections import Counter
@@ -22,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from dllm_lsp.cpus import usable_cpus
 
 from .decontam import benchmark_signatures, contaminated
 from .filters import NearDuplicateIndex, exact_key, rejection
@@ -122,7 +123,7 @@ def build_corpus(opts: CorpusOptions, out_dir: Path, log=print) -> dict:
         raise ValueError("no permissively licensed source files found in the given folders")
     random.Random(opts.seed).shuffle(sources)   # a byte cap then keeps a random sample, not the first folder
     signatures = benchmark_signatures(opts.decontaminate)
-    workers = opts.workers or os.cpu_count() or 1
+    workers = opts.workers or usable_cpus()
     exact: set[str] = set()
     near = NearDuplicateIndex()
     dropped: Counter[str] = Counter()
