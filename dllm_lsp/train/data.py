@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import itertools
 import random
+import shutil
 
 import torch
 from tokenizers import Tokenizer
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from .corpus import iter_records
 from .examples import LayoutOptions, sample_example
@@ -74,6 +75,58 @@ class SpanBatches(IterableDataset):
                     batch.append(ex)
             yield (torch.stack([e.ids for e in batch]), torch.stack([e.is_span for e in batch]),
                    torch.stack([e.ar_target for e in batch]))
+
+
+class TrainBatches:
+    """The training loop's batches: from `workers` DataLoader processes, or built in this process.
+
+    Worker processes hand their batches over through /dev/shm, which a container may keep small
+    (Docker's default is 64 MB). So the workers are fewer when the batches they keep queued would
+    not fit there, and a worker that dies anyway (a bus error on a full /dev/shm, the OOM killer)
+    does not end the run: training goes on with batches built in this process, slower, with the
+    failure logged once and kept in `fallback`."""
+
+    PREFETCH = 2     # batches each worker keeps queued (the DataLoader's default)
+
+    def __init__(self, dataset: SpanBatches, workers: int, pin_memory: bool, log=print,
+                 shm: str = "/dev/shm") -> None:
+        self.dataset, self.pin_memory, self.log = dataset, pin_memory, log
+        self.fallback: str | None = None
+        self.workers = self.fitting_workers(workers, shm)
+        self._it = None
+
+    def fitting_workers(self, workers: int, shm: str) -> int:
+        if workers <= 0:
+            return 0
+        try:
+            free = shutil.disk_usage(shm).free
+        except OSError:
+            return workers          # no /dev/shm to measure: torch picks its own way
+        opts = self.dataset.opts
+        batch_bytes = self.dataset.batch_size * opts.seq_len * (8 + 1 + 8)   # ids, is_span, targets
+        fits = int(free // (2 * self.PREFETCH * batch_bytes))                 # half of it, at most
+        if fits < workers:
+            self.log(f"{shm} has {free / 2**20:.0f} MiB free: {max(fits, 0)} data workers instead of {workers}")
+        return max(0, min(workers, fits))
+
+    def __next__(self):
+        try:
+            if self._it is None:
+                self._it = iter(DataLoader(self.dataset, batch_size=None, num_workers=self.workers,
+                                           pin_memory=self.pin_memory, prefetch_factor=self.PREFETCH,
+                                           persistent_workers=True)) if self.workers else iter(self.dataset)
+            return next(self._it)
+        except RuntimeError as exc:
+            if not self.workers or self.fallback is not None:
+                raise
+            self.fallback = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            self.log(f"the DataLoader's {self.workers} workers failed ({self.fallback}); "
+                     "building batches in the training process from now on")
+            self._it = iter(self.dataset)
+            return next(self._it)
+
+    def __iter__(self):
+        return self
 
 
 def fixed_batches(dataset: SpanBatches, count: int) -> list[tuple[torch.Tensor, ...]]:

@@ -15,13 +15,12 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer
-from torch.utils.data import DataLoader
 
 from dllm_lsp.arch.embedded import EmbeddedConfig, EmbeddedModel
 from dllm_lsp.arch.tokenizer import special_ids
 from dllm_lsp.arch.weight_storage import load_weights
 
-from .data import SpanBatches, fixed_batches, load_files
+from .data import SpanBatches, TrainBatches, fixed_batches, load_files
 from .examples import LayoutOptions
 from .folder import save_model_folder
 from .objective import ObjectiveOptions, diffusion_loss
@@ -174,8 +173,7 @@ def train(opts: TrainOptions, log=print) -> dict:
     train_ds = SpanBatches(train_files, str(opts.tokenizer), pad, opts.batch_size, opts.layout, opts.seed + step)
     val_ds = SpanBatches(val_files or train_files[:50], str(opts.tokenizer), pad, opts.batch_size, opts.layout, 999)
     val_batches = fixed_batches(val_ds, opts.eval_batches)
-    loader = iter(DataLoader(train_ds, batch_size=None, num_workers=opts.workers,
-                             pin_memory=device.type == "cuda", persistent_workers=opts.workers > 0))
+    loader = TrainBatches(train_ds, opts.workers, pin_memory=device.type == "cuda", log=log)
 
     use_bf16 = device.type == "cuda" if opts.bf16 is None else opts.bf16
     if use_bf16 and device.type == "cpu" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
@@ -218,6 +216,7 @@ def train(opts: TrainOptions, log=print) -> dict:
             "attention": model.training_attention,
             "compile": opts.compile, "final": final, **last_val,
             "data_wait_share": round(data_wait_share(), 3),
+            **({"data_loader_failed": loader.fallback} if loader.fallback else {}),
             "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()},
         }
         # Recorded for the engine and eval: the canvas and slot sizes the model was trained on.

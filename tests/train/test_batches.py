@@ -1,12 +1,14 @@
 """Training batches: a parsed file serves several examples, and the mix of files stays the one
 the size weights give."""
+import os
 from collections import Counter
 
 import pytest
+from torch.utils.data import get_worker_info
 
 from dllm_lsp.arch.tiny import sample_corpus
 from dllm_lsp.train import data
-from dllm_lsp.train.data import SpanBatches
+from dllm_lsp.train.data import SpanBatches, TrainBatches
 from dllm_lsp.train.examples import LayoutOptions
 
 
@@ -74,3 +76,40 @@ def test_reusing_parsed_files_keeps_the_mix_of_files(counted, small_tokenizer_pa
 def test_uses_per_file_below_one_is_refused(small_tokenizer_path):
     with pytest.raises(ValueError, match="uses_per_file"):
         SpanBatches(files(), str(small_tokenizer_path), 1, 4, LayoutOptions(seq_len=128), uses_per_file=0.5)
+
+
+class DiesInWorkers(SpanBatches):
+    """Real batches in this process; a worker process that starts on it dies at once (what a
+    full /dev/shm or the OOM killer does to a DataLoader worker)."""
+
+    def __iter__(self):
+        if get_worker_info() is not None:
+            os._exit(3)
+        return super().__iter__()
+
+
+def test_training_goes_on_in_process_when_the_data_workers_die(small_tokenizer_path):
+    ds = DiesInWorkers(files(), str(small_tokenizer_path), 1, 4, LayoutOptions(seq_len=128, max_slot=32), seed=2)
+    said = []
+    batches = TrainBatches(ds, workers=2, pin_memory=False, log=said.append)
+    for _ in range(3):
+        ids, is_span, ar = next(batches)
+        assert ids.shape == (4, 128)
+    assert batches.fallback is not None and "exited unexpectedly" in batches.fallback
+    assert len(said) == 1 and "workers failed" in said[0]
+
+
+def test_workers_that_live_are_used(small_tokenizer_path):
+    ds = SpanBatches(files(), str(small_tokenizer_path), 1, 4, LayoutOptions(seq_len=128, max_slot=32), seed=2)
+    batches = TrainBatches(ds, workers=1, pin_memory=False)
+    assert next(batches)[0].shape == (4, 128) and batches.fallback is None
+
+
+def test_workers_are_fewer_when_their_queued_batches_would_not_fit_in_shm(small_tokenizer_path, tmp_path):
+    said = []
+    small = SpanBatches(files(), str(small_tokenizer_path), 1, 4, LayoutOptions(seq_len=128, max_slot=32))
+    assert TrainBatches(small, 3, False, log=said.append, shm=str(tmp_path)).workers == 3 and not said
+    # Batches far larger than the free space (never built: only their size is reckoned).
+    huge = SpanBatches(files(), str(small_tokenizer_path), 1, 10**12, LayoutOptions(seq_len=128, max_slot=32))
+    assert TrainBatches(huge, 3, False, log=said.append, shm=str(tmp_path)).workers == 0
+    assert len(said) == 1 and "0 data workers instead of 3" in said[0]
