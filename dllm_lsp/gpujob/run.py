@@ -295,7 +295,8 @@ class Job:
         summary = json.loads((self.model_dir / "training.json").read_text())
         self.phase("train")["summary"] = {k: summary.get(k) for k in ("parameters", "steps", "tokens", "seconds",
                                                                        "hardware", "val_diffusion", "val_ar",
-                                                                       "data_wait_share")}
+                                                                       "data_wait_share", "compile",
+                                                                       "compile_failed")}
         if result.timed_out:
             return "timed_out"   # the folder saved last is still a loadable model
         return "done" if result.ok else "failed"

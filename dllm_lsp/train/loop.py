@@ -43,6 +43,7 @@ class TrainOptions:
     minutes: float | None = None
     device: str = "auto"
     compile: bool = False
+    compile_backend: object = "inductor"   # torch.compile's backend (a test passes one that fails)
     attention: str = "auto"       # "mask" (SDPA + boolean mask), "flex", or auto: flex when compiled on CUDA
     bf16: bool | None = None      # autocast to bf16; None = on CUDA only (CPUs with AMX gain from it too)
     workers: int = 0
@@ -184,7 +185,16 @@ def train(opts: TrainOptions, log=print) -> dict:
 
     def autocast():
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_bf16)
-    step_model = torch.compile(model) if opts.compile else model
+    step_model = torch.compile(model, backend=opts.compile_backend) if opts.compile else model
+    compiled_ran = False            # a compiled step has run: a failure after that is no compiler's
+    compile_failed: str | None = None
+
+    def loss_and_grads(forward, ids, is_span, ar) -> dict[str, torch.Tensor]:
+        optim.zero_grad(set_to_none=True)
+        with autocast():
+            losses = diffusion_loss(forward, ids, is_span, ar, opts.objective)
+        losses["loss"].backward()
+        return losses
     n_params = model.num_parameters()
     log(f"model: {n_params / 1e6:.2f}M parameters on {hardware(device)}; {len(train_files)} train files")
     log_path = out / "train_log.jsonl"
@@ -214,7 +224,8 @@ def train(opts: TrainOptions, log=print) -> dict:
                                          **run_settings(asdict(opts), use_bf16)}],
             "hardware": hardware(device), "torch": torch.__version__, "bf16_autocast": use_bf16,
             "attention": model.training_attention,
-            "compile": opts.compile, "final": final, **last_val,
+            "compile": opts.compile and compile_failed is None, "final": final, **last_val,
+            **({"compile_failed": compile_failed} if compile_failed else {}),
             "data_wait_share": round(data_wait_share(), 3),
             **({"data_loader_failed": loader.fallback} if loader.fallback else {}),
             "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()},
@@ -245,10 +256,21 @@ def train(opts: TrainOptions, log=print) -> dict:
         batch = next(loader)
         data_wait += time.perf_counter() - waited
         ids, is_span, ar = (x.to(device, non_blocking=True) for x in batch)
-        with autocast():
-            losses = diffusion_loss(step_model, ids, is_span, ar, opts.objective)
-        optim.zero_grad(set_to_none=True)
-        losses["loss"].backward()
+        try:
+            losses = loss_and_grads(step_model, ids, is_span, ar)
+        except Exception as exc:
+            if step_model is model or compiled_ran:
+                raise
+            # The first compiled step compiles forward and backward. A compiler that fails there
+            # (a toolchain or torch version the run never met) must not cost the run: it goes on
+            # eager, with the SDPA attention (flex is only fast compiled).
+            # Dynamo's first line only names the backend; the cause follows it.
+            compile_failed = " ".join(f"{type(exc).__name__}: {exc}".split())[:400]
+            log(f"torch.compile failed ({compile_failed}); training goes on without it")
+            step_model = model
+            model.training_attention = "mask"
+            losses = loss_and_grads(model, ids, is_span, ar)
+        compiled_ran = True
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optim.step()
         step += 1

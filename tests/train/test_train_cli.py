@@ -13,6 +13,9 @@ from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import InfillRequest
 from dllm_lsp.loader import load_model
 from dllm_lsp.train.cli import main
+from dllm_lsp.train.examples import LayoutOptions
+from dllm_lsp.train.loop import TrainOptions, train
+from dllm_lsp.train.presets import MODEL_KEYS, preset
 
 
 @pytest.fixture(scope="module")
@@ -116,3 +119,23 @@ def test_bench_training_data_measures_one_core_and_the_data_loader(trained, tmp_
                           "--tokenizer", str(work / "tokenizer.json"), "--uses-per-file", "0"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1 and "--uses-per-file" in bad.stderr
+
+
+def test_a_failing_compiler_costs_the_compile_not_the_run(trained, tmp_path):
+    work, _ = trained
+
+    def failing_backend(graph_module, example_inputs):
+        raise RuntimeError("drill: this compiler cannot build the graph")
+
+    said = []
+    p = preset("tiny-test")
+    opts = TrainOptions(corpus=work / "corpus", out=tmp_path / "m", tokenizer=work / "tokenizer.json",
+                        model={k: p[k] for k in MODEL_KEYS if k != "vocab_size"},
+                        layout=LayoutOptions(seq_len=p["seq_len"], max_slot=p["max_slot"]),
+                        batch_size=p["batch_size"], max_steps=3, warmup=2, compile=True, threads=1)
+    opts.compile_backend = failing_backend
+    summary = train(opts, log=said.append)
+    assert summary["steps"] == 3 and summary["final"]
+    assert summary["compile"] is False and "drill: this compiler" in summary["compile_failed"]
+    assert sum("torch.compile failed" in line for line in said) == 1
+    assert load_model(tmp_path / "m", "cpu") is not None
