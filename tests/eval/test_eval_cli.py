@@ -3,7 +3,11 @@ import json
 import pytest
 
 from dllm_lsp.engine.engine import Engine
+from dllm_lsp.engine.types import DecodeSettings
 from dllm_lsp.eval.cli import main
+from dllm_lsp.eval.infilling import evaluate
+from dllm_lsp.eval.tasks import Task
+from dllm_lsp.loader import load_model
 
 TASKS = [
     {"task_id": f"T/{i}", "prompt": "def value():\n    return ", "suffix": "\n", "canonical_solution": str(i),
@@ -33,7 +37,7 @@ def test_json_report_has_the_headline_and_both_length_settings(data, tiny_model_
     assert report["pass@1"] == report["modes"]["unknown"]["pass@1"]
     assert report["length_gap_points"] == round(100 * (report["modes"]["oracle"]["pass@1"] - report["pass@1"]), 1)
     assert report["command"].startswith("dllm-lsp eval humaneval-infilling --data ") and "--max-tokens 6" in report["command"]
-    assert report["wall_seconds"] > 0
+    assert report["wall_seconds"] > 0 and report["settings"]["concurrency"] == 1    # a CPU's default
     assert report["environment"]["device"] == "cpu" and report["environment"]["torch"]
     full = json.loads(out.read_text())
     samples = full["modes"]["oracle"]["samples"]
@@ -56,6 +60,8 @@ def test_bad_arguments_are_reported(data, tiny_model_dir, capsys, tmp_path):
     assert "--modes" in capsys.readouterr().err
     assert main(["humaneval-infilling", "--data", str(data), "--model", str(tmp_path / "no-model")]) == 1
     assert "does not exist" in capsys.readouterr().err
+    assert main(["humaneval-infilling", "--data", str(data), "--model", str(tiny_model_dir), "--concurrency", "0"]) == 1
+    assert "--concurrency" in capsys.readouterr().err
 
 
 def test_remasking_and_confidence_flags_reach_the_decode_loop(data, tiny_model_dir, capsys):
@@ -102,3 +108,19 @@ def test_the_unknown_length_slot_grows_and_the_oracle_slot_does_not(data, tiny_m
     rc = main(["humaneval-infilling", "--data", str(data), "--model", str(tiny_model_dir), "--device", "cpu",
                "--json", "--modes", "unknown", "--steps", "4", "--max-tokens", "12", "--slot-start-tokens", "0"])
     assert rc == 0 and json.loads(capsys.readouterr().out)["settings"]["slot_start_tokens"] is None
+
+
+def test_concurrent_tasks_share_steps_and_score_as_serial(tiny_model_dir):
+    tasks = [Task(task_id=f"C/{i}", prompt=f"def value_{i}(x):\n    y = x * {i}\n    return ", suffix="\n",
+                  canonical_solution="y", test=f"def check(f):\n    assert f(2) == {2 * i}\n", entry_point=f"value_{i}")
+             for i in range(10)]
+    denoiser = load_model(tiny_model_dir, "cpu")
+    settings = DecodeSettings(steps=4)
+    serial = evaluate(Engine(denoiser), tasks, "unknown", settings, 8, concurrency=1)
+    engine = Engine(denoiser, step_slack=float("inf"))      # share every step it can
+    shared = evaluate(engine, tasks, "unknown", settings, 8, concurrency=5)
+    assert [s["completion"] for s in shared.samples] == [s["completion"] for s in serial.samples]
+    assert [s["task_id"] for s in shared.samples] == [t.task_id for t in tasks]
+    assert shared.passed == serial.passed and shared.mean_steps == serial.mean_steps
+    stats = engine.scheduler.stats()
+    assert stats["largestBatch"] > 1 and stats["forwardPasses"] < stats["requestSteps"]
