@@ -85,14 +85,20 @@ def hardware(device: torch.device) -> str:
 @torch.no_grad()
 def validate(model, batches, opts: TrainOptions, device, autocast) -> dict[str, float]:
     model.eval()
+    # The uncompiled model validates: flex attention is only fast (and only well trodden)
+    # compiled, so it validates through SDPA with the same layout mask (the same outputs, tested).
+    attention, model.training_attention = model.training_attention, "mask"
     gen = torch.Generator(device=device).manual_seed(1234)   # same masks every time: comparable losses
     totals: dict[str, float] = {}
-    for ids, is_span, ar in batches:
-        with autocast():
-            out = diffusion_loss(model, ids.to(device), is_span.to(device), ar.to(device), opts.objective, gen)
-        for k, v in out.items():
-            totals[k] = totals.get(k, 0.0) + float(v)
-    model.train()
+    try:
+        for ids, is_span, ar in batches:
+            with autocast():
+                out = diffusion_loss(model, ids.to(device), is_span.to(device), ar.to(device), opts.objective, gen)
+            for k, v in out.items():
+                totals[k] = totals.get(k, 0.0) + float(v)
+    finally:
+        model.training_attention = attention
+        model.train()
     return {f"val_{k}": v / len(batches) for k, v in totals.items()}
 
 
