@@ -63,31 +63,20 @@ def window_bytes(n: int, fs: FileSpans, opts: LayoutOptions) -> int:
     return int(n * ratio) + 8 * EDGE_TOKENS
 
 
-def context_before(tokenizer: Tokenizer, fs: FileSpans, end: int, n: int, opts: LayoutOptions) -> list[int]:
-    """The last `n` tokens before byte `end`, tokenized as one piece (fewer only at the file's
-    start). Only a window about `n` tokens wide is tokenized, widened while it falls short; the
-    tokens near its cut edge are never kept."""
+def context_tokens(tokenizer: Tokenizer, fs: FileSpans, edge: int, n: int, opts: LayoutOptions,
+                   before: bool) -> list[int]:
+    """The `n` tokens of the file next to byte `edge` (the last ones before it, or the first ones
+    from it), tokenized as one piece; fewer only where the file ends. Only a window about `n`
+    tokens wide is tokenized, widened while it falls short; the tokens near its cut edge are
+    never kept."""
     if n <= 0:
         return []
     width = window_bytes(n, fs, opts)
     while True:
-        start = char_boundary(fs.data, max(0, end - width))
-        ids = _window_tokens(tokenizer, fs, start, end)
-        if start == 0 or len(ids) >= n + EDGE_TOKENS:
-            return ids[-n:]
-        width *= 2
-
-
-def context_after(tokenizer: Tokenizer, fs: FileSpans, start: int, n: int, opts: LayoutOptions) -> list[int]:
-    """The first `n` tokens from byte `start` (fewer only at the file's end), as `context_before`."""
-    if n <= 0:
-        return []
-    width = window_bytes(n, fs, opts)
-    while True:
-        end = char_boundary(fs.data, min(len(fs.data), start + width))
-        ids = _window_tokens(tokenizer, fs, start, end)
-        if end == len(fs.data) or len(ids) >= n + EDGE_TOKENS:
-            return ids[:n]
+        far = char_boundary(fs.data, max(0, edge - width) if before else min(len(fs.data), edge + width))
+        ids = _window_tokens(tokenizer, fs, *((far, edge) if before else (edge, far)))
+        if far in (0, len(fs.data)) or len(ids) >= n + EDGE_TOKENS:
+            return ids[-n:] if before else ids[:n]
         width *= 2
 
 
@@ -114,11 +103,11 @@ def build_example(fs: FileSpans, spans: list[tuple[int, int]], tokenizer: Tokeni
     # A random prefix share: the editor sometimes has little before the cursor, sometimes little
     # after. Only the context the canvas takes is tokenized (it was most of an example's cost).
     want_prefix = int(room * rng.uniform(0.3, 1.0))
-    prefix = context_before(tokenizer, fs, spans[0][0], want_prefix, opts)
-    suffix = context_after(tokenizer, fs, spans[-1][1], room - len(prefix), opts)
+    prefix = context_tokens(tokenizer, fs, spans[0][0], want_prefix, opts, before=True)
+    suffix = context_tokens(tokenizer, fs, spans[-1][1], room - len(prefix), opts, before=False)
     if len(prefix) + len(suffix) < room:
         # The file ends soon after the spans: the prefix takes the rest, if the file has it.
-        prefix = context_before(tokenizer, fs, spans[0][0], room - len(suffix), opts)
+        prefix = context_tokens(tokenizer, fs, spans[0][0], room - len(suffix), opts, before=True)
         if len(prefix) + len(suffix) < room:
             return None     # the file is too short to fill the window
 
