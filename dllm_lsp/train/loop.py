@@ -192,7 +192,7 @@ def train(opts: TrainOptions, log=print) -> dict:
     def autocast():
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_bf16)
     step_model = torch.compile(model, backend=opts.compile_backend) if opts.compile else model
-    compiled_ran = False            # a compiled step has run: a failure after that is no compiler's
+    stepped = False                 # a step ran: a failure after the first is no compiler's
     compile_failed: str | None = None
 
     def loss_and_grads(forward, ids, is_span, ar) -> dict[str, torch.Tensor]:
@@ -265,7 +265,7 @@ def train(opts: TrainOptions, log=print) -> dict:
         try:
             losses = loss_and_grads(step_model, ids, is_span, ar)
         except Exception as exc:
-            if step_model is model or compiled_ran:
+            if step_model is model or stepped:
                 raise
             # The first compiled step compiles forward and backward. A compiler that fails there
             # (a toolchain or torch version the run never met) must not cost the run: it goes on
@@ -276,7 +276,7 @@ def train(opts: TrainOptions, log=print) -> dict:
             step_model = model
             model.training_attention = "mask"
             losses = loss_and_grads(model, ids, is_span, ar)
-        compiled_ran = True
+        stepped = True
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optim.step()
         step += 1
