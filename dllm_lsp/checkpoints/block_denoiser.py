@@ -7,9 +7,9 @@ a block to the cache) is the engine's.
 
 Block-causal attention: a token sees every token of its own block and of earlier blocks, blocks
 counted from position 0 of the sequence (SDAR's, LLaDA2.0's and Fast-dLLM v2's inference
-layout). So a finished block's keys/values never change and the cache is exact; the context is
-prefilled block by block in one pass, its last partial block is decoded together with the first
-masks, as the references do.
+layout). So a finished block's keys/values never change and the cache is exact. A span's first
+call carries the context's whole blocks and the first block (the context's last partial block
+with the first masks, as the references decode it): the context joins the cache in that pass.
 """
 from __future__ import annotations
 
@@ -106,13 +106,12 @@ class BlockDenoiser(Denoiser):
 
     @torch.no_grad()
     def prefill(self, cache: BlockCache, ids: torch.Tensor, start: int) -> None:
-        """Append the context's finished positions start..start+T-1 (ids [B, T], whole blocks) to the
-        cache, exactly; counted as context work (`context_stats`)."""
-        began = time.perf_counter()
+        """Append finished positions start..start+T-1 (ids [B, T], whole blocks) to the cache,
+        exactly, with no block to decode (the autoregressive baseline's prompt; the decode loop's
+        context joins the cache in its first `block_logits` call instead)."""
         self._check_start(cache, start)
         hidden, new = self.model.ragged([ids.to(self.device)], [start], [cache.kv], self.block_size)[0]
         self._append(cache, hidden, new, ids.shape[1])
-        self.count_context(int(ids.shape[1]), 0, time.perf_counter() - began)
 
     @torch.no_grad()
     def block_logits(self, cache: BlockCache, ids: torch.Tensor, start: int,
@@ -132,6 +131,7 @@ class BlockDenoiser(Denoiser):
         rows = list(rows) if rows is not None else [None] * len(sessions)
         for step in sessions:
             self._check_start(step.cache, step.start)
+        began = time.perf_counter()
         with torch.no_grad():
             outs = self.model.ragged([i.to(self.device) for i in ids], [s.start for s in sessions],
                                      [s.cache.kv for s in sessions], self.block_size)
@@ -145,6 +145,7 @@ class BlockDenoiser(Denoiser):
                     shapes.append(None)
                     picked.append(source[selected.to(self.device)])
             logits = self._logits(torch.cat(picked)).split([p.shape[0] for p in picked])
+        self._count_contexts(sessions, ids, time.perf_counter() - began)
         return [part if shape is None else part.view(*shape, -1) for part, shape in zip(logits, shapes)]
 
     def newline_ids(self) -> torch.Tensor:
@@ -158,6 +159,15 @@ class BlockDenoiser(Denoiser):
         return self._newlines
 
     # -- internals -----------------------------------------------------------------------------
+
+    def _count_contexts(self, sessions: list, ids: list[torch.Tensor], seconds: float) -> None:
+        """A call from position 0 is a span's first: the rows before its current block are its
+        context, counted as context work (`context_stats`) with their share of the pass's time."""
+        rows = sum(i.numel() for i in ids)
+        for step, block_ids in zip(sessions, ids):
+            context = block_ids.shape[1] - self.block_size
+            if step.start == 0 and context > 0:
+                self.count_context(context, 0, seconds * block_ids.shape[0] * context / rows)
 
     @staticmethod
     def _check_start(cache: BlockCache, start: int) -> None:

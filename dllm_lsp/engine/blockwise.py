@@ -61,14 +61,11 @@ class BlockDiffusionPort(Protocol):
     def new_cache(self, batch: int) -> Any:
         """An empty KV cache for `batch` rows."""
 
-    def prefill(self, cache: Any, ids: torch.Tensor, start: int) -> None:
-        """Append the context's finished positions start..start+T-1 (ids [B, T], whole blocks) to
-        the cache, exactly."""
-
     def block_logits(self, cache: Any, ids: torch.Tensor, start: int,
                      rows: torch.Tensor | None = None) -> torch.Tensor:
         """ids [B, T] at positions start.. (start: the cache's length; T whole blocks): finished
-        blocks not yet in the cache, which join it exactly, then the current block (its last
+        blocks not yet in the cache (a span's first call: the context's), which join it exactly,
+        then the current block (its last
         `block_size` columns, masks included) -> fp32 logits of the current block [B, block_size, V],
         row i predicting the token at its position i, or [R, V] for the rows `rows` ([B,
         block_size] bool) selects, row-major. Never proposes the mask token."""
@@ -92,8 +89,8 @@ class BlockStep:
 class BlockwiseRun(CallRun):
     """One request's block-wise decoding, one model call at a time (see the module docstring).
 
-    Creating it formats and prefills the first slot's context (the request's context work);
-    `wants_logits`, `session` (a `BlockStep`), `ids`, `rows()`, `advance(logits)` and `outcome()`
+    Creating it formats the first slot's context; the first model call carries it into the cache
+    (the request's context work); `wants_logits`, `session` (a `BlockStep`), `ids`, `rows()`, `advance(logits)` and `outcome()`
     are what the step scheduler and `decode_blockwise` drive, as for `FixedLengthRun`."""
 
     def __init__(self, port: BlockDiffusionPort, canvas: Canvas, settings: DecodeSettings,
@@ -103,8 +100,11 @@ class BlockwiseRun(CallRun):
 
     @staticmethod
     def planned_rows(port: BlockDiffusionPort, canvas: Canvas, settings: DecodeSettings) -> int:
-        """Rows a step will carry, before the run exists (the scheduler's group choice)."""
-        return settings.n * port.block_size
+        """Rows the first call will carry, before the run exists (the scheduler's group choice):
+        the first slot's context blocks and its first block, for each candidate."""
+        ids, ranges = canvas.ids.tolist(), canvas.slot_ranges
+        context = port.context_ids(ids[:ranges[0][0]], _suffix(ids, ranges, 0)) if ranges else []
+        return settings.n * ((len(context) // port.block_size + 1) * port.block_size)
 
 
 @torch.no_grad()
@@ -120,6 +120,12 @@ def decode_blockwise(port: BlockDiffusionPort, canvas: Canvas, settings: DecodeS
 def _covered(start: int, bs: int, t0: int, width: int) -> tuple[int, int]:
     """The span offsets [a, b) that the block at `start` covers (the span starts at position t0)."""
     return max(start, t0) - t0, min(start + bs, t0 + width) - t0
+
+
+def _suffix(ids: list[int], ranges, k: int) -> list[int]:
+    """Canvas tokens after slot k: the text after the later holes too, the holes left out."""
+    ends = [a for a, _ in ranges[k + 1:]] + [len(ids)]
+    return [t for (_, b), end in zip(ranges[k:], ends) for t in ids[b:end]]
 
 
 def _prefix(ids: list[int], ranges, k: int, span_row: torch.Tensor, offsets, widths, special: SpecialTokens) -> list[int]:
@@ -165,10 +171,7 @@ class _Loop:
         span = torch.full((batch, sum(widths)), special.mask_id, dtype=torch.long, device=port.device)
         masked = torch.ones_like(span, dtype=torch.bool)
         for k, (a, b) in enumerate(ranges):
-            suffix = ids[b:ranges[k + 1][0]] if k + 1 < len(ranges) else ids[b:]
-            for later in range(k + 1, len(ranges)):     # the text after the later holes, holes left out
-                end = ranges[later + 1][0] if later + 1 < len(ranges) else len(ids)
-                suffix = suffix + ids[ranges[later][1]:end]
+            suffix = _suffix(ids, ranges, k)
             seg = slice(offsets[k], offsets[k] + widths[k])
 
             def report(part: torch.Tensor, part_masked: torch.Tensor, conf: float, rows=None) -> None:
@@ -206,11 +209,10 @@ class _Loop:
         slot_of = torch.zeros(width, dtype=torch.long, device=device)
         collapse = -math.inf if settings.ends_in_order else settings.pad_collapse_threshold
         newlines = port.newline_ids() if single_line else None
-        cache = port.new_cache(batch)
+        # The context's whole blocks join the cache in the first call, with the first block's masks:
+        # no pass of their own (and in a shared step, no pass run alone at admission).
         start = (t0 // bs) * bs
-        if start:
-            port.prefill(cache, seq[:, :start], 0)
-        state = _Block(port, cache, start)
+        state = _Block(port, port.new_cache(batch), 0)
         index = torch.arange(width, device=device)
         while start < total and masked.any():
             state.start = start

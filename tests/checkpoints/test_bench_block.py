@@ -20,8 +20,8 @@ def test_quick_run_writes_every_figure(tmp_path):
     steps = [result["diffusion"][k]["denoising_steps"] for k in ("block4_steps1", "block4_steps2", "block4_steps4")]
     assert 8 <= steps[0] <= 9 and 16 <= steps[1] <= 17 and steps[2] == 32
     assert result["autoregressive"]["forward_passes"] == 33 and result["meaningful"] is False
-    # A finished block joins the cache in the next block's pass: the context's prefill and one pass per step.
-    assert all(row["forward_passes"] == row["denoising_steps"] + 1 for row in result["diffusion"].values())
+    # The context joins the cache in the first pass, a finished block in the next block's: one pass per step.
+    assert all(row["forward_passes"] == row["denoising_steps"] for row in result["diffusion"].values())
     shared = result["shared_step"]
     assert [row["requests"] for row in shared] == [1, 2, 4, 8, 16] and "errors" not in result
     for row in shared:

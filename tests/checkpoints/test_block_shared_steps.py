@@ -1,14 +1,14 @@
 """Block-diffusion checkpoints (SDAR, Stable-DiffCoder, Fast-dLLM v2, LLaDA2.0) share their steps.
 
 - A finished block joins the exact cache in the next block's first pass, not in a pass of its
-  own: a decode takes one forward pass per step plus the context's prefill, and its tokens are
+  own, and the context joins it in the first: a decode takes one forward pass per step, and its tokens are
   those of recomputing every block from scratch (test_block_families.py holds that equality).
 - `BlockDenoiser.batch_logits`: several requests' block calls (caches of different lengths,
   finished blocks joining or not, several candidates, rows selected or not) in one pass give
   each request what its own call gives it, and leave each cache as its own call would.
 - Through the engine's step scheduler: concurrent block-wise requests get the completions they
   get alone, in fewer forward passes than request steps; a cancelled one leaves at a step
-  boundary and the others finish; a block model's context prefill counts as context work.
+  boundary and the others finish; a block model's context counts as context work.
 """
 from __future__ import annotations
 
@@ -70,8 +70,12 @@ def test_a_finished_block_joins_the_cache_in_the_next_blocks_pass(layout, block_
     out = decode_blockwise(port, canvas, DecodeSettings(steps=2, threshold=1.0))
     blocks = -(-(canvas.slot_ranges[0][1]) // bs) - canvas.slot_ranges[0][0] // bs
     assert blocks >= 4
-    # One pass per step and one for the context; a pass of its own per finished block would add blocks - 1.
-    assert counting.passes == out.steps + 1, (counting.passes, out.steps)
+    # One pass per step: the context joins the cache in the first one, and each finished block in
+    # the next block's first (a pass of their own would add 1 + blocks - 1).
+    assert counting.passes == out.steps, (counting.passes, out.steps)
+    context = len(port.context_ids(canvas.ids[:canvas.slot_ranges[0][0]].tolist(), port.encode("\n")))
+    assert counting.rows[0] == (context // bs + 1) * bs and counting.rows[0] > bs
+    assert BlockwiseRun.planned_rows(port, canvas, DecodeSettings()) == counting.rows[0]
     # The passes after a block finished carry its rows as well as the new block's.
     assert max(counting.rows[1:]) == 2 * bs and min(counting.rows[1:]) == bs
 
@@ -161,7 +165,7 @@ def test_cancelled_block_requests_leave_at_a_step_boundary_and_the_others_finish
     want = [Engine(model, batching=False).infill(r, SLOW).candidates for r in REQUESTS]
     engine = Engine(model, step_slack=float("inf"))
     waiting, midway = CancelToken(), CancelToken()
-    waiting.cancel()                          # gone before its first step: it costs not even a prefill
+    waiting.cancel()                          # gone before its first step: its context never ran
     seen: list[int] = []
 
     def on_step(state) -> None:
@@ -188,7 +192,7 @@ def test_cancelled_block_requests_leave_at_a_step_boundary_and_the_others_finish
     assert engine.scheduler.stats()["droppedBeforeStart"] == 1
 
 
-def test_a_block_models_context_prefill_counts_as_context_work(block_models):
+def test_a_block_models_context_counts_as_context_work(block_models):
     model = block_models["stable-diffcoder"]
     before = model.context_stats()
     Engine(model).infill(REQUESTS[2], DecodeSettings(steps=2))
