@@ -90,8 +90,9 @@ class BlockwiseRun(CallRun):
     """One request's block-wise decoding, one model call at a time (see the module docstring).
 
     Creating it formats the first slot's context; the first model call carries it into the cache
-    (the request's context work); `wants_logits`, `session` (a `BlockStep`), `ids`, `rows()`, `advance(logits)` and `outcome()`
-    are what the step scheduler and `decode_blockwise` drive, as for `FixedLengthRun`."""
+    (the request's context work). `wants_logits`, `session` (a `BlockStep`), `ids`, `rows()`,
+    `advance(logits)` and `outcome()` are what the step scheduler and `decode_blockwise` drive, as
+    for `FixedLengthRun`."""
 
     def __init__(self, port: BlockDiffusionPort, canvas: Canvas, settings: DecodeSettings,
                  on_step: StepCallback | None = None, cache: CacheSettings = CacheSettings()) -> None:

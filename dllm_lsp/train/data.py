@@ -5,6 +5,7 @@ the CPU run builds them inline. Each worker seeds its own generator.
 """
 from __future__ import annotations
 
+import copy
 import itertools
 import random
 import shutil
@@ -23,7 +24,7 @@ def load_files(corpus_dir, split: str, min_bytes: int = 0) -> list[tuple[str, st
     return [(r["text"], r["language"]) for r in iter_records(corpus_dir, split) if len(r["text"]) >= min_bytes]
 
 
-# Examples a parsed file serves (dllm-lsp bench training-data, gpu-30m layout, one core: 2.9x the
+# Examples a parsed file serves (dllm-lsp bench training-data, gpu-30m layout, one core: 2.6x the
 # batches a second of parsing a file per example; docs/training.md).
 USES_PER_FILE = 8.0
 
@@ -122,7 +123,10 @@ class TrainBatches:
             self.fallback = f"{type(exc).__name__}: {exc}".splitlines()[0]
             self.log(f"the DataLoader's {self.workers} workers failed ({self.fallback}); "
                      "building batches in the training process from now on")
-            self._it = iter(self.dataset)
+            # Its own seed: the in-process stream would otherwise replay worker 0's batches.
+            rest = copy.copy(self.dataset)
+            rest.seed = self.dataset.seed + 7919
+            self._it = iter(rest)
             return next(self._it)
 
     def __iter__(self):
