@@ -30,8 +30,8 @@ from pathlib import Path
 import torch
 
 from dllm_lsp.bench.environment import environment
-from dllm_lsp.cpus import usable_cpus
 from dllm_lsp.checkpoints.tiny import LAYOUTS, write_tiny_checkpoint
+from dllm_lsp.cpus import usable_cpus
 from dllm_lsp.kernels import dispatch, rmsnorm, rope, span_attention, unmask_select
 
 # (n_heads, n_kv_heads, head_dim) of the shapes the kernels must be right at.
