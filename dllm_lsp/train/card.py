@@ -63,6 +63,18 @@ def eval_section(evals: list[dict]) -> list[str]:
     return lines
 
 
+def _run_health(training: dict) -> list[str]:
+    """The last run's compile and data-feeding record (what decides whether its GPU was busy)."""
+    out = []
+    if "data_wait_share" in training:
+        out.append(f"- The last run's steps waited for batches {100 * training['data_wait_share']:.0f}% of its time"
+                   + (f"; its data workers failed and batches were built in-process ({training['data_loader_failed']})"
+                      if training.get("data_loader_failed") else "") + ".")
+    if training.get("compile_failed"):
+        out.append(f"- torch.compile failed on the first step and the run trained eager: {training['compile_failed']}")
+    return out
+
+
 def runs_section(runs: list[dict]) -> list[str]:
     """A folder trained in several runs (each continuing the last, `--init-from`): one row each."""
     if len(runs) < 2:
@@ -140,6 +152,7 @@ def write_card(model_dir: Path, corpus_dir: Path | None, eval_files: list[Path],
         + (f" (totals over {len(runs)} runs, listed below; the settings are the last run's)." if len(runs) > 1 else "."),
         f"- Time: {training['seconds'] / 60:.1f} min on {training['hardware']} (torch {training['torch']}, "
         f"bf16 autocast: {training['bf16_autocast']}).",
+        *_run_health(training),
         f"- Final validation loss (masked-token cross-entropy on held-out files): "
         f"{training.get('val_diffusion', float('nan')):.3f}; context LM loss {training.get('val_ar', float('nan')):.3f}.",
         "- Full log: `train_log.jsonl` (train loss every 10 steps, validation every "
