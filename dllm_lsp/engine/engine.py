@@ -110,12 +110,13 @@ class Engine:
         t0 = time.perf_counter()
         with self._lock:
             canvas = self.canvas(request, context_tokens, self.start_tokens(settings))
-        step_cb = None
-        if on_step is not None:
-            def step_cb(step: int, span: torch.Tensor, masked: torch.Tensor, mean_conf: float, budget: int) -> None:
-                texts = self.decode_slots(canvas.capacity, span, masked)
-                on_step(StepState(step, budget, texts, mean_conf, int(masked[0].sum())))
+        def report_step(step: int, span: torch.Tensor, masked: torch.Tensor, mean_conf: float, budget: int) -> None:
+            texts = self.decode_slots(canvas.capacity, span, masked)
+            on_step(StepState(step, budget, texts, mean_conf, int(masked[0].sum())))
+
+        step_cb = report_step if on_step is not None else None
         should_stop = (lambda: cancel.cancelled) if cancel is not None else (lambda: False)
+
         def make_run():
             return run(self.denoiser, canvas, settings, step_cb, cache)
 

@@ -59,6 +59,10 @@ def test_training_evaluation_and_benchmarks_left_their_files(job):
     model = out / "model" / "dry-model"
     training = json.loads((model / "training.json").read_text())
     assert training["steps"] > 0 and training["options"]["save_dtype"] == "int8"
+    # What the first lease's report needs to say whether the GPU was fed and compiled.
+    summary = state["phases"]["train"]["summary"]
+    assert 0 <= summary["data_wait_share"] < 1 and summary["compile"] is False and summary["compile_failed"] is None
+    assert "steps waited for batches" in (model / "MODEL_CARD.md").read_text()
     for name in ("single-line", "random-span-light"):
         result = json.loads((model / f"eval-{name}.json").read_text())
         assert result["tasks"] == 3 and set(result["modes"]) == {"unknown", "oracle"}
