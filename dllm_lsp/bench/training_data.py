@@ -20,11 +20,10 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer
-from torch.utils.data import DataLoader
 
 from dllm_lsp.arch.tokenizer import special_ids
 from dllm_lsp.cli_errors import report as report_error
-from dllm_lsp.train.data import USES_PER_FILE, SpanBatches, load_files
+from dllm_lsp.train.data import USES_PER_FILE, SpanBatches, TrainBatches, load_files
 from dllm_lsp.train.examples import LayoutOptions
 from dllm_lsp.train.presets import preset
 
@@ -81,14 +80,14 @@ def run_training_data_bench(corpus: Path, tokenizer: Path, preset_name: str, use
         result["speedup_over_one_use"] = {f"{r['uses_per_file']:g}": round(base["batch_ms_p50"] / r["batch_ms_p50"], 2)
                                           for r in rows if r is not base}
     if workers > 0:
-        ds = SpanBatches(files, str(tokenizer), pad, p["batch_size"], layout, seed=11)   # as training runs it
-        loader = iter(DataLoader(ds, batch_size=None, num_workers=workers))
+        ds = SpanBatches(files, str(tokenizer), pad, p["batch_size"], layout, seed=11)
+        loader = TrainBatches(ds, workers, pin_memory=False, log=log)     # as training runs it
         for _ in range(workers):     # every worker up and past its first batch
             next(loader)
         # Long enough that the batches the workers had queued before the clock started weigh little.
         count = max(batches_per_round * rounds * workers, 20 * workers)
         per_batch = batch_seconds(loader, count)
-        result["data_loader"] = {"workers": workers, "uses_per_file": ds.uses_per_file, "batches": count,
+        result["data_loader"] = {"workers": loader.workers, "uses_per_file": ds.uses_per_file, "batches": count,
                                  "steps_per_second": round(1 / per_batch, 2),
                                  "examples_per_second": round(p["batch_size"] / per_batch, 1)}
         log(f"DataLoader, {workers} workers: {1 / per_batch:.2f} batches/s", flush=True)
