@@ -41,12 +41,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help="concurrent requests share denoising steps (default); --no-batching runs them one by one")
     serve.add_argument("--step-slack", type=float, default=None, metavar="X",
                        help="a batched denoising step may cost at most X times its most urgent request's "
-                            "step alone (default 2; inf: every request in every step; docs/serving.md)")
+                            "step alone (default 1.25; inf: every request in every step; docs/serving.md)")
     serve.add_argument("--max-models", type=int, default=2, metavar="N",
                        help="models held at once for connections that ask for different ones (default 2)")
     serve.add_argument("--prefix-cache", type=int, default=None, metavar="N",
                        help="context caches kept across requests (default 8; 0: none): the embedded "
                             "model's, and an open checkpoint's with the cache option \"reuse\"")
+    serve.add_argument("--context-pass", choices=("first-step", "own"), default="first-step",
+                       help="where the embedded model computes the context its caches lack: in the request's "
+                            "first step, with its span rows (default), or in a pass of its own as the request "
+                            "starts (the benchmarks' baseline; docs/serving.md)")
     serve.add_argument("--ray", metavar="ADDRESS", help="send infills to the Ray Serve deployment on the Ray "
                                                          "cluster at ADDRESS (dllm-lsp ray deploy; docs/deploy.md)")
     serve.add_argument("--ray-app", default="dllm-lsp", help="the Serve application name (with --ray)")

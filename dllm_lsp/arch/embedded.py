@@ -2,8 +2,8 @@
 span" attention layout (DESIGN.md), in one readable file.
 
 Context tokens attend causally to earlier context tokens only (slots are invisible to them),
-so their keys/values never depend on the span: `prefill` computes them once per request,
-and an append-only prefix can be reused across keystrokes. Span tokens attend to every
+so their keys/values never depend on the span: they are computed once per request (in its
+first step's pass, `step`), and an append-only prefix can be reused across keystrokes. Span tokens attend to every
 context token and every span token, so each denoising step (`span_logits`) costs only the
 span rows. `attention_layout = "bidirectional"` trains and runs the comparison variant in
 which every token sees every token (no exact cache).
@@ -21,7 +21,7 @@ from torch import nn
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 from dllm_lsp.kernels.rmsnorm import add_rms_norm
-from dllm_lsp.kernels.span_attention import span_attention, span_attention_ragged
+from dllm_lsp.kernels.span_attention import span_attention
 
 from .layers import RMSNorm, Rotary, SwiGLU, apply_rotary
 
@@ -72,6 +72,61 @@ class EmbeddedConfig:
 KV = tuple[torch.Tensor, torch.Tensor]   # keys, values: [B, Hkv, T, D]
 
 
+@dataclass
+class SpanRows:
+    """One request's part of a step (`EmbeddedModel.step`): the span rows of its candidates and,
+    on its first step, the context tokens its cache lacks. Those ride in the same pass, causal
+    over the cached context and each other (their keys/values never depend on the span), so a
+    request's context costs no pass of its own, and a new request joins a shared step at once."""
+
+    span: torch.Tensor                          # [B, S] token ids in the slots
+    positions: torch.Tensor                     # [S] their canvas positions
+    context: list[KV]                           # per layer, cached keys/values [1, Hkv, N, D] (N may be 0)
+    new_ids: torch.Tensor | None = None         # [M] context tokens to compute in this pass
+    new_positions: torch.Tensor | None = None   # [M] their canvas positions (after the cached ones)
+    rows: torch.Tensor | None = None            # [B, S] bool: rows that need the LM head (None: all)
+
+    @property
+    def n_new(self) -> int:
+        return 0 if self.new_ids is None else int(self.new_ids.numel())
+
+
+def layout_attention_ragged(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sizes: list[tuple[int, int, int]],
+                            contexts: list[KV], context_rows_out: bool = True) -> tuple[torch.Tensor, list[KV]]:
+    """The "causal context, bidirectional span" layout over several requests' rows back to back.
+
+    q [1, H, T, D], k/v [1, Hkv, T, D]; request r owns M_r new context rows, then B_r x S_r span
+    rows (`sizes[r]` = (M_r, B_r, S_r), batch-major), and its cached context `contexts[r]`
+    ([1, Hkv, N_r, D]). A new context row attends causally to the cached context and the new
+    rows up to itself; a span row to the whole context (cached and new) and its candidate's span
+    (`span_attention`: the Triton kernel on CUDA). Returns the attention output [1, H, T', D]
+    (T' leaves the context rows out unless `context_rows_out`) and each request's context
+    keys/values with its new rows appended.
+    """
+    heads, d = q.shape[1], q.shape[3]
+    gqa = heads != k.shape[1]
+    parts, extended, off = [], [], 0
+    for (m, b, s), (k_ctx, v_ctx) in zip(sizes, contexts):
+        if m:
+            k_new, v_new = k[:, :, off:off + m], v[:, :, off:off + m]
+            k_ctx, v_ctx = torch.cat([k_ctx, k_new], 2), torch.cat([v_ctx, v_new], 2)
+            if context_rows_out:
+                n = k_ctx.shape[2] - m
+                causal = torch.ones(m, n + m, dtype=torch.bool, device=q.device).tril(diagonal=n)
+                parts.append(F.scaled_dot_product_attention(q[:, :, off:off + m], k_ctx, v_ctx,
+                                                            attn_mask=causal, enable_gqa=gqa)[0])
+            off += m
+        if b * s:
+            q_r, k_r, v_r = (t[0, :, off:off + b * s].reshape(t.shape[1], b, s, d).transpose(0, 1)
+                             for t in (q, k, v))                               # [B_r, heads, S_r, D]
+            y = span_attention(q_r, k_ctx, v_ctx, k_r, v_r)
+            parts.append(y.transpose(0, 1).reshape(heads, b * s, d))
+        extended.append((k_ctx, v_ctx))
+        off += b * s
+    out = torch.cat(parts, 1) if parts else q.new_empty(heads, 0, d)
+    return out[None], extended
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: EmbeddedConfig) -> None:
         super().__init__()
@@ -90,14 +145,13 @@ class Attention(nn.Module):
 
     def out(self, y: torch.Tensor) -> torch.Tensor:
         b, _, t, _ = y.shape
-        return self.o_proj(y.transpose(1, 2).reshape(b, t, -1))
+        return self.o_proj(y.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
 
-    def masked(self, x, cos, sin, mask: torch.Tensor | None, past: KV | None = None):
-        """Attention under an explicit boolean mask [B or 1, 1, Tq, Tk]; returns (out, new kv)."""
+    def masked(self, x, cos, sin, mask: torch.Tensor | None):
+        """Attention under an explicit boolean mask [B or 1, 1, T, T] (None: every pair)."""
         q, k, v = self.project(x, cos, sin)
-        keys, values = (torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)) if past else (k, v)
-        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=self.n_heads != self.n_kv_heads)
-        return self.out(y), (k, v)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_heads != self.n_kv_heads)
+        return self.out(y)
 
     def flex(self, x, cos, sin, block_mask):
         """Attention under a flex-attention block mask (training on CUDA: fused, blocks skipped)."""
@@ -159,7 +213,7 @@ class EmbeddedModel(nn.Module):
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.rotary = Rotary(cfg.head_dim, cfg.rope_theta)
         # "mask": SDPA with an explicit mask (any device); "flex": flex attention, for a
-        # torch.compile'd training run on CUDA. Inference never takes this path (prefill/span_logits).
+        # torch.compile'd training run on CUDA. Inference never takes this path (step/span_logits).
         self.training_attention = "mask"
         self.init_weights()
 
@@ -188,31 +242,9 @@ class EmbeddedModel(nn.Module):
         mask = None if flex else layout_mask(is_span, self.cfg.attention_layout)
         for layer in self.layers:
             x = layer.input_norm(h)
-            h = h + (layer.attn.flex(x, cos, sin, block_mask) if flex else layer.attn.masked(x, cos, sin, mask)[0])
+            h = h + (layer.attn.flex(x, cos, sin, block_mask) if flex else layer.attn.masked(x, cos, sin, mask))
             h = h + layer.mlp(layer.post_attn_norm(h))
         return h if return_hidden else self.head(h)
-
-    @torch.no_grad()
-    def prefill(self, ids: torch.Tensor, positions: torch.Tensor, past: list[KV] | None = None) -> list[KV]:
-        """Context tokens ids [1, M] at canvas `positions` [M], causal over `past` + themselves.
-
-        Returns each layer's keys/values for past + these tokens.
-        """
-        n_past = past[0][0].shape[2] if past else 0
-        m = ids.shape[1]
-        h = self.embed(ids)
-        cos, sin = self.rotary.cos_sin(positions, h.dtype)
-        mask = torch.ones(m, n_past + m, dtype=torch.bool, device=ids.device).tril(diagonal=n_past)[None, None]
-        caches: list[KV] = []
-        for i, layer in enumerate(self.layers):
-            layer_past = past[i] if past else None
-            a, (k, v) = layer.attn.masked(layer.input_norm(h), cos, sin, mask, layer_past)
-            h = h + a
-            h = h + layer.mlp(layer.post_attn_norm(h))
-            if layer_past is not None:
-                k, v = torch.cat([layer_past[0], k], 2), torch.cat([layer_past[1], v], 2)
-            caches.append((k, v))
-        return caches
 
     @torch.no_grad()
     def span_logits(self, span_ids: torch.Tensor, span_positions: torch.Tensor, context: list[KV],
@@ -234,38 +266,51 @@ class EmbeddedModel(nn.Module):
         return F.linear(x if rows is None else x[rows], self.embed.weight)
 
     @torch.no_grad()
-    def span_logits_ragged(self, spans: list[torch.Tensor], positions: list[torch.Tensor],
-                           contexts: list[list[KV]],
-                           rows: list[torch.Tensor | None] | None = None) -> list[torch.Tensor]:
-        """One denoising step of several requests at once (the step scheduler's batched forward).
+    def step(self, requests: list[SpanRows]) -> list[tuple[torch.Tensor, list[KV]]]:
+        """One denoising step of one or several requests in one forward pass (the step
+        scheduler's shared step, and every request's first step).
 
-        spans[r] [B_r, S_r] at positions[r] [S_r] against contexts[r] (that request's cached keys
-        and values). Every row of every request goes through the projections, the MLPs and the LM
-        head together, as one sequence (the weights are read once for all of them); attention is
-        each request's own, over its own context and span, so nothing is padded or copied and
-        each request gets the logits `span_logits` gives it alone (up to float rounding).
-        `rows[r]` ([B_r, S_r] bool, or None for all) picks the rows of request r that need the
-        LM head; that request's logits are then [R_r, V].
+        Every row of every request (the context rows a request's cache lacks, then its span
+        rows) goes through the projections, the MLPs and the LM head together, as one sequence:
+        the weights are read once for all of them. Attention is each request's own
+        (`layout_attention_ragged`), so nothing is padded or copied between requests, and each
+        request gets the logits the whole-canvas `forward` gives it alone (up to float rounding). Returns, per request, its logits ([B, S, V], or [R, V] for its `rows`)
+        and its context keys/values after the step (the cached ones, extended by its new rows).
         """
-        shapes = [tuple(s.shape) for s in spans]
-        h = self.embed(torch.cat([s.reshape(-1) for s in spans]))[None]            # [1, T, dim]
-        flat_pos = torch.cat([p.repeat(b) for p, (b, _) in zip(positions, shapes)])
-        cos, sin = self.rotary.cos_sin(flat_pos, h.dtype)
+        sizes = [(r.n_new, *r.span.shape) for r in requests]
+        tokens, flat_pos, is_span = [], [], []
+        for r, (m, b, s) in zip(requests, sizes):
+            if m:
+                tokens.append(r.new_ids)
+                flat_pos.append(r.new_positions)
+            tokens.append(r.span.reshape(-1))
+            flat_pos.append(r.positions.repeat(b))
+            is_span += [False] * m + [True] * (b * s)
+        h = self.embed(torch.cat(tokens))[None]                                      # [1, T, dim]
+        cos, sin = self.rotary.cos_sin(torch.cat(flat_pos), h.dtype)
+        contexts: list[list[KV]] = [[] for _ in requests]
+        last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
             q, k, v = layer.attn.project(layer.input_norm(h), cos, sin)             # [1, H, T, D]
-            h = h + layer.attn.out(span_attention_ragged(q, k, v, shapes, [ctx[i] for ctx in contexts]))
+            y, kv = layout_attention_ragged(q, k, v, sizes, [r.context[i] for r in requests],
+                                            context_rows_out=i < last)
+            for context, layer_kv in zip(contexts, kv):
+                context.append(layer_kv)
+            if i == last and not all(is_span):
+                # Past their last keys/values the context rows are never read: the last layer's
+                # attention, MLP and the head run on span rows only.
+                h = h[:, torch.tensor(is_span, device=h.device)]
+            h = h + layer.attn.out(y)
             h = h + layer.mlp(layer.post_attn_norm(h))
-        if rows is None:
-            rows = [None] * len(spans)
-        # The head only for the wanted rows: a flat selection over every request's rows.
-        wanted = torch.cat([torch.ones(b * n, dtype=torch.bool, device=h.device) if r is None else r.reshape(-1)
-                            for (b, n), r in zip(shapes, rows)])
+        # The head only for the wanted rows: a flat selection over every request's span rows.
+        wanted = torch.cat([torch.ones(b * s, dtype=torch.bool, device=h.device) if r.rows is None
+                            else r.rows.reshape(-1) for r, (_, b, s) in zip(requests, sizes)])
         logits = self.head(h[0, wanted])
         out, off = [], 0
-        for (b, n), r in zip(shapes, rows):
-            count = b * n if r is None else int(r.sum())
+        for r, (_, b, s), context in zip(requests, sizes, contexts):
+            count = b * s if r.rows is None else int(r.rows.sum())
             part = logits[off:off + count]
-            out.append(part.view(b, n, -1) if r is None else part)
+            out.append((part.view(b, s, part.shape[-1]) if r.rows is None else part, context))
             off += count
         return out
 

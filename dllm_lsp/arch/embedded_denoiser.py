@@ -2,12 +2,16 @@
 
 Context keys/values are kept for the last few canvases (PREFIX_CACHE_ENTRIES, least recently
 used out): with several documents (or clients) typing at once each keeps its own prefix, and a
-new request reuses the entry sharing its longest prefix. Several requests' denoising steps run
-as one forward pass (`batch_logits`, driven by the engine's step scheduler).
+new request reuses the entry sharing its longest prefix. Opening a session only looks its
+context up: the tokens no entry holds are computed in the request's first step, in the same
+pass as its span rows (a request costs no prefill pass of its own, and joins a shared step as it
+arrives). Several requests' steps run as one forward pass (`batch_logits`, driven by the
+engine's step scheduler), first steps and later ones alike.
 """
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +22,7 @@ from dllm_lsp.engine.denoiser import Canvas, Denoiser, SpecialTokens, matching_r
 from dllm_lsp.engine.types import CacheSettings
 from dllm_lsp.model_folder import check_weights_match
 
-from .embedded import KV, EmbeddedConfig, EmbeddedModel
+from .embedded import KV, EmbeddedConfig, EmbeddedModel, SpanRows
 from .weight_storage import load_weights
 
 
@@ -27,7 +31,7 @@ PREFIX_CACHE_ENTRIES = 8
 
 @dataclass(eq=False)   # compared by identity: its fields are tensors
 class PrefixCache:
-    """Keys/values of the last request's context, keyed by (token, position) pairs."""
+    """Keys/values of a request's context, keyed by (token, position) pairs."""
 
     ids: torch.Tensor         # [M] context token ids, in canvas order
     positions: torch.Tensor   # [M] their canvas positions
@@ -38,20 +42,80 @@ class PrefixCache:
         return matching_run(self.ids, self.positions, ids, positions)
 
 
+@dataclass(eq=False)
+class ContextLookup:
+    """A canvas's context against the prefix caches: what is cached, what its first pass computes."""
+
+    ids: torch.Tensor                 # [M] the canvas's context token ids
+    positions: torch.Tensor           # [M] their canvas positions
+    source: PrefixCache | None        # the cache entry it reuses (None: nothing reused)
+    reused: int                       # leading context tokens that entry serves
+    past: list[KV]                    # their keys/values (empty tensors when none)
+
+    @property
+    def missing(self) -> int:
+        return int(self.ids.numel()) - self.reused
+
+
 class EmbeddedSession:
-    def __init__(self, model: EmbeddedModel, canvas: Canvas, batch: int, context: list[KV] | None) -> None:
-        self.model = model
-        self.span_positions = canvas.span_positions().to(model.embed.weight.device)
+    """One request's run on the embedded model. Its context is looked up when the session opens;
+    what the caches lack is computed in its first step's pass, with the span rows (`SpanRows`),
+    and only then joins the prefix caches."""
+
+    def __init__(self, denoiser: "EmbeddedDenoiser", canvas: Canvas, batch: int,
+                 lookup: ContextLookup | None) -> None:
+        self.denoiser = denoiser
+        self.model = denoiser.model
+        self.span_positions = canvas.span_positions().to(denoiser.device)
         self.batch = batch
+        self.lookup = lookup            # None: the bidirectional layout (no context cache)
+        self.context: list[KV] | None = None
+        if lookup is not None and not lookup.missing:
+            self._keep(lookup.past)     # all of it cached (or no context at all)
+        elif lookup is not None and not denoiser.context_in_first_step:
+            self._context_alone()
+
+    @property
+    def pending_rows(self) -> int:
+        """Context rows the next pass computes besides the span rows (only the first pass has any)."""
+        return self.lookup.missing if self.lookup is not None and self.context is None else 0
+
+    def span_rows(self, ids: torch.Tensor, rows: torch.Tensor | None) -> SpanRows:
+        """This session's part of a step over the canvas `ids` [B, T]."""
+        span = ids[:, self.span_positions]
+        if self.context is not None:
+            return SpanRows(span, self.span_positions, self.context, rows=rows)
+        lookup = self.lookup
+        return SpanRows(span, self.span_positions, lookup.past, lookup.ids[lookup.reused:],
+                        lookup.positions[lookup.reused:], rows)
+
+    def _context_alone(self) -> None:
+        """The uncached context in a pass of its own, no span rows (`context_in_first_step` off)."""
+        began = time.perf_counter()
+        lookup, none = self.lookup, torch.empty(1, 0, dtype=torch.long, device=self.span_positions.device)
+        (_, context), = self.model.step([SpanRows(none, none[0], lookup.past, lookup.ids[lookup.reused:],
+                                                  lookup.positions[lookup.reused:])])
+        self.denoiser.count_context_time(time.perf_counter() - began)
+        self._keep(context)
+
+    def took_step(self, context: list[KV]) -> None:
+        """After a pass: the context it extended (a first pass) becomes this session's and cached."""
+        if self.context is None:
+            self._keep(context)
+
+    def _keep(self, context: list[KV]) -> None:
         self.context = context
+        self.denoiser.remember(self.lookup, context)
 
     def logits(self, ids: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
-        if self.context is None:   # bidirectional layout: every step sees the whole canvas
+        if self.lookup is None:   # bidirectional layout: every step sees the whole canvas
             is_span = torch.zeros_like(ids, dtype=torch.bool)
             is_span[:, self.span_positions] = True
             hidden = self.model(ids, is_span, return_hidden=True)[:, self.span_positions]
             return self.model.head(hidden if rows is None else hidden[rows])
-        return self.model.span_logits(ids[:, self.span_positions], self.span_positions, self.context, rows)
+        if self.context is not None:
+            return self.model.span_logits(ids[:, self.span_positions], self.span_positions, self.context, rows)
+        return self.denoiser.step([self], [ids], [rows])[0]
 
 
 class EmbeddedDenoiser(Denoiser):
@@ -67,6 +131,9 @@ class EmbeddedDenoiser(Denoiser):
         self.max_context = cfg.max_positions
         self._prefix_caches: list[PrefixCache] = []   # most recently used last
         self.prefix_cache_entries = PREFIX_CACHE_ENTRIES   # 0: recompute every context (a baseline)
+        # False: a session computes its uncached context in a pass of its own as it opens (the
+        # baseline `serve --context-pass own` measures the first-step pass against).
+        self.context_in_first_step = True
         self._lock = threading.Lock()
         self.last_reused_tokens = 0
 
@@ -84,46 +151,65 @@ class EmbeddedDenoiser(Denoiser):
     def session(self, canvas: Canvas, batch: int, cache: CacheSettings = CacheSettings()) -> EmbeddedSession:
         # `cache` is for approximate caches: this model's context cache is exact, always on.
         if self.model.cfg.attention_layout == "bidirectional":
-            return EmbeddedSession(self.model, canvas, batch, None)
-        return EmbeddedSession(self.model, canvas, batch, self._context_kv(canvas))
+            return EmbeddedSession(self, canvas, batch, None)
+        lookup = self._lookup(canvas)
+        self.last_reused_tokens = lookup.reused
+        return EmbeddedSession(self, canvas, batch, lookup)
 
-    def _context_kv(self, canvas: Canvas) -> list[KV]:
+    def uncached_context_rows(self, canvas: Canvas) -> int:
+        if self.model.cfg.attention_layout == "bidirectional":
+            return 0
+        return self._lookup(canvas).missing
+
+    def pending_rows(self, session: EmbeddedSession) -> int:
+        return session.pending_rows
+
+    def _lookup(self, canvas: Canvas) -> ContextLookup:
+        """The canvas's context against the prefix caches (nothing computed, nothing changed)."""
         ctx_mask = canvas.context_mask()
         ids = canvas.ids[ctx_mask].to(self.device)
         positions = torch.arange(canvas.length, device=self.device)[ctx_mask.to(self.device)]
         with self._lock:
-            cache, reuse = None, 0
+            source, reused = None, 0
             for entry in self._prefix_caches:
                 length = entry.reusable_length(ids, positions)
-                if length > reuse or cache is None:
-                    cache, reuse = entry, length
-            if reuse == ids.numel() and cache is not None and cache.ids.numel() == reuse:
-                kv = cache.kv
-            else:
-                past = [(k[:, :, :reuse], v[:, :, :reuse]) for k, v in cache.kv] if reuse else None
-                if reuse < ids.numel():
-                    kv = self.model.prefill(ids[None, reuse:], positions[reuse:], past)
-                else:
-                    kv = past
-                if kv is None:   # no context at all (an empty file)
-                    kv = self._empty_kv()
-            if cache is not None and reuse > 0 and (reuse == cache.ids.numel() or reuse == ids.numel()):
-                # extended (typing) or the same: replace it, don't add another
-                self._prefix_caches = [c for c in self._prefix_caches if c is not cache]
-            self._prefix_caches.append(PrefixCache(ids, positions, kv))
+                if length > reused:
+                    source, reused = entry, length
+        past = [(k[:, :, :reused], v[:, :, :reused]) for k, v in source.kv] if source else self._empty_kv()
+        return ContextLookup(ids, positions, source, reused, past)
+
+    def remember(self, lookup: ContextLookup, kv: list[KV]) -> None:
+        """A session's whole context, once computed, joins the prefix caches (least recently used out)."""
+        with self._lock:
+            source = lookup.source
+            if source is not None and lookup.reused in (source.ids.numel(), lookup.ids.numel()):
+                # extended (typing), shortened (deleting) or the same: replace it, don't add another
+                self._prefix_caches = [c for c in self._prefix_caches if c is not source]
+            self._prefix_caches.append(PrefixCache(lookup.ids, lookup.positions, kv))
             keep = self.prefix_cache_entries
             self._prefix_caches = self._prefix_caches[-keep:] if keep > 0 else []
-            self.last_reused_tokens = reuse
-        return kv
+
+    def step(self, sessions: list[EmbeddedSession], ids: list[torch.Tensor],
+             rows: list[torch.Tensor | None]) -> list[torch.Tensor]:
+        """The sessions' logits from one pass (`EmbeddedModel.step`), the context rows a first
+        step computes included; their share of the pass's time is counted as context work."""
+        began = time.perf_counter()
+        parts = [s.span_rows(i, r) for s, i, r in zip(sessions, ids, rows)]
+        out = self.model.step(parts)
+        seconds = time.perf_counter() - began
+        total = sum(p.n_new + p.span.numel() for p in parts)
+        for session, part, (_, context) in zip(sessions, parts, out):
+            if part.n_new:
+                session.took_step(context)
+                self.count_context_time(seconds * part.n_new / total)
+        return [logits for logits, _ in out]
 
     def batch_logits(self, sessions: list[EmbeddedSession], ids: list[torch.Tensor],
                      rows: list[torch.Tensor | None] | None = None) -> list[torch.Tensor] | None:
-        """Every session's span logits from one forward pass (`EmbeddedModel.span_logits_ragged`)."""
-        if len(sessions) < 2 or any(s.context is None for s in sessions):
+        """Every session's span logits from one forward pass (`step`)."""
+        if len(sessions) < 2 or any(s.lookup is None for s in sessions):
             return None   # one request, or the bidirectional layout (no context cache): nothing to batch
-        spans = [i[:, s.span_positions] for s, i in zip(sessions, ids)]
-        return self.model.span_logits_ragged(spans, [s.span_positions for s in sessions],
-                                             [s.context for s in sessions], rows)
+        return self.step(sessions, ids, list(rows) if rows is not None else [None] * len(sessions))
 
     def _empty_kv(self) -> list[KV]:
         cfg = self.model.cfg

@@ -6,7 +6,12 @@ batched forward (`Denoiser.batch_logits`, the step scheduler's shared step) agai
 requests' steps one after another, each followed by the same selection over the vocabulary.
 The ratio is the throughput a shared step gains; the step scheduler (engine/batching.py)
 learns the same curve online (`stepCostMs` in dllm/status) and batches only where it pays.
-Medians of interleaved runs; JSON with the device, versions and settings.
+
+For the embedded model, also the first step of k requests that just arrived, nothing of their
+context cached: one shared pass that computes their contexts with their span rows (what the
+server does) against a context pass per request as it starts, then their shared step
+(`serve --context-pass own`). Medians of interleaved runs; JSON with the device, versions and
+settings.
 """
 from __future__ import annotations
 
@@ -84,14 +89,58 @@ def run_batching_bench(engine: Engine, counts: list[int], runs: int = 15, span_t
                          "throughput_gain": round(t["p50_ms"] / s["p50_ms"], 3)})
             print(f"{k} request(s): shared step p50 {s['p50_ms']:.2f} ms, in turn {t['p50_ms']:.2f} ms, "
                   f"gain {rows[-1]['throughput_gain']:.2f}x", flush=True)
+    first_steps = run_first_steps(engine, counts, runs, span_tokens, settings, shared)
     return {
         "benchmark": "one shared denoising step of k requests vs their k steps in turn",
+        "first_steps": first_steps,
         "model": denoiser.describe(),
         "settings": {"span_tokens": span_tokens, "runs": runs, "counts": counts,
                      "torch_threads": torch.get_num_threads(), "batched_forward": batched_forward},
         "environment": environment(str(device)),
         "cases": rows,
     }
+
+
+def run_first_steps(engine: Engine, counts: list[int], runs: int, span_tokens: int, settings: DecodeSettings,
+                    shared) -> list[dict] | None:
+    """k fresh requests' first step: contexts in the shared pass against a context pass each
+    (None for a model without the choice, `EmbeddedDenoiser.context_in_first_step`)."""
+    denoiser = engine.denoiser
+    if not hasattr(denoiser, "context_in_first_step"):
+        return None
+    canvases = [engine.canvas(r) for r in requests_at_spots(max(counts), span_tokens)]
+    entries = denoiser.prefix_cache_entries
+    denoiser.prefix_cache_entries = 0          # every request arrives with nothing of its context cached
+    rows = []
+
+    def first_step(group, merged: bool):
+        denoiser.context_in_first_step = merged
+        shared([FixedLengthRun(denoiser, canvas, settings) for canvas in group])
+
+    try:
+        with torch.inference_mode():
+            for k in counts:
+                group = canvases[:k]
+                samples = {True: [], False: []}
+                for merged in (True, False):
+                    first_step(group, merged)           # warm-up
+                for _ in range(runs):
+                    for merged in (True, False):         # interleaved
+                        synchronize(denoiser.device)
+                        t0 = time.perf_counter()
+                        first_step(group, merged)
+                        synchronize(denoiser.device)
+                        samples[merged].append((time.perf_counter() - t0) * 1000)
+                merged, own = percentiles(samples[True]), percentiles(samples[False])
+                context = sum(int(c.context_mask().sum()) for c in group)
+                rows.append({"requests": k, "context_tokens": context, "contexts_in_the_step": merged,
+                             "context_passes_then_step": own, "gain": round(own["p50_ms"] / merged["p50_ms"], 3)})
+                print(f"{k} new request(s), {context} context tokens: first step with their contexts "
+                      f"p50 {merged['p50_ms']:.2f} ms, context passes then the step {own['p50_ms']:.2f} ms, "
+                      f"gain {rows[-1]['gain']:.2f}x", flush=True)
+    finally:
+        denoiser.prefix_cache_entries, denoiser.context_in_first_step = entries, True
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,11 +6,13 @@ boundaries, and each keeps its own canvas, cache, step budget, stop rules, sampl
 cancellation. Every iteration the scheduler
 
 1. takes in the requests that arrived (nothing is computed for them yet),
-2. ends the cancelled or superseded ones (a waiting one costs nothing, not even its prefill),
+2. ends the cancelled or superseded ones (a waiting one costs nothing, not even its context),
    and hands back the finished ones,
 3. picks this step's group: the requests in order of arrival, as many as fit in a step that
    costs at most `slack` times what the first of them costs alone, by the step-cost model
-   below. A request's context prefill runs when it first joins a group,
+   below. A request's run is created when it first joins a group: the embedded model looks
+   its context up in its prefix caches then and computes the rest in that first step, with
+   its span rows (counted in the step's rows); the open checkpoints run their full pass then,
 4. advances the group by one step: one forward pass over all of them where the model has a
    batched forward (`Denoiser.batch_logits`: every row through the weights together,
    attention per request), else one pass per request in turn.
@@ -136,12 +138,12 @@ class StepScheduler:
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         # Counters for status and benchmarks: forward passes, the request-steps they served,
-        # and the requests that ended before their first step (no prefill paid).
+        # and the requests that ended before their first step (no context work paid).
         self.forward_passes = 0
         self.request_steps = 0
         self.largest_batch = 0
         self.dropped_waiting = 0
-        self.busy_seconds = 0.0   # the thread at work (prefills, steps), not waiting for requests
+        self.busy_seconds = 0.0   # the thread at work (context work, steps), not waiting for requests
         self._iterations = 0
 
     def submit(self, make_run: Callable[[], SteppedRun], should_stop: Callable[[], bool],
@@ -214,7 +216,7 @@ class StepScheduler:
             job.future.set_exception(Cancelled())
             return False
         try:
-            wants = run.wants_logits()     # a slot that grows opens a new session here (a prefill)
+            wants = run.wants_logits()     # a slot that grows opens a new session here
         except BaseException as exc:      # out of memory, say: that request fails, not the loop
             job.future.set_exception(exc)
             return False
@@ -265,7 +267,7 @@ class StepScheduler:
         return None if coeffs is None else requests * coeffs[0] + coeffs[1] * rows
 
     def _admit(self, job: Job) -> bool:
-        """Create the run of a job joining its first group (its prefill); False when it failed."""
+        """Create the run of a job joining its first group (its context work starts); False when it failed."""
         if job.run is not None:
             return True
         try:

@@ -68,7 +68,8 @@ class SteppedRun(Protocol):
     """One request's decoding, advanced one model call at a time: what the step scheduler
     (engine/batching.py) drives for several requests at once: `FixedLengthRun` (masked
     diffusion), `variable_length.VariableLengthRun` (DreamOn) and `blockwise.BlockwiseRun`
-    (block diffusion). Creating one does the request's context work (its prefill)."""
+    (block diffusion). Creating one starts the request's context work: a prefill, or a cache
+    lookup whose misses its first model call computes."""
 
     session: Any            # answers `logits(ids, rows)`; `Denoiser.batch_logits` takes several
     ids: torch.Tensor       # what the next call runs
@@ -207,7 +208,7 @@ class FixedLengthRun:
         self.n_span = self.span_pos.numel()
         self.n_slots = len(canvas.slot_ranges)
         self.ids, self.masked, self.committed_conf = ids, masked, committed_conf
-        self.session = self.denoiser.open_session(canvas, self.batch, self.cache, ids)   # the prefill happens here
+        self.session = self.denoiser.open_session(canvas, self.batch, self.cache, ids)   # its context work starts here
         self.step_index = 0             # loop iterations in this window (the step budget counts these)
 
     @property
@@ -277,13 +278,16 @@ class FixedLengthRun:
 
     @staticmethod
     def planned_rows(denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings) -> int:
-        """Rows a step will carry, before the run exists (the scheduler's group choice)."""
-        return canvas.span_positions().numel() * settings.n
+        """Rows the first step will carry, before the run exists (the scheduler's group choice):
+        the span rows of every candidate, and the context rows no cache holds where the model
+        computes them in that step."""
+        return canvas.span_positions().numel() * settings.n + denoiser.uncached_context_rows(canvas)
 
     @property
     def step_rows(self) -> int:
-        """Span rows the next step runs through the model (the step scheduler's cost model)."""
-        return int(self.masked.numel())
+        """Rows the next step runs through the model (the step scheduler's cost model): the span
+        rows, and on a first step the context rows it computes."""
+        return int(self.masked.numel()) + self.denoiser.pending_rows(self.session)
 
     def rows(self) -> torch.Tensor:
         """[B, S] bool: the span rows whose logits the next `advance` reads (the undecided ones).

@@ -30,7 +30,7 @@ class ContextCounts:
     sessions: int = 0
     tokens: int = 0           # context tokens of those canvases
     reused_tokens: int = 0    # of them, served from a cache kept across requests
-    seconds: float = 0.0      # opening them: the prefill, cache lookups included
+    seconds: float = 0.0      # their context work: the prefill or its share of a first step's pass, lookups included
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,18 @@ class Denoiser(ABC):
 
     @abstractmethod
     def session(self, canvas: Canvas, batch: int, cache: CacheSettings = CacheSettings()) -> DenoiseSession:
-        """Prepare a run over `canvas` decoded `batch` times in parallel (prefill happens here)."""
+        """Prepare a run over `canvas` decoded `batch` times in parallel: its context work happens
+        here (a prefill), or in its first step's pass (`pending_rows`)."""
+
+    def uncached_context_rows(self, canvas: Canvas) -> int:
+        """Context rows a session over `canvas` opened now would compute in its first step's pass
+        (`pending_rows`), for the step scheduler's estimate before the session exists."""
+        return 0
+
+    def pending_rows(self, session: DenoiseSession) -> int:
+        """Rows the session's next pass computes besides the span rows: the context a model that
+        folds its context work into the first step (the embedded model) has not computed yet."""
+        return 0
 
     def open_session(self, canvas: Canvas, batch: int, cache: CacheSettings = CacheSettings(),
                      ids: torch.Tensor | None = None) -> DenoiseSession:
@@ -175,15 +186,23 @@ class Denoiser(ABC):
             counts.reused_tokens += reused_tokens
             counts.seconds += seconds
 
+    def count_context_time(self, seconds: float) -> None:
+        """Count context work done after its session opened: the share of a first step's pass
+        that went to context rows (`pending_rows`)."""
+        with _COUNT_LOCK:
+            self.__dict__.setdefault("_context_counts", ContextCounts()).seconds += seconds
+
     def first_pass(self, session: DenoiseSession, ids: torch.Tensor) -> None:
         """Whatever the first step over `ids` needs beyond a step, run as the session opens: the
         open checkpoints' full pass, which fills their approximate context cache. Nothing for a
-        model whose `session` already computed its context (the embedded model's exact cache)."""
+        model whose context work is done in `session` or in its first step (the embedded model)."""
 
     def context_stats(self) -> dict:
         """Sessions opened, their context tokens, how many came from a cross-request cache, and
-        the seconds opening them took (the context prefill, cache lookups included; for the open
-        checkpoints the first step's full pass, which their later refreshes repeat uncounted)."""
+        the seconds their context work took (cache lookups included: for the embedded model the
+        context rows' share of each first step's pass, for the block-wise checkpoints the same
+        share of a span's first call, for the open checkpoints the first step's full pass, which
+        their later refreshes repeat uncounted)."""
         counts = self.__dict__.get("_context_counts", ContextCounts())
         return {"sessions": counts.sessions, "tokens": counts.tokens, "reusedTokens": counts.reused_tokens,
                 "seconds": round(counts.seconds, 4)}

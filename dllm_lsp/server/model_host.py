@@ -35,13 +35,17 @@ class LoadKey:
 
 
 def local_engine(model: str, device: str, batching: bool = True, prefix_cache: int | None = None,
-                 step_slack: float | None = None) -> Engine:
+                 step_slack: float | None = None, context_in_first_step: bool = True) -> Engine:
     """`prefix_cache`: context caches the embedded model keeps (None: its default; 0: none).
-    `step_slack`: the step scheduler's cost bound (None: its default; engine/batching.py)."""
+    `step_slack`: the step scheduler's cost bound (None: its default; engine/batching.py).
+    `context_in_first_step`: False makes the embedded model compute a request's uncached context
+    in a pass of its own as the request starts (a baseline; arch/embedded_denoiser.py)."""
     engine = Engine(load_model(model, device), batching=batching,
                     step_slack=DEFAULT_SLACK if step_slack is None else step_slack)
     if prefix_cache is not None and hasattr(engine.denoiser, "prefix_cache_entries"):
         engine.denoiser.prefix_cache_entries = prefix_cache
+    if hasattr(engine.denoiser, "context_in_first_step"):
+        engine.denoiser.context_in_first_step = context_in_first_step
     return engine
 
 

@@ -19,6 +19,11 @@ def test_shared_step_against_steps_in_turn(tiny_model_dir, tmp_path):
         assert shared > 0 and in_turn > 0
         assert case["throughput_gain"] == round(in_turn / shared, 3)
     assert report["environment"]["device"] == "cpu" and report["model"]["family"] == "embedded"
+    # Fresh requests' first step: contexts in the shared pass against a context pass each.
+    assert [case["requests"] for case in report["first_steps"]] == [1, 3]
+    for case in report["first_steps"]:
+        merged, own = case["contexts_in_the_step"]["p50_ms"], case["context_passes_then_step"]["p50_ms"]
+        assert case["context_tokens"] > 0 and case["gain"] == round(own / merged, 3)
 
 
 def test_bad_counts_are_one_line_errors(tiny_model_dir):

@@ -36,7 +36,7 @@ def test_variants_parse_and_refuse_non_objects():
 def test_two_clients_two_variants_every_keystroke_answered_or_superseded(tiny_model_dir, tmp_path):
     out, png = tmp_path / "typing.json", tmp_path / "typing.png"
     rc = main(["--clients", "1,2", "--keystrokes", "25", "--speed", "4", "--model", str(tiny_model_dir),
-               "--variant", 'two-steps={"steps": 2}', "--serve-variant", "serial=--no-batching",
+               "--variant", 'two-steps={"steps": 2}', "--serve-variant", "serial=--no-batching --context-pass own",
                "--out", str(out), "--plot", str(png)])
     assert rc == 0
     result = json.loads(out.read_text())

@@ -87,7 +87,10 @@ def test_prefix_cache_is_reused_across_keystrokes_and_stays_exact(tiny_model_dir
     warm = load_model(tiny_model_dir, "cpu")
     cold = load_model(tiny_model_dir, "cpu")
     first = build_canvas(warm, InfillRequest.single(PREFIX, SUFFIX, 8), 512)
-    warm.session(first, 1)
+    opened = warm.session(first, 1)
+    # Opening a session only looks its context up: the caches learn it from its first step.
+    assert warm.session(first, 1) and warm.last_reused_tokens == 0
+    opened.logits(first.ids[None])
     typed = build_canvas(warm, InfillRequest.single(PREFIX + "width * ", SUFFIX, 8), 512)
     warm_logits = warm.session(typed, 1).logits(typed.ids[None])
     assert warm.last_reused_tokens > 0

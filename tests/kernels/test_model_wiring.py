@@ -4,7 +4,7 @@ forward, and the dispatch policy picks what DESIGN.md says."""
 import pytest
 import torch
 
-from dllm_lsp.arch.embedded import EmbeddedConfig, EmbeddedModel
+from dllm_lsp.arch.embedded import EmbeddedConfig, EmbeddedModel, SpanRows
 from dllm_lsp.kernels import dispatch
 
 
@@ -18,10 +18,16 @@ def tiny_model(dtype=torch.float32) -> EmbeddedModel:
 
 
 def cached_step(model, ids, span):
+    """The first step (context rows computed in the same pass), then a step on the cached context."""
     ctx_pos = (~span).nonzero()[:, 0]
     span_pos = span.nonzero()[:, 0]
-    kv = model.prefill(ids[None, ctx_pos], ctx_pos)
-    return model.span_logits(ids[None, span_pos].repeat(2, 1), span_pos, kv)
+    cfg = model.cfg
+    empty = torch.zeros(1, cfg.n_kv_heads, 0, cfg.head_dim, dtype=model.embed.weight.dtype)
+    spans = ids[None, span_pos].repeat(2, 1)
+    (first, kv), = model.step([SpanRows(spans, span_pos, [(empty, empty)] * cfg.n_layers, ids[ctx_pos], ctx_pos)])
+    later = model.span_logits(spans, span_pos, kv)
+    torch.testing.assert_close(first, later, atol=1e-4, rtol=1e-4)
+    return later
 
 
 @pytest.fixture
