@@ -31,23 +31,34 @@ PREFIX_CACHE_ENTRIES = 8
 
 @dataclass(eq=False)   # compared by identity: its fields are tensors
 class PrefixCache:
-    """Keys/values of a request's context, keyed by (token, position) pairs."""
+    """Keys/values of a request's context, keyed by (token, position) pairs. The keys stay on the
+    CPU, where the canvas is built: matching them costs no device round trip."""
 
-    ids: torch.Tensor         # [M] context token ids, in canvas order
-    positions: torch.Tensor   # [M] their canvas positions
+    ids: torch.Tensor         # [M] context token ids, in canvas order (CPU)
+    positions: torch.Tensor   # [M] their canvas positions (CPU)
     kv: list[KV]
 
-    def reusable_length(self, ids: torch.Tensor, positions: torch.Tensor) -> int:
-        """How many leading context tokens of a new canvas match this cache exactly."""
+    def __post_init__(self) -> None:
+        self.head = _head(self.ids, self.positions)
+
+    def reusable_length(self, ids: torch.Tensor, positions: torch.Tensor, head: tuple[int, int] | None) -> int:
+        """How many leading context tokens of a new canvas (whose first token and position are
+        `head`) match this cache exactly."""
+        if head is None or head != self.head:      # another document, or another cut: nothing
+            return 0
         return matching_run(self.ids, self.positions, ids, positions)
+
+
+def _head(ids: torch.Tensor, positions: torch.Tensor) -> tuple[int, int] | None:
+    return (int(ids[0]), int(positions[0])) if ids.numel() else None
 
 
 @dataclass(eq=False)
 class ContextLookup:
     """A canvas's context against the prefix caches: what is cached, what its first pass computes."""
 
-    ids: torch.Tensor                 # [M] the canvas's context token ids
-    positions: torch.Tensor           # [M] their canvas positions
+    ids: torch.Tensor                 # [M] the canvas's context token ids (CPU)
+    positions: torch.Tensor           # [M] their canvas positions (CPU)
     source: PrefixCache | None        # the cache entry it reuses (None: nothing reused)
     reused: int                       # leading context tokens that entry serves
     past: list[KV]                    # their keys/values (empty tensors when none)
@@ -85,16 +96,18 @@ class EmbeddedSession:
         span = ids[:, self.span_positions]
         if self.context is not None:
             return SpanRows(span, self.span_positions, self.context, rows=rows)
-        lookup = self.lookup
-        return SpanRows(span, self.span_positions, lookup.past, lookup.ids[lookup.reused:],
-                        lookup.positions[lookup.reused:], rows)
+        return SpanRows(span, self.span_positions, self.lookup.past, *self._uncached(), rows)
+
+    def _uncached(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The context tokens no cache holds, and their positions, on the model's device."""
+        lookup, device = self.lookup, self.span_positions.device
+        return lookup.ids[lookup.reused:].to(device), lookup.positions[lookup.reused:].to(device)
 
     def _context_alone(self) -> None:
         """The uncached context in a pass of its own, no span rows (`context_in_first_step` off)."""
         began = time.perf_counter()
-        lookup, none = self.lookup, torch.empty(1, 0, dtype=torch.long, device=self.span_positions.device)
-        (_, context), = self.model.step([SpanRows(none, none[0], lookup.past, lookup.ids[lookup.reused:],
-                                                  lookup.positions[lookup.reused:])])
+        none = torch.empty(1, 0, dtype=torch.long, device=self.span_positions.device)
+        (_, context), = self.model.step([SpanRows(none, none[0], self.lookup.past, *self._uncached())])
         self.denoiser.count_context_time(time.perf_counter() - began)
         self._keep(context)
 
@@ -167,12 +180,12 @@ class EmbeddedDenoiser(Denoiser):
     def _lookup(self, canvas: Canvas) -> ContextLookup:
         """The canvas's context against the prefix caches (nothing computed, nothing changed)."""
         ctx_mask = canvas.context_mask()
-        ids = canvas.ids[ctx_mask].to(self.device)
-        positions = torch.arange(canvas.length, device=self.device)[ctx_mask.to(self.device)]
+        ids, positions = canvas.ids[ctx_mask].cpu(), torch.arange(canvas.length)[ctx_mask.cpu()]
+        head = _head(ids, positions)
         with self._lock:
             source, reused = None, 0
             for entry in self._prefix_caches:
-                length = entry.reusable_length(ids, positions)
+                length = entry.reusable_length(ids, positions, head)
                 if length > reused:
                     source, reused = entry, length
         past = [(k[:, :, :reused], v[:, :, :reused]) for k, v in source.kv] if source else self._empty_kv()

@@ -14,6 +14,8 @@ from dllm_lsp.engine.engine import CancelToken, Engine
 from dllm_lsp.engine.types import DecodeSettings, InfillRequest, Slot
 from dllm_lsp.loader import load_model
 
+from .together import infill_together
+
 REQUESTS = [
     InfillRequest.single("def area(width, height):\n    return ", "\n\nprint(area(2, 3))\n", 12),
     InfillRequest.single("import os\n" * 30 + "path = os.path.join(", ")\n", 6, single_line=True),
@@ -49,19 +51,7 @@ def test_concurrent_requests_share_steps_and_get_what_they_get_alone(denoiser):
     alone = Engine(denoiser, batching=False)
     want = [alone.infill(r, SLOW).candidates for r in REQUESTS]
     engine = Engine(denoiser)
-    results: list = [None] * len(REQUESTS)
-    start = threading.Barrier(len(REQUESTS))
-
-    def client(i: int) -> None:
-        start.wait()
-        results[i] = engine.infill(REQUESTS[i], SLOW).candidates
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(REQUESTS))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert results == want
+    assert infill_together(engine, REQUESTS, SLOW) == want
     stats = engine.scheduler.stats()
     assert stats["largestBatch"] >= 2
     assert stats["forwardPasses"] < stats["requestSteps"]    # steps were shared

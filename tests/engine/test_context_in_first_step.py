@@ -3,8 +3,6 @@ the span rows: no prefill pass of its own, exact against the whole-canvas forwar
 other requests' steps, and cached for the next keystroke only once it exists."""
 from __future__ import annotations
 
-import threading
-
 import pytest
 import torch
 
@@ -13,6 +11,8 @@ from dllm_lsp.engine.denoise import FixedLengthRun
 from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import DecodeSettings, InfillRequest
 from dllm_lsp.loader import load_model
+
+from .together import infill_together
 
 PREFIX = "def area(width, height):\n    total = width * height\n    return "
 SUFFIX = "\n\nprint(area(2, 3))\n"
@@ -104,24 +104,10 @@ def test_every_model_pass_is_a_step_when_requests_arrive_together(denoiser):
     want = [Engine(denoiser, batching=False).infill(r, settings).candidates for r in requests]
     passes.clear()
     engine = Engine(denoiser)
-    engine.scheduler.cost.observe(1, 0.01)      # a GPU-like cost (fixed, not per row): all share a step
-    engine.scheduler.cost.observe(1000, 0.0101)
-    for _ in range(3):
+    for _ in range(4):       # a GPU-like step cost (fixed, not per row): every request joins every step
         engine.scheduler.cost.observe(1, 0.01)
         engine.scheduler.cost.observe(1000, 0.0101)
-    results: list = [None] * len(requests)
-    start = threading.Barrier(len(requests))
-
-    def client(i: int) -> None:
-        start.wait()
-        results[i] = engine.infill(requests[i], settings).candidates
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(requests))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert results == want
+    assert infill_together(engine, requests, settings) == want
     stats = engine.scheduler.stats()
     hook.remove()
     assert len(passes) == stats["forwardPasses"], (len(passes), stats)
