@@ -69,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     infill.add_argument("--max-tokens", type=int, default=None,
                         help="slot size when a line has no max_tokens (default: the server's maxLineTokens)")
     infill.add_argument("--steps", type=int, default=None, help="denoising steps (default: the server's)")
+    infill.add_argument("--concurrency", type=int, default=1, metavar="N",
+                        help="lines in flight at once, sharing denoising steps (default 1; output stays in input order)")
 
     bench = sub.add_parser("bench", help="completion latency on a model (see also: bench overhead|kernels|checkpoint)")
     add_model_args(bench)

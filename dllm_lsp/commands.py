@@ -7,6 +7,8 @@ import json
 import logging
 import os
 import sys
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -136,13 +138,14 @@ def parse_host_port(spec: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
-def load_engine(args):
+def load_engine(args, batching: bool = False):
     """The engine for the one-shot commands (complete, infill, bench). They send one request at a
-    time, so the cross-request step scheduler has nothing to batch; without it no background
-    thread is left running torch when the process exits (that aborted `complete` at exit now and
-    then: "terminate called without an active exception")."""
+    time (but `infill --concurrency`), so the cross-request step scheduler has nothing to batch;
+    without it no background thread is left running torch when the process exits (that aborted
+    `complete` at exit now and then: "terminate called without an active exception"; `infill`
+    closes the scheduler it asked for before it exits)."""
     try:
-        return Engine(load_model(args.model, args.device), batching=False)
+        return Engine(load_model(args.model, args.device), batching=batching)
     except ModelLoadError as exc:
         raise UserError(str(exc)) from None
 
@@ -254,16 +257,30 @@ def no_completion_reason(plan, result) -> str:
 
 
 def infill(args) -> int:
+    """JSONL in, JSONL out, in input order. With `--concurrency N`, N lines are in flight at once
+    and share denoising steps through the engine's step scheduler (a line still streams: a reply
+    is printed as soon as it and every line before it are done)."""
     apply_threads(args)
+    if args.concurrency < 1:
+        raise UserError(f"--concurrency must be at least 1, not {args.concurrency}")
     options = cli_options(args)
     settings = options.decode.decode_settings()
     default_max = args.max_tokens if args.max_tokens is not None else options.planner.max_line_tokens
-    engine = load_engine(args)
-    for number, raw in enumerate(sys.stdin, start=1):
-        if not raw.strip():
-            continue
-        reply = infill_line(engine, raw, number, default_max, settings, InfillRequest)
-        print(json.dumps(reply), flush=True)
+    engine = load_engine(args, batching=args.concurrency > 1)
+    lines = ((number, raw) for number, raw in enumerate(sys.stdin, start=1) if raw.strip())
+    with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
+        in_flight: deque[Future] = deque()
+        for number, raw in lines:
+            in_flight.append(pool.submit(infill_line, engine, raw, number, default_max, settings, InfillRequest))
+            if len(in_flight) >= args.concurrency:
+                print(json.dumps(in_flight.popleft().result()), flush=True)
+        while in_flight:
+            print(json.dumps(in_flight.popleft().result()), flush=True)
+    if engine.batching:
+        stats = engine.scheduler.stats()
+        engine.scheduler.close()
+        print(f"dllm-lsp infill: {stats['requestSteps']} request steps in {stats['forwardPasses']} forward passes "
+              f"(at most {stats['largestBatch']} requests in one)", file=sys.stderr)
     return 0
 
 

@@ -65,12 +65,14 @@ def span_attention_ragged(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sha
     heads, d = q.shape[1], q.shape[3]
     parts, off = [], 0
     for (b, n), (k_ctx, v_ctx) in zip(shapes, contexts):
+        if not b * n:          # a request with no span rows in this pass (its context alone)
+            continue
         q_r, k_r, v_r = (t[0, :, off:off + b * n].reshape(t.shape[1], b, n, d).transpose(0, 1)
                          for t in (q, k, v))                                   # [B_r, heads, S_r, D]
         y = span_attention(q_r, k_ctx, v_ctx, k_r, v_r)
         parts.append(y.transpose(0, 1).reshape(heads, b * n, d))
         off += b * n
-    return torch.cat(parts, 1)[None]
+    return torch.cat(parts, 1)[None] if parts else q[:, :, :0]
 
 
 def check_shapes(q, k_ctx, v_ctx, k_span, v_span) -> None:

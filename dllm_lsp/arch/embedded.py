@@ -21,7 +21,7 @@ from torch import nn
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 from dllm_lsp.kernels.rmsnorm import add_rms_norm
-from dllm_lsp.kernels.span_attention import span_attention
+from dllm_lsp.kernels.span_attention import span_attention, span_attention_ragged
 
 from .layers import RMSNorm, Rotary, SwiGLU, apply_rotary
 
@@ -91,40 +91,25 @@ class SpanRows:
         return 0 if self.new_ids is None else int(self.new_ids.numel())
 
 
-def layout_attention_ragged(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sizes: list[tuple[int, int, int]],
-                            contexts: list[KV], context_rows_out: bool = True) -> tuple[torch.Tensor, list[KV]]:
-    """The "causal context, bidirectional span" layout over several requests' rows back to back.
-
-    q [1, H, T, D], k/v [1, Hkv, T, D]; request r owns M_r new context rows, then B_r x S_r span
-    rows (`sizes[r]` = (M_r, B_r, S_r), batch-major), and its cached context `contexts[r]`
-    ([1, Hkv, N_r, D]). A new context row attends causally to the cached context and the new
-    rows up to itself; a span row to the whole context (cached and new) and its candidate's span
-    (`span_attention`: the Triton kernel on CUDA). Returns the attention output [1, H, T', D]
-    (T' leaves the context rows out unless `context_rows_out`) and each request's context
-    keys/values with its new rows appended.
-    """
-    heads, d = q.shape[1], q.shape[3]
-    gqa = heads != k.shape[1]
+def extend_contexts(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, counts: list[int], contexts: list[KV],
+                    attend: bool = True) -> tuple[torch.Tensor | None, list[KV]]:
+    """New context rows of several requests, back to back: q [1, H, M, D], k/v [1, Hkv, M, D],
+    request r owning `counts[r]` of them after its cached context `contexts[r]` ([1, Hkv, N_r, D]).
+    Returns each request's context with its new keys/values appended and, if `attend`, the new
+    rows' attention output [1, H, M, D]: causal over the cached context and the new rows up to
+    itself (the context half of the layout; a context row never sees a slot)."""
     parts, extended, off = [], [], 0
-    for (m, b, s), (k_ctx, v_ctx) in zip(sizes, contexts):
+    for m, (k_ctx, v_ctx) in zip(counts, contexts):
         if m:
-            k_new, v_new = k[:, :, off:off + m], v[:, :, off:off + m]
-            k_ctx, v_ctx = torch.cat([k_ctx, k_new], 2), torch.cat([v_ctx, v_new], 2)
-            if context_rows_out:
+            k_ctx, v_ctx = torch.cat([k_ctx, k[:, :, off:off + m]], 2), torch.cat([v_ctx, v[:, :, off:off + m]], 2)
+            if attend:
                 n = k_ctx.shape[2] - m
                 causal = torch.ones(m, n + m, dtype=torch.bool, device=q.device).tril(diagonal=n)
-                parts.append(F.scaled_dot_product_attention(q[:, :, off:off + m], k_ctx, v_ctx,
-                                                            attn_mask=causal, enable_gqa=gqa)[0])
+                parts.append(F.scaled_dot_product_attention(q[:, :, off:off + m], k_ctx, v_ctx, attn_mask=causal,
+                                                            enable_gqa=q.shape[1] != k.shape[1]))
             off += m
-        if b * s:
-            q_r, k_r, v_r = (t[0, :, off:off + b * s].reshape(t.shape[1], b, s, d).transpose(0, 1)
-                             for t in (q, k, v))                               # [B_r, heads, S_r, D]
-            y = span_attention(q_r, k_ctx, v_ctx, k_r, v_r)
-            parts.append(y.transpose(0, 1).reshape(heads, b * s, d))
         extended.append((k_ctx, v_ctx))
-        off += b * s
-    out = torch.cat(parts, 1) if parts else q.new_empty(heads, 0, d)
-    return out[None], extended
+    return (torch.cat(parts, 2) if parts else None), extended
 
 
 class Attention(nn.Module):
@@ -270,44 +255,47 @@ class EmbeddedModel(nn.Module):
         """One denoising step of one or several requests in one forward pass (the step
         scheduler's shared step, and every request's first step).
 
-        Every row of every request (the context rows a request's cache lacks, then its span
-        rows) goes through the projections, the MLPs and the LM head together, as one sequence:
-        the weights are read once for all of them. Attention is each request's own
-        (`layout_attention_ragged`), so nothing is padded or copied between requests, and each
-        request gets the logits the whole-canvas `forward` gives it alone (up to float rounding). Returns, per request, its logits ([B, S, V], or [R, V] for its `rows`)
-        and its context keys/values after the step (the cached ones, extended by its new rows).
+        Every row of every request goes through the projections, the MLPs and the LM head
+        together, as one sequence: first the context rows the requests' caches lack, then every
+        request's span rows, so the weights are read once for all of them. Attention is each
+        request's own: its new context rows causal over its context (`extend_contexts`), its
+        span rows over its whole context and its own span (`span_attention_ragged`). Nothing is
+        padded or copied between requests, and each request gets the logits the whole-canvas
+        `forward` gives it alone (up to float rounding). Returns, per request, its logits
+        ([B, S, V], or [R, V] for its `rows`) and its context keys/values after the step (the
+        cached ones, extended by its new rows).
         """
-        sizes = [(r.n_new, *r.span.shape) for r in requests]
-        tokens, flat_pos, is_span = [], [], []
-        for r, (m, b, s) in zip(requests, sizes):
-            if m:
-                tokens.append(r.new_ids)
-                flat_pos.append(r.new_positions)
-            tokens.append(r.span.reshape(-1))
-            flat_pos.append(r.positions.repeat(b))
-            is_span += [False] * m + [True] * (b * s)
+        counts = [r.n_new for r in requests]
+        shapes = [tuple(r.span.shape) for r in requests]
+        new = sum(counts)
+        tokens = [r.new_ids for r in requests if r.n_new] + [r.span.reshape(-1) for r in requests]
+        positions = ([r.new_positions for r in requests if r.n_new]
+                     + [r.positions.repeat(b) for r, (b, _) in zip(requests, shapes)])
         h = self.embed(torch.cat(tokens))[None]                                      # [1, T, dim]
-        cos, sin = self.rotary.cos_sin(torch.cat(flat_pos), h.dtype)
+        cos, sin = self.rotary.cos_sin(torch.cat(positions), h.dtype)
         contexts: list[list[KV]] = [[] for _ in requests]
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
             q, k, v = layer.attn.project(layer.input_norm(h), cos, sin)             # [1, H, T, D]
-            y, kv = layout_attention_ragged(q, k, v, sizes, [r.context[i] for r in requests],
-                                            context_rows_out=i < last)
+            # Past their last keys/values the context rows are never read: the last layer's
+            # attention and MLP, and the head, run on span rows only.
+            y_ctx, kv = extend_contexts(q[:, :, :new], k[:, :, :new], v[:, :, :new], counts,
+                                        [r.context[i] for r in requests], attend=i < last)
+            y = span_attention_ragged(q[:, :, new:], k[:, :, new:], v[:, :, new:], shapes, kv)
+            if y_ctx is not None:
+                y = torch.cat([y_ctx, y], 2)
+            elif new:
+                h = h[:, new:]
             for context, layer_kv in zip(contexts, kv):
                 context.append(layer_kv)
-            if i == last and not all(is_span):
-                # Past their last keys/values the context rows are never read: the last layer's
-                # attention, MLP and the head run on span rows only.
-                h = h[:, torch.tensor(is_span, device=h.device)]
             h = h + layer.attn.out(y)
             h = h + layer.mlp(layer.post_attn_norm(h))
         # The head only for the wanted rows: a flat selection over every request's span rows.
         wanted = torch.cat([torch.ones(b * s, dtype=torch.bool, device=h.device) if r.rows is None
-                            else r.rows.reshape(-1) for r, (_, b, s) in zip(requests, sizes)])
+                            else r.rows.reshape(-1) for r, (b, s) in zip(requests, shapes)])
         logits = self.head(h[0, wanted])
         out, off = [], 0
-        for r, (_, b, s), context in zip(requests, sizes, contexts):
+        for r, (b, s), context in zip(requests, shapes, contexts):
             count = b * s if r.rows is None else int(r.rows.sum())
             part = logits[off:off + count]
             out.append((part.view(b, s, part.shape[-1]) if r.rows is None else part, context))

@@ -82,7 +82,7 @@ class EmbeddedSession:
         self.lookup = lookup            # None: the bidirectional layout (no context cache)
         self.context: list[KV] | None = None
         if lookup is not None and not lookup.missing:
-            self._keep(lookup.past)     # all of it cached (or no context at all)
+            self.keep_context(lookup.past)     # all of it cached (or no context at all)
         elif lookup is not None and not denoiser.context_in_first_step:
             self._context_alone()
 
@@ -109,14 +109,11 @@ class EmbeddedSession:
         none = torch.empty(1, 0, dtype=torch.long, device=self.span_positions.device)
         (_, context), = self.model.step([SpanRows(none, none[0], self.lookup.past, *self._uncached())])
         self.denoiser.count_context_time(time.perf_counter() - began)
-        self._keep(context)
+        self.keep_context(context)
 
-    def took_step(self, context: list[KV]) -> None:
-        """After a pass: the context it extended (a first pass) becomes this session's and cached."""
-        if self.context is None:
-            self._keep(context)
-
-    def _keep(self, context: list[KV]) -> None:
+    def keep_context(self, context: list[KV]) -> None:
+        """The session's whole context (cached, or extended by its first pass): its from now on,
+        and the prefix caches'."""
         self.context = context
         self.denoiser.remember(self.lookup, context)
 
@@ -213,7 +210,7 @@ class EmbeddedDenoiser(Denoiser):
         total = sum(p.n_new + p.span.numel() for p in parts)
         for session, part, (_, context) in zip(sessions, parts, out):
             if part.n_new:
-                session.took_step(context)
+                session.keep_context(context)
                 self.count_context_time(seconds * part.n_new / total)
         return [logits for logits, _ in out]
 

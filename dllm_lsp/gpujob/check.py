@@ -6,7 +6,8 @@
    every later phase (DLLM_LSP_DISABLE_KERNELS) and goes on with the reference.
 2. The engine path: the same infill requests through `dllm-lsp infill` on the device and on
    the CPU, for the shipped embedded model and a tiny random checkpoint of every family,
-   compared text for text.
+   compared text for text; and the shipped model on the device with all of them in flight at
+   once (shared steps, `--concurrency`) against one at a time.
 
     python -m dllm_lsp.gpujob.check --device cuda --out check.json [--quick] [--drill-fail KERNEL]
 
@@ -177,8 +178,9 @@ def check_kernels(device: torch.device, quick: bool, drill_fail: str | None) -> 
             "passed": sum(r["ok"] for r in rows), "total": len(rows)}
 
 
-def infill_texts(model: str, device: str, requests: Path, env: dict) -> dict:
-    cmd = [sys.executable, "-m", "dllm_lsp", "infill", "--model", model, "--device", device, "--steps", "4"]
+def infill_texts(model: str, device: str, requests: Path, env: dict, concurrency: int = 1) -> dict:
+    cmd = [sys.executable, "-m", "dllm_lsp", "infill", "--model", model, "--device", device, "--steps", "4",
+           "--concurrency", str(concurrency)]
     started = time.perf_counter()
     with open(requests, encoding="utf-8") as fh:
         done = subprocess.run(cmd, stdin=fh, capture_output=True, text=True, timeout=300, env=env)
@@ -202,18 +204,23 @@ def check_engine(device: torch.device, families: list[str], env: dict) -> list[d
         # Every (model, device) run is its own process, mostly start-up (imports, CUDA, the load):
         # all of them at once, so the comparison fits its share of the check's box.
         # On a CPU device (the dry run) "cpu" and the device are the same run: start it once.
-        runs = list(dict.fromkeys((model, dev) for _, model in models for dev in ("cpu", str(device))))
+        # The shipped model once more on the device with every request in flight at once: its
+        # shared steps (the eval phase's, the server's) against the same requests one at a time.
+        pairs = [(label, (model, "cpu", 1), (model, str(device), 1)) for label, model in models]
+        pairs.append(("embedded (shipped default), shared steps on the device against one at a time",
+                      ("default", str(device), 1), ("default", str(device), len(REQUESTS))))
+        runs = list(dict.fromkeys(run for _, *both in pairs for run in both))
         with ThreadPoolExecutor(max_workers=min(len(runs), max(usable_cpus(), 2))) as pool:
-            futures = {run: pool.submit(infill_texts, run[0], run[1], requests, env) for run in runs}
-        for label, model in models:
+            futures = {run: pool.submit(infill_texts, *run[:2], requests, env, run[2]) for run in runs}
+        for label, first, second in pairs:
             row = {"model": label}
             try:
-                here, there = futures[(model, "cpu")].result(), futures[(model, str(device))].result()
+                here, there = futures[first].result(), futures[second].result()
                 same = sum(here["texts"][k] == there["texts"].get(k) for k in here["texts"])
                 row.update(ok=True, agree=f"{same}/{len(here['texts'])}", cpu=here, device=there)
                 if same < len(here["texts"]):
                     # Greedy ties on random weights (bf16 on the GPU, fp32 here) flip tokens: noted, not a failure.
-                    row["note"] = "completions differ between the CPU and the device"
+                    row["note"] = f"completions differ between {first[1]} x{first[2]} and {second[1]} x{second[2]}"
             except Exception as exc:
                 row.update(ok=False, error=f"{type(exc).__name__}: {exc}".splitlines()[0])
             rows.append(row)

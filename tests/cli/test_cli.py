@@ -47,6 +47,25 @@ def test_infill_jsonl_round_trip_keeps_order_and_survives_bad_lines(tiny_model_d
     assert "strings" in out[3]["error"] and "max_tokens" in out[4]["error"]
 
 
+def test_infill_with_concurrency_shares_steps_and_answers_as_one_at_a_time(tiny_model_dir):
+    prefixes = ["def f(x):\n    return ", "import os\npath = os.path.join(", "class A:\n    def g(self):\n        ",
+                "values = [", "total = 0\nfor item in items:\n    total += ", "print("]
+    lines = [json.dumps({"id": i, "prefix": p, "suffix": "\n", "max_tokens": 6}) for i, p in enumerate(prefixes)]
+    lines.insert(3, "not json")
+    stdin = "\n".join(lines) + "\n"
+    base = ("infill", "--model", str(tiny_model_dir), "--device", "cpu", "--steps", "4")
+    serial, shared = run(*base, stdin=stdin), run(*base, "--concurrency", "4", stdin=stdin)
+    assert serial.returncode == 0 and shared.returncode == 0, shared.stderr
+    want = [{k: v for k, v in json.loads(line).items() if k != "latency_ms"} for line in serial.stdout.splitlines()]
+    got = [{k: v for k, v in json.loads(line).items() if k != "latency_ms"} for line in shared.stdout.splitlines()]
+    assert got == want and len(got) == 7 and "not JSON" in got[3]["error"]
+    summary = shared.stderr.strip().splitlines()[-1]     # "N request steps in M forward passes (...)"
+    steps, passes = [int(w) for w in summary.split() if w.isdigit()][:2]
+    assert "forward passes" in summary and passes < steps, summary
+    refused = run(*base, "--concurrency", "0", stdin=stdin)
+    assert refused.returncode == 1 and "--concurrency must be at least 1" in refused.stderr
+
+
 @pytest.mark.parametrize(
     "location, message",
     [("nofile.py:1:1", "is not a file"), (f"{EXAMPLE}:0:1", "1-based"), (f"{EXAMPLE}:99:1", "past the end"),

@@ -51,6 +51,8 @@ def test_a_failing_kernel_is_reported_and_disabled_for_the_rest_of_the_job(job):
     assert "drill" in failed[0]["error"]
     assert check["kernels"]["failed_kernels"] == ["rope"] and state["disabled_kernels"] == ["rope"]
     assert all(row["ok"] for row in check["engine"])          # the engine path still works without it
+    shared = [row for row in check["engine"] if "shared steps" in row["model"]]
+    assert len(shared) == 1 and shared[0]["agree"] == "3/3"   # all requests at once: the same completions
     assert "disabled from now on: rope" in (out / "job.log").read_text()
 
 
