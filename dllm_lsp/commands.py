@@ -280,7 +280,7 @@ def infill(args) -> int:
         stats = engine.scheduler.stats()
         engine.scheduler.close()
         print(f"dllm-lsp infill: {stats['requestSteps']} request steps in {stats['forwardPasses']} forward passes "
-              f"(at most {stats['largestBatch']} requests in one)", file=sys.stderr)
+              f"(up to {stats['largestBatch']} requests in one pass)", file=sys.stderr)
     return 0
 
 

@@ -127,4 +127,11 @@ def test_the_context_in_a_pass_of_its_own_gives_the_same_completions(denoiser, t
     merged = [Engine(denoiser, batching=False).infill(r, settings).candidates for r in requests]
     assert [Engine(own, batching=False).infill(r, settings).candidates for r in requests] == merged
     assert len(passes["own"]) == len(passes["first-step"]) + len(requests)
+    # A slot that grows opens a new session: the context after it moved, and its keys/values
+    # come from the next step's pass (or, as a baseline, a pass of their own).
+    growing = DecodeSettings(steps=4, threshold=1.0, slot_start_tokens=4)
+    grown = InfillRequest.single("def f(x):\n    return ", "\n\nprint(f(2))\n", 16)
+    first = Engine(denoiser, batching=False).infill(grown, growing)
+    alone = Engine(own, batching=False).infill(grown, growing)
+    assert first.steps > 4 and (alone.candidates, alone.steps) == (first.candidates, first.steps)
     assert own.context_stats()["seconds"] > 0 and own.context_stats()["tokens"] == denoiser.context_stats()["tokens"]
