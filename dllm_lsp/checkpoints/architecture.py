@@ -92,18 +92,16 @@ class Attention(nn.Module):
         return self.out(y), (k, v)
 
     def cached(self, x, cos, sin, ctx: KV) -> torch.Tensor:
-        return self.cached_with_kv(x, cos, sin, ctx)[0]
-
-    def cached_with_kv(self, x, cos, sin, ctx: KV) -> tuple[torch.Tensor, KV]:
-        """Rows x against the context keys/values `ctx` plus themselves; also the rows' own keys/values."""
+        """Rows x against the context keys/values `ctx` plus themselves."""
         q, k, v = self.qkv(x, cos, sin)
-        return self.out(span_attention(q, ctx[0], ctx[1], k, v)), (k, v)
+        return self.out(span_attention(q, ctx[0], ctx[1], k, v))
 
-    def cached_ragged(self, x, cos, sin, shapes: list[tuple[int, int]], contexts: list[KV]) -> torch.Tensor:
+    def cached_ragged(self, x, cos, sin, shapes: list[tuple[int, int]], contexts: list[KV]) -> tuple[torch.Tensor, KV]:
         """x [1, T, dim]: the active rows of several requests back to back (request r: B_r x A_r
-        rows, batch-major), each attending to its own cached context `contexts[r]` and its own rows."""
+        rows, batch-major), each attending to its own cached context `contexts[r]` and its own
+        rows; also the rows' keys/values [1, Hkv, T, D]."""
         q, k, v = self.qkv(x, cos, sin)                                        # [1, H, T, D]
-        return self.out(span_attention_ragged(q, k, v, shapes, contexts))
+        return self.out(span_attention_ragged(q, k, v, shapes, contexts)), (k, v)
 
 
 class FusedSwiGLU(nn.Module):
@@ -187,41 +185,40 @@ class BidirectionalLM(nn.Module):
         return self._blocks(self._embed(ids), lambda i, layer, x: layer.attn.cached(x, cos, sin, context[i]))
 
     @torch.no_grad()
-    def partial(self, ids: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
-                context: list[KV]) -> tuple[torch.Tensor, list[KV]]:
-        """Rows ids [B, R] (rope at their canvas positions) against the given context keys/values
-        plus themselves -> hidden [B, R, D] and each layer's keys/values of the rows: a first
-        pass that takes the rest of its context from another canvas (context_store.py)."""
-        cos, sin = rope
-        kvs: list[KV] = []
-
-        def attend(i: int, layer: Block, x: torch.Tensor) -> torch.Tensor:
-            out, kv = layer.attn.cached_with_kv(x, cos, sin, context[i])
-            kvs.append(kv)
-            return out
-
-        return self._blocks(self._embed(ids), attend), kvs
-
-    @torch.no_grad()
     def cached_ragged(self, ids: list[torch.Tensor], ropes: list[tuple[torch.Tensor, torch.Tensor]],
-                      contexts: list[list[KV]]) -> list[torch.Tensor]:
+                      contexts: list[list[KV]], keep_kv: bool = False) -> list[tuple[torch.Tensor, list[KV] | None]]:
         """`cached` for several requests in one pass (the step scheduler's shared step).
 
-        ids[r] [B_r, A_r] are request r's active rows, ropes[r] their cos/sin [A_r, D] at their
-        canvas positions, contexts[r] its cached keys/values. Every row of every request goes
-        through the projections and MLPs as one sequence, so a step reads the weights once for
-        all requests (what a memory-bound GPU step costs); attention is each request's own, so
-        each gets the hidden states `cached` gives it alone (up to float rounding).
-        Returns hidden [B_r, A_r, D] per request.
+        ids[r] [B_r, A_r] are request r's rows, ropes[r] their cos/sin [A_r, D] at their canvas
+        positions, contexts[r] the keys/values they attend to besides themselves (a cached step's
+        stored context, or the kept context a "reuse" first pass extends). Every row of every
+        request goes through the projections and MLPs as one sequence, so a step reads the
+        weights once for all requests (what a memory-bound GPU step costs); attention is each
+        request's own, so each gets the hidden states `cached` gives it alone (up to float
+        rounding). Returns per request hidden [B_r, A_r, D] and, with `keep_kv`, each layer's
+        keys/values of its rows [B_r, Hkv, A_r, D] (views of the pass's).
         """
         shapes = [(int(i.shape[0]), int(i.shape[1])) for i in ids]
         flat = torch.cat([i.reshape(-1) for i in ids])[None]
         cos = torch.cat([c.repeat(b, 1) for (c, _), (b, _) in zip(ropes, shapes)])
         sin = torch.cat([s.repeat(b, 1) for (_, s), (b, _) in zip(ropes, shapes)])
-        hidden = self._blocks(self._embed(flat), lambda i, layer, x: layer.attn.cached_ragged(
-            x, cos, sin, shapes, [ctx[i] for ctx in contexts]))
+        layer_kv: list[KV] = []
+
+        def attend(i: int, layer: Block, x: torch.Tensor) -> torch.Tensor:
+            out, kv = layer.attn.cached_ragged(x, cos, sin, shapes, [ctx[i] for ctx in contexts])
+            if keep_kv:
+                layer_kv.append(kv)
+            return out
+
+        hidden = self._blocks(self._embed(flat), attend)
         parts = hidden[0].split([b * a for b, a in shapes])
-        return [part.view(b, a, -1) for part, (b, a) in zip(parts, shapes)]
+        out, off = [], 0
+        for part, (b, a) in zip(parts, shapes):
+            kv = [tuple(t[0, :, off:off + b * a].unflatten(1, (b, a)).transpose(0, 1) for t in pair)
+                  for pair in layer_kv] if keep_kv else None
+            out.append((part.view(b, a, -1), kv))
+            off += b * a
+        return out
 
     def _blocks(self, h: torch.Tensor, attend) -> torch.Tensor:
         """The pre-norm residual stack, `h + attn(norm(h))` then `h + mlp(norm(h))` per block, with each

@@ -1,6 +1,8 @@
 """An open checkpoint as a `Denoiser`: the engine's loop asks it for span logits each step."""
 from __future__ import annotations
 
+import time
+
 import torch
 from tokenizers import Tokenizer
 
@@ -41,7 +43,7 @@ class CheckpointDenoiser(Denoiser):
 
     def session(self, canvas: Canvas, batch: int, cache: CacheSettings = CacheSettings()) -> CheckpointSession:
         session = CheckpointSession(self.model, canvas, self.spec.shift, cache, self.vocab_limit, self.blocked,
-                                    self.context_store)
+                                    self.context_store, self.count_context_time)
         self.last_session = session
         self.last_reused_tokens = session.reused_tokens
         return session
@@ -52,29 +54,38 @@ class CheckpointDenoiser(Denoiser):
         """One step of several requests. Those whose step is a cached one (the dual cache: their
         active rows against their stored context, most steps of a request) share one pass
         (`BidirectionalLM.cached_ragged`) and one LM-head matmul: a memory-bound GPU step
-        reads a 7B model's weights once for all of them instead of once per request. A
-        request due a full pass (its first step, a refresh, no cache) takes it alone: that pass
-        is the context's prefill, bound by compute, which sharing would not make cheaper."""
+        reads a 7B model's weights once for all of them instead of once per request. So does
+        the first pass of cache mode "reuse" (the typed tokens and the active rows against the
+        kept context: as few rows as a cached step). A request due a full pass (its first
+        step, a refresh, no cache) takes it alone: that pass is the context's prefill, bound
+        by compute, which sharing would not make cheaper."""
         if len(sessions) < 2:
             return None
         rows = rows if rows is not None else [None] * len(sessions)
         out: list[torch.Tensor | None] = [None] * len(sessions)
         hidden: dict[int, torch.Tensor] = {}     # request -> hidden rows that predict its span tokens
-        cached = []
+        shared = []
         for i, session in enumerate(sessions):
             first = session.prefilled_step(ids[i])   # a first step whose pass ran at prefill: head only
             if first is not None:
                 hidden[i] = first
-            elif session.refresh_due():
-                out[i] = session.logits(ids[i], rows[i])
+            elif session.reusing_pass_due() or not session.refresh_due():
+                shared.append(i)
             else:
-                cached.append(i)
-        if cached:
-            active = self.model.cached_ragged([sessions[i].active_ids(ids[i]) for i in cached],
-                                              [sessions[i].rope_active for i in cached],
-                                              [sessions[i].context_kv for i in cached])
-            for i, h in zip(cached, active):
-                hidden[i] = sessions[i].took_cached_step(h)
+                out[i] = session.logits(ids[i], rows[i])
+        if shared:
+            began = time.perf_counter()
+            reusing = [sessions[i].reusing_pass_due() for i in shared]
+            inputs = [sessions[i].shared_step_rows(ids[i]) for i in shared]
+            passes = self.model.cached_ragged([x[0] for x in inputs], [x[1] for x in inputs],
+                                              [x[2] for x in inputs], keep_kv=any(reusing))
+            for i, (h, kv) in zip(shared, passes):
+                hidden[i] = sessions[i].took_shared_step(h, kv)
+            # A reusing pass's context tokens count as context work, with their share of the pass.
+            seconds, total = time.perf_counter() - began, sum(x[0].numel() for x in inputs)
+            for i, first, (row_ids, _, _) in zip(shared, reusing, inputs):
+                if first:
+                    self.count_context_time(seconds * sessions[i].fresh_share * row_ids.numel() / total)
         if hidden:
             order = sorted(hidden)
             picked = [hidden[i] if rows[i] is None else hidden[i][rows[i]] for i in order]
@@ -85,8 +96,10 @@ class CheckpointDenoiser(Denoiser):
         return out
 
     def first_pass(self, session: CheckpointSession, ids: torch.Tensor) -> None:
-        """The first step's full pass, at the session's opening (`CheckpointSession.prefill`)."""
-        session.prefill(ids)
+        """The first step's full pass, at the session's opening (`CheckpointSession.prefill`).
+        Not a "reuse" first pass: it runs in the first step, shared with other requests' steps."""
+        if session.reuse is None:
+            session.prefill(ids)
 
     def describe(self) -> dict:
         return {

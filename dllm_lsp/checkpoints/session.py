@@ -12,6 +12,9 @@ first token -- attending to the stored context plus themselves. Every `refresh_e
 """
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 import torch
 
 from dllm_lsp.engine.denoiser import Canvas
@@ -25,8 +28,10 @@ from .context_store import ContextEntry, ContextStore, Reuse
 
 class CheckpointSession:
     def __init__(self, model: BidirectionalLM, canvas: Canvas, shift: int, cache: CacheSettings,
-                 vocab_limit: int, blocked: tuple[int, ...], store: ContextStore | None = None) -> None:
+                 vocab_limit: int, blocked: tuple[int, ...], store: ContextStore | None = None,
+                 count_context_time: Callable[[float], None] = lambda seconds: None) -> None:
         self.model = model
+        self.count_context_time = count_context_time   # seconds of context work done in a step
         self.cache = cache
         device = model.device
         length = canvas.length
@@ -59,6 +64,8 @@ class CheckpointSession:
             index = context.nonzero()[:, 0]
             self.reuse = self.store.match(canvas.ids[index], index, self.split)
         self.reused_tokens = self.reuse.tokens if self.reuse is not None else 0
+        self._reusing = None        # the reusing pass in progress (`reusing_rows` -> `took_reusing_pass`)
+        self.fresh_share = 0.0      # of its rows, the context tokens it computes
 
     def prefill(self, ids: torch.Tensor) -> None:
         """Run the first step's full pass over `ids` [B, T] now, when the session opens
@@ -108,9 +115,26 @@ class CheckpointSession:
         return hidden.index_select(1, self.pred_rows)
 
     def _reusing_pass(self, ids: torch.Tensor) -> torch.Tensor:
-        """The first pass of cache mode "reuse": the new context tokens and the active rows,
-        against the reused prefix and tail (context_store.py); the context cache is then the
-        reused keys/values and the new tokens' own, in canvas order."""
+        """The first pass of cache mode "reuse", alone: the new context tokens and the active rows,
+        against the reused prefix and tail (context_store.py)."""
+        began = time.perf_counter()
+        rows, rope, context = self.reusing_rows(ids)
+        (hidden, row_kv), = self.model.cached_ragged([rows], [rope], [context], keep_kv=True)
+        out = self.took_reusing_pass(hidden, row_kv)
+        self.count_context_time((time.perf_counter() - began) * self.fresh_share)
+        return out
+
+    def reusing_pass_due(self) -> bool:
+        """Whether the next step is this session's first pass in cache mode "reuse": the typed
+        context tokens and the active rows against the kept keys/values. Few rows, so it is not
+        a prefill: it joins a shared step (`CheckpointDenoiser.batch_logits`) like a cached one."""
+        return self.reuse is not None and self.full_passes == 0 and self._prefilled is None
+
+    def reusing_rows(self, ids: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], list[KV]]:
+        """The reusing pass's input: the rows it runs [B, R] (the context tokens the reused
+        segments do not hold, and the active rows, in canvas order), their cos/sin, and per
+        layer the kept keys/values they attend to besides themselves; `took_reusing_pass` takes
+        its output."""
         reuse, batch = self.reuse, ids.shape[0]
         index = self.context_index
         # Canvas order: the fresh context runs between the reused segments.
@@ -133,8 +157,17 @@ class CheckpointSession:
             return t.expand(batch, -1, -1, -1)
 
         kept = [[(wide(k), wide(v)) for k, v in reuse.keys_values(i, rotate)] for i in range(len(self.model.layers))]
+        self._reusing = (ids, pieces, rows, kept)
+        self.fresh_share = fresh.numel() / max(rows.numel(), 1)
         context = [(torch.cat([k for k, _ in layer], 2), torch.cat([v for _, v in layer], 2)) for layer in kept]
-        hidden, row_kv = self.model.partial(ids.index_select(1, rows), self.model.cos_sin(rows), context)
+        return ids.index_select(1, rows), self.model.cos_sin(rows), context
+
+    def took_reusing_pass(self, hidden: torch.Tensor, row_kv: list[KV]) -> torch.Tensor:
+        """The reusing pass's hidden states [B, R, D] and its rows' keys/values per layer -> the
+        hidden states of the rows that predict each span token [B, S, D]. The context cache is
+        then the reused keys/values and the new tokens' own, in canvas order, and is kept."""
+        (ids, pieces, rows, kept), self._reusing = self._reusing, None
+        index = self.context_index
         self.context_kv = []
         for layer, (rk, rv) in zip(kept, row_kv):
             ks, vs = [], []
@@ -148,7 +181,7 @@ class CheckpointSession:
                     vs.append(layer[n][1])
             self.context_kv.append((torch.cat(ks, 2), torch.cat(vs, 2)))
         self.full_passes += 1
-        self._keep_context(ids, generation=reuse.entry.generation + 1)
+        self._keep_context(ids, generation=self.reuse.entry.generation + 1)
         return hidden.index_select(1, torch.searchsorted(rows, self.pred_rows))
 
     def _keep_context(self, ids: torch.Tensor, generation: int) -> None:
@@ -179,16 +212,21 @@ class CheckpointSession:
         hidden = self.model.cached(ids.index_select(1, self.active), self.rope_active, self.context_kv)
         return hidden.index_select(1, self.pred_in_active)
 
-    def active_ids(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids [B, T] -> the active rows' ids [B, A], what a cached step runs (`rope_active` are their positions)."""
-        return ids.index_select(1, self.active)
+    def shared_step_rows(self, ids: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], list[KV]]:
+        """What this session's next step runs in a shared pass (`BidirectionalLM.cached_ragged`):
+        its reusing pass's rows, or a cached step's active rows [B, A], their cos/sin and the
+        keys/values they attend to besides themselves."""
+        if self.reusing_pass_due():
+            return self.reusing_rows(ids)
+        return ids.index_select(1, self.active), self.rope_active, self.context_kv
 
-    def took_cached_step(self, active_hidden: torch.Tensor) -> torch.Tensor:
-        """The hidden states [B, A, D] of this session's active rows, computed for it by a shared
-        step (`BidirectionalLM.cached_ragged`) -> those of the rows that predict each span token
-        [B, S, D]; counts the step."""
+    def took_shared_step(self, hidden: torch.Tensor, row_kv: list[KV] | None) -> torch.Tensor:
+        """The hidden states [B, A, D] of this session's rows in a shared pass (and their keys/values
+        per layer) -> those of the rows that predict each span token [B, S, D]; counts the step."""
         self.steps += 1
-        return active_hidden.index_select(1, self.pred_in_active)
+        if self._reusing is not None:
+            return self.took_reusing_pass(hidden, row_kv)
+        return hidden.index_select(1, self.pred_in_active)
 
     @torch.no_grad()
     def logits(self, ids: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:

@@ -202,7 +202,8 @@ class Denoiser(ABC):
         the seconds their context work took (cache lookups included: for the embedded model the
         context rows' share of each first step's pass, for the block-wise checkpoints the same
         share of a span's first call, for the open checkpoints the first step's full pass, which
-        their later refreshes repeat uncounted)."""
+        their later refreshes repeat uncounted, or in cache mode "reuse" the typed tokens' share
+        of it)."""
         counts = self.__dict__.get("_context_counts", ContextCounts())
         return {"sessions": counts.sessions, "tokens": counts.tokens, "reusedTokens": counts.reused_tokens,
                 "seconds": round(counts.seconds, 4)}

@@ -175,3 +175,35 @@ def test_a_prefix_window_that_moved_is_reused_moved_back(reusing):
     # holds and not the 49 typed ones), bounded looser than a keystroke's.
     assert finite_max_diff(logits, exact) < 0.1
     assert torch.equal(logits.argmax(-1), exact.argmax(-1))
+
+
+def test_a_reusing_first_pass_shares_a_step_and_gets_what_it_gets_alone(reusing):
+    """The first pass of a keystroke in mode "reuse" is as few rows as a cached step: it joins
+    the shared pass of other requests' cached steps (one pass for both), with the logits and
+    the context cache it gets alone, and its context tokens count as context work."""
+    denoiser, engine = reusing("dream")
+    first_pass(denoiser, engine.canvas(request()))             # the canvas before the keystroke, kept
+    typed = engine.canvas(request("r"))
+    alone, shared = denoiser.session(typed, 1, REUSE), denoiser.session(typed, 1, REUSE)
+    assert alone.reuse is not None and shared.reuse is not None and shared.reusing_pass_due()
+    other_canvas = engine.canvas(request(cut=600))
+    other_ids = other_canvas.ids[None].repeat(2, 1)
+    other, other_alone = (denoiser.session(other_canvas, 2, DUAL) for _ in range(2))
+    for session in (other, other_alone):
+        session.logits(other_ids)                               # their first (full) pass: the next step is cached
+    want, other_want = alone.logits(typed.ids[None]), other_alone.logits(other_ids)
+    passes = []
+    hook = denoiser.model.embed.register_forward_hook(lambda *_: passes.append(1))
+    before = denoiser.context_stats()["seconds"]
+    try:
+        got, other_got = denoiser.batch_logits([shared, other], [typed.ids[None], other_ids])
+    finally:
+        hook.remove()
+    assert len(passes) == 1                                     # one pass for both requests
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(other_got, other_want, atol=1e-4, rtol=1e-4)
+    assert (shared.full_passes, shared.steps, other.steps) == (1, 1, 2)
+    for (k, v), (k_alone, v_alone) in zip(shared.context_kv, alone.context_kv):
+        torch.testing.assert_close(k, k_alone, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(v, v_alone, atol=1e-4, rtol=1e-4)
+    assert denoiser.context_stats()["seconds"] > before
