@@ -25,6 +25,7 @@ from dllm_lsp.engine.denoiser import Canvas
 from dllm_lsp.engine.engine import CancelToken, Engine
 from dllm_lsp.engine.types import DecodeSettings, InfillRequest
 from dllm_lsp.loader import load_model
+from tests.engine.together import infill_together
 
 BLOCK = [layout for layout in BLOCK_LAYOUTS if FAMILY_OF[layout].attention == "block"]
 REQUESTS = [InfillRequest.single("def f(x):\n    return ", "\n", 9),
@@ -122,25 +123,6 @@ def test_one_pass_gives_each_request_its_own_block_logits(layout, block_models):
             torch.testing.assert_close(v, v0, atol=1e-4, rtol=1e-4)
 
 
-def _concurrent(engine: Engine, requests, settings, cancel=None):
-    results: list = [None] * len(requests)
-    start = threading.Barrier(len(requests))
-
-    def client(i: int) -> None:
-        start.wait()
-        try:
-            results[i] = engine.infill(requests[i], settings, cancel[i] if cancel else None).candidates
-        except Cancelled:
-            results[i] = "cancelled"
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(requests))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    return results
-
-
 @pytest.mark.parametrize("layout", ["sdar", "fast-dllm-v2", "llada2"])
 def test_concurrent_block_requests_share_steps_and_get_what_they_get_alone(layout, block_models):
     model = block_models[layout]
@@ -157,7 +139,7 @@ def test_concurrent_block_requests_share_steps_and_get_what_they_get_alone(layou
     assert stats["largestBatch"] == 3, stats
     assert stats["forwardPasses"] < stats["requestSteps"], stats
     # And through `infill` from three threads (the server's path).
-    assert _concurrent(Engine(model, step_slack=float("inf")), REQUESTS, SLOW) == want
+    assert infill_together(Engine(model, step_slack=float("inf")), REQUESTS, SLOW) == want
 
 
 def test_cancelled_block_requests_leave_at_a_step_boundary_and_the_others_finish(block_models):
