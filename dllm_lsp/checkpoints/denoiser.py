@@ -43,10 +43,13 @@ class CheckpointDenoiser(Denoiser):
 
     def session(self, canvas: Canvas, batch: int, cache: CacheSettings = CacheSettings()) -> CheckpointSession:
         session = CheckpointSession(self.model, canvas, self.spec.shift, cache, self.vocab_limit, self.blocked,
-                                    self.context_store, self.count_context_time)
+                                    self.context_store, self.count_context_time, batch)
         self.last_session = session
         self.last_reused_tokens = session.reused_tokens
         return session
+
+    def pending_rows(self, session: CheckpointSession) -> int:
+        return session.pending_rows
 
     @torch.no_grad()
     def batch_logits(self, sessions: list[CheckpointSession], ids: list[torch.Tensor],

@@ -29,8 +29,9 @@ from .context_store import ContextEntry, ContextStore, Reuse
 class CheckpointSession:
     def __init__(self, model: BidirectionalLM, canvas: Canvas, shift: int, cache: CacheSettings,
                  vocab_limit: int, blocked: tuple[int, ...], store: ContextStore | None = None,
-                 count_context_time: Callable[[float], None] = lambda seconds: None) -> None:
+                 count_context_time: Callable[[float], None] = lambda seconds: None, batch: int = 1) -> None:
         self.model = model
+        self.batch = batch                             # candidates decoded together
         self.count_context_time = count_context_time   # seconds of context work done in a step
         self.cache = cache
         device = model.device
@@ -129,6 +130,11 @@ class CheckpointSession:
         context tokens and the active rows against the kept keys/values. Few rows, so it is not
         a prefill: it joins a shared step (`CheckpointDenoiser.batch_logits`) like a cached one."""
         return self.reuse is not None and self.full_passes == 0 and self._prefilled is None
+
+    @property
+    def pending_rows(self) -> int:
+        """Context rows a reusing pass due next runs besides the active rows (for every candidate)."""
+        return (int(self.context_index.numel()) - self.reused_tokens) * self.batch if self.reusing_pass_due() else 0
 
     def reusing_rows(self, ids: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], list[KV]]:
         """The reusing pass's input: the rows it runs [B, R] (the context tokens the reused

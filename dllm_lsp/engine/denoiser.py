@@ -159,7 +159,8 @@ class Denoiser(ABC):
 
     def pending_rows(self, session: DenoiseSession) -> int:
         """Rows the session's next pass computes besides the span rows: the context a model that
-        folds its context work into the first step (the embedded model) has not computed yet."""
+        folds its context work into the first step has not computed yet (the embedded model's
+        uncached context, an open checkpoint's typed tokens in cache mode "reuse")."""
         return 0
 
     def open_session(self, canvas: Canvas, batch: int, cache: CacheSettings = CacheSettings(),

@@ -186,6 +186,8 @@ def test_a_reusing_first_pass_shares_a_step_and_gets_what_it_gets_alone(reusing)
     typed = engine.canvas(request("r"))
     alone, shared = denoiser.session(typed, 1, REUSE), denoiser.session(typed, 1, REUSE)
     assert alone.reuse is not None and shared.reuse is not None and shared.reusing_pass_due()
+    fresh = shared.context_index.numel() - shared.reused_tokens
+    assert denoiser.pending_rows(shared) == fresh > 0           # the step scheduler counts them
     other_canvas = engine.canvas(request(cut=600))
     other_ids = other_canvas.ids[None].repeat(2, 1)
     other, other_alone = (denoiser.session(other_canvas, 2, DUAL) for _ in range(2))
@@ -203,6 +205,7 @@ def test_a_reusing_first_pass_shares_a_step_and_gets_what_it_gets_alone(reusing)
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(other_got, other_want, atol=1e-4, rtol=1e-4)
     assert (shared.full_passes, shared.steps, other.steps) == (1, 1, 2)
+    assert denoiser.pending_rows(shared) == 0 == denoiser.pending_rows(other)
     for (k, v), (k_alone, v_alone) in zip(shared.context_kv, alone.context_kv):
         torch.testing.assert_close(k, k_alone, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(v, v_alone, atol=1e-4, rtol=1e-4)
