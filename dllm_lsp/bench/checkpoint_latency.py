@@ -14,7 +14,9 @@ after its first full pass) advanced by one cached step in one pass (`batch_logit
 their k cached steps in turn, interleaved; the ratio is the throughput sharing buys (issue 13's
 "4 clients batched >= 2x serial"). And the keystroke after: the completion of the canvas with
 one more prefix token, with the previous canvas's context kept (cache mode "reuse") against
-the dual cache alone, which recomputes the context (issue 13's "prefix reuse >= 3x lower p50").
+the dual cache alone, which recomputes the context (issue 13's "prefix reuse >= 3x lower p50");
+and k such keystrokes in k documents at once, their first passes (the typed token and the
+active rows against each one's kept context) in one shared pass against in turn.
 Random weights are fine for speed (the steps are fixed); quality needs the real checkpoints.
 
 `--quick` swaps in a tiny shape and short context so the code path runs in seconds on a CPU.
@@ -33,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from dllm_lsp.checkpoints.architecture import BiConfig, BidirectionalLM
+from dllm_lsp.checkpoints.context_store import ContextStore
 from dllm_lsp.checkpoints.denoiser import CheckpointDenoiser
 from dllm_lsp.checkpoints.families import DREAM
 from dllm_lsp.checkpoints.tiny import tiny_tokenizer
@@ -234,6 +237,54 @@ def shared_steps(denoiser: CheckpointDenoiser, cfg: BiConfig, context: int, span
     return shared_against_in_turn(denoiser, sessions, ids, counts, runs)
 
 
+def shared_keystrokes(denoiser: CheckpointDenoiser, cfg: BiConfig, context: int, span: int, counts: list[int],
+                      settings: DecodeSettings, runs: int) -> list[dict]:
+    """k keystrokes in k documents at once, cache mode "reuse": their first passes (the typed
+    token and the active rows against each document's kept context) in one shared pass
+    (`batch_logits`) against the k passes in turn. Each sample starts from the same kept
+    contexts, in a store of their own, and opens the k sessions anew (both sides pay that)."""
+    device, reuse, n = denoiser.device, CacheSettings("reuse", 0), max(counts, default=0)
+    saved = denoiser.context_store
+    kept, afters = [], []
+    try:
+        for seed in range(n):
+            canvas = random_canvas(cfg, context, span, denoiser.special.mask_id, seed=seed + 1)
+            denoiser.context_store = ContextStore(entries=1)
+            denoise(denoiser, canvas, settings, cache=reuse)       # the keystroke before: its context kept
+            kept.append(denoiser.context_store.latest())
+            afters.append(typed_one_token(canvas))
+        ids = [a.ids[None].to(device) for a in afters]
+        rows = []
+        for k in counts:
+            def opened(k: int = k) -> list:
+                denoiser.context_store = ContextStore(entries=k)
+                for entry in kept[:k]:
+                    denoiser.context_store.keep(entry)
+                return [denoiser.session(a, 1, reuse) for a in afters[:k]]
+
+            def shared(k: int = k) -> None:
+                sessions = opened()
+                if denoiser.batch_logits(sessions, ids[:k]) is None:   # one request: its own pass
+                    sessions[0].logits(ids[0])
+
+            def in_turn(k: int = k) -> None:
+                for session, step_ids in zip(opened(), ids[:k]):
+                    session.logits(step_ids)
+
+            reusing = sum(session.reuse is not None for session in opened())
+            shared(), in_turn()                # warm-up
+            samples: dict[str, list[float]] = {"shared": [], "in_turn": []}
+            for _ in range(runs):              # interleaved
+                samples["shared"] += timed(shared, device, 1, warmup=0)
+                samples["in_turn"] += timed(in_turn, device, 1, warmup=0)
+            sh, t = statistics.median(samples["shared"]), statistics.median(samples["in_turn"])
+            rows.append({"requests": k, "reusing": reusing, "shared_first_passes_ms": round(sh, 3),
+                         "first_passes_in_turn_ms": round(t, 3), "throughput_gain": round(t / sh, 3)})
+        return rows
+    finally:
+        denoiser.context_store = saved
+
+
 def shared_against_in_turn(denoiser, sessions: list, ids: list[torch.Tensor], counts: list[int],
                            runs: int) -> list[dict]:
     """For each k in `counts`: the first k sessions' next step as one shared step
@@ -317,6 +368,8 @@ def run(args: argparse.Namespace) -> dict:
 
     shared = guarded("shared_step", errors, [],
                      lambda: shared_steps(denoiser, cfg, context, span, args.shared, runs * 2))
+    keystrokes = guarded("shared_keystrokes", errors, [],
+                         lambda: shared_keystrokes(denoiser, cfg, context, span, args.shared, settings, runs * 2))
 
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     # A step reads every weight once, except the input embedding: only the active rows are gathered
@@ -366,6 +419,7 @@ def run(args: argparse.Namespace) -> dict:
         },
     }
     figures["shared_step"] = shared
+    figures["shared_keystrokes"] = keystrokes
     figures["context_reuse_after_typing"] = reuse
     if errors:
         figures["errors"] = errors
@@ -412,6 +466,9 @@ def summary(f: dict) -> str:
     for r in f.get("shared_step", []):
         lines.append(f"  {r['requests']} request(s): shared cached step {r['shared_step_ms']:.2f} ms, "
                      f"in turn {r['steps_in_turn_ms']:.2f} ms: {r['throughput_gain']:.2f}x throughput")
+    for r in f.get("shared_keystrokes", []):
+        lines.append(f"  {r['requests']} keystroke(s), context kept: first passes shared {r['shared_first_passes_ms']:.2f} ms, "
+                     f"in turn {r['first_passes_in_turn_ms']:.2f} ms: {r['throughput_gain']:.2f}x throughput")
     return "\n".join(lines)
 
 

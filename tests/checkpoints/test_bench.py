@@ -27,6 +27,12 @@ def test_quick_bench_writes_its_figures(tmp_path, capsys):
         assert row["shared_step_ms"] > 0 and row["steps_in_turn_ms"] > 0
         assert row["throughput_gain"] == pytest.approx(row["steps_in_turn_ms"] / row["shared_step_ms"], rel=2e-3)
     assert isinstance(figures["targets"]["met_shared_step_gain"], bool)
+    # k keystrokes with their contexts kept: every one reuses, first passes shared against in turn.
+    assert [r["requests"] for r in figures["shared_keystrokes"]] == [1, 2, 4, 8, 16]
+    for row in figures["shared_keystrokes"]:
+        assert row["reusing"] == row["requests"]
+        assert row["throughput_gain"] == pytest.approx(
+            row["first_passes_in_turn_ms"] / row["shared_first_passes_ms"], rel=2e-3)
     # The keystroke after, with the context kept: all of it but the typed token and the one before.
     reuse = figures["context_reuse_after_typing"]
     assert reuse["context_tokens"] - 2 <= reuse["reused_tokens"] < reuse["context_tokens"]
