@@ -92,24 +92,29 @@ class SpanRows:
 
 
 def extend_contexts(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, counts: list[int], contexts: list[KV],
-                    attend: bool = True) -> tuple[torch.Tensor | None, list[KV]]:
+                    masks: list[torch.Tensor | None] | None = None) -> tuple[torch.Tensor | None, list[KV]]:
     """New context rows of several requests, back to back: q [1, H, M, D], k/v [1, Hkv, M, D],
     request r owning `counts[r]` of them after its cached context `contexts[r]` ([1, Hkv, N_r, D]).
-    Returns each request's context with its new keys/values appended and, if `attend`, the new
-    rows' attention output [1, H, M, D]: causal over the cached context and the new rows up to
-    itself (the context half of the layout; a context row never sees a slot)."""
+    Returns each request's context with its new keys/values appended and, given `masks`
+    (`causal_masks`), the new rows' attention output [1, H, M, D]: causal over the cached context
+    and the new rows up to itself (the context half of the layout; a context row never sees a slot)."""
     parts, extended, off = [], [], 0
-    for m, (k_ctx, v_ctx) in zip(counts, contexts):
+    for r, (m, (k_ctx, v_ctx)) in enumerate(zip(counts, contexts)):
         if m:
             k_ctx, v_ctx = torch.cat([k_ctx, k[:, :, off:off + m]], 2), torch.cat([v_ctx, v[:, :, off:off + m]], 2)
-            if attend:
-                n = k_ctx.shape[2] - m
-                causal = torch.ones(m, n + m, dtype=torch.bool, device=q.device).tril(diagonal=n)
-                parts.append(F.scaled_dot_product_attention(q[:, :, off:off + m], k_ctx, v_ctx, attn_mask=causal,
+            if masks is not None:
+                parts.append(F.scaled_dot_product_attention(q[:, :, off:off + m], k_ctx, v_ctx, attn_mask=masks[r],
                                                             enable_gqa=q.shape[1] != k.shape[1]))
             off += m
         extended.append((k_ctx, v_ctx))
     return (torch.cat(parts, 2) if parts else None), extended
+
+
+def causal_masks(counts: list[int], cached: list[int], device: torch.device) -> list[torch.Tensor | None]:
+    """Per request, [M_r, N_r + M_r] bool: new context row i sees the N_r cached rows and new rows <= i
+    (None where a request has no new rows). Built once per step: every layer uses the same."""
+    return [torch.ones(m, n + m, dtype=torch.bool, device=device).tril(diagonal=n) if m else None
+            for m, n in zip(counts, cached)]
 
 
 class Attention(nn.Module):
@@ -274,13 +279,14 @@ class EmbeddedModel(nn.Module):
         h = self.embed(torch.cat(tokens))[None]                                      # [1, T, dim]
         cos, sin = self.rotary.cos_sin(torch.cat(positions), h.dtype)
         contexts: list[list[KV]] = [[] for _ in requests]
+        masks = causal_masks(counts, [r.context[0][0].shape[2] for r in requests], h.device) if new else None
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
             q, k, v = layer.attn.project(layer.input_norm(h), cos, sin)             # [1, H, T, D]
             # Past their last keys/values the context rows are never read: the last layer's
             # attention and MLP, and the head, run on span rows only.
             y_ctx, kv = extend_contexts(q[:, :, :new], k[:, :, :new], v[:, :, :new], counts,
-                                        [r.context[i] for r in requests], attend=i < last)
+                                        [r.context[i] for r in requests], masks if i < last else None)
             y = span_attention_ragged(q[:, :, new:], k[:, :, new:], v[:, :, new:], shapes, kv)
             if y_ctx is not None:
                 y = torch.cat([y_ctx, y], 2)
