@@ -6,8 +6,9 @@ import functools
 import json
 import logging
 import os
+import queue
 import sys
-from collections import deque
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -257,9 +258,10 @@ def no_completion_reason(plan, result) -> str:
 
 
 def infill(args) -> int:
-    """JSONL in, JSONL out, in input order. With `--concurrency N`, N lines are in flight at once
-    and share denoising steps through the engine's step scheduler (a line still streams: a reply
-    is printed as soon as it and every line before it are done)."""
+    """JSONL in, JSONL out, in input order, each reply printed as soon as it and every line before
+    it are done (the input may be a pipe another program writes to as it reads the replies). With
+    `--concurrency N`, up to N lines are in flight at once and share denoising steps through the
+    engine's step scheduler."""
     apply_threads(args)
     if args.concurrency < 1:
         raise UserError(f"--concurrency must be at least 1, not {args.concurrency}")
@@ -267,15 +269,31 @@ def infill(args) -> int:
     settings = options.decode.decode_settings()
     default_max = args.max_tokens if args.max_tokens is not None else options.planner.max_line_tokens
     engine = load_engine(args, batching=args.concurrency > 1)
-    lines = ((number, raw) for number, raw in enumerate(sys.stdin, start=1) if raw.strip())
-    with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
-        in_flight: deque[Future] = deque()
-        for number, raw in lines:
-            in_flight.append(pool.submit(infill_line, engine, raw, number, default_max, settings, InfillRequest))
-            if len(in_flight) >= args.concurrency:
-                print(json.dumps(in_flight.popleft().result()), flush=True)
-        while in_flight:
-            print(json.dumps(in_flight.popleft().result()), flush=True)
+    room = threading.BoundedSemaphore(args.concurrency)      # lines read but not yet answered
+    replies: queue.SimpleQueue[tuple[int, Future] | None] = queue.SimpleQueue()
+
+    def write() -> None:
+        while (item := replies.get()) is not None:
+            number, future = item
+            try:
+                reply = future.result()
+            except Exception as exc:   # noqa: BLE001 - out of memory, say: that line fails, the stream goes on
+                reply = {"id": None, "error": f"line {number}: {type(exc).__name__}: {exc}"}
+            print(json.dumps(reply), flush=True)
+            room.release()
+
+    writer = threading.Thread(target=write, name="infill-replies")
+    writer.start()
+    try:
+        with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
+            for number, raw in enumerate(sys.stdin, start=1):
+                if raw.strip():
+                    room.acquire()
+                    replies.put((number, pool.submit(infill_line, engine, raw, number, default_max, settings,
+                                                     InfillRequest)))
+    finally:
+        replies.put(None)
+        writer.join()
     if engine.batching:
         stats = engine.scheduler.stats()
         engine.scheduler.close()

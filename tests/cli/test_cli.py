@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +65,26 @@ def test_infill_with_concurrency_shares_steps_and_answers_as_one_at_a_time(tiny_
     assert "forward passes" in summary and passes < steps, summary
     refused = run(*base, "--concurrency", "0", stdin=stdin)
     assert refused.returncode == 1 and "--concurrency must be at least 1" in refused.stderr
+
+
+@pytest.mark.parametrize("concurrency", ["1", "3"])
+def test_infill_answers_each_line_while_its_input_stays_open(tiny_model_dir, concurrency):
+    """A program that writes a line and waits for its reply before the next (a pipe kept open)
+    gets every reply as soon as its line is done, whatever the concurrency."""
+    proc = subprocess.Popen([sys.executable, "-m", "dllm_lsp", "infill", "--model", str(tiny_model_dir),
+                             "--device", "cpu", "--steps", "2", "--concurrency", concurrency],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for i in range(2):
+            proc.stdin.write(json.dumps({"id": i, "prefix": "x = ", "suffix": "\n", "max_tokens": 4}) + "\n")
+            proc.stdin.flush()
+            ready, _, _ = select.select([proc.stdout], [], [], 60)
+            assert ready, f"no reply to line {i} while the input stays open"
+            assert json.loads(proc.stdout.readline())["id"] == i
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()
 
 
 @pytest.mark.parametrize(
