@@ -7,7 +7,6 @@ budget, so the job cannot rot while no GPU is at hand."""
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 

@@ -3,7 +3,6 @@ even when the connection's model changes between planning and running (options c
 model loaded). Real tiny models, real planner, real completion service."""
 from __future__ import annotations
 
-import pytest
 from lsprotocol import types
 from pygls.workspace import Workspace
 

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from dllm_lsp.syntax.snapshot import Snapshot
 from dllm_lsp.planner.spans import plan_span
 from dllm_lsp.postprocess import finish
-from dllm_lsp.syntax import ParsedDocument, Snapshot, count_errors
+from dllm_lsp.syntax import Snapshot, count_errors
 from dllm_lsp.syntax.snapshot import parse_errors
 
 NESTED = '''def wrap(text, prefix):
