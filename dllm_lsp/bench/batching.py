@@ -50,6 +50,21 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def interleaved(first, second, device: torch.device, runs: int) -> tuple[dict, dict]:
+    """Percentiles (ms) of `runs` timings of each of two callables, after one warm-up each,
+    interleaved so that drift on a shared machine hits both alike."""
+    first(), second()
+    samples: tuple[list[float], list[float]] = ([], [])
+    for _ in range(runs):
+        for fn, out in ((first, samples[0]), (second, samples[1])):
+            synchronize(device)
+            t0 = time.perf_counter()
+            fn()
+            synchronize(device)
+            out.append((time.perf_counter() - t0) * 1000)
+    return percentiles(samples[0]), percentiles(samples[1])
+
+
 def run_batching_bench(engine: Engine, counts: list[int], runs: int = 15, span_tokens: int = 32) -> dict:
     denoiser = engine.denoiser
     settings = DecodeSettings(steps=8)
@@ -75,16 +90,7 @@ def run_batching_bench(engine: Engine, counts: list[int], runs: int = 15, span_t
             [r.session for r in pair], [r.ids for r in pair], [r.rows() for r in pair]) is not None
         for k in counts:
             group = runs_by_request[:k]
-            shared(group), in_turn(group)            # warm-up
-            samples = {"shared": [], "in_turn": []}
-            for _ in range(runs):
-                for name, fn in (("shared", shared), ("in_turn", in_turn)):   # interleaved
-                    synchronize(device)
-                    t0 = time.perf_counter()
-                    fn(group)
-                    synchronize(device)
-                    samples[name].append((time.perf_counter() - t0) * 1000)
-            s, t = percentiles(samples["shared"]), percentiles(samples["in_turn"])
+            s, t = interleaved(lambda: shared(group), lambda: in_turn(group), device, runs)
             rows.append({"requests": k, "rows": k * span_tokens, "shared_step": s, "steps_in_turn": t,
                          "throughput_gain": round(t["p50_ms"] / s["p50_ms"], 3)})
             print(f"{k} request(s): shared step p50 {s['p50_ms']:.2f} ms, in turn {t['p50_ms']:.2f} ms, "
@@ -121,17 +127,8 @@ def run_first_steps(engine: Engine, counts: list[int], runs: int, span_tokens: i
         with torch.inference_mode():
             for k in counts:
                 group = canvases[:k]
-                samples = {True: [], False: []}
-                for merged in (True, False):
-                    first_step(group, merged)           # warm-up
-                for _ in range(runs):
-                    for merged in (True, False):         # interleaved
-                        synchronize(denoiser.device)
-                        t0 = time.perf_counter()
-                        first_step(group, merged)
-                        synchronize(denoiser.device)
-                        samples[merged].append((time.perf_counter() - t0) * 1000)
-                merged, own = percentiles(samples[True]), percentiles(samples[False])
+                merged, own = interleaved(lambda: first_step(group, True), lambda: first_step(group, False),
+                                          denoiser.device, runs)
                 context = sum(int(c.context_mask().sum()) for c in group)
                 rows.append({"requests": k, "context_tokens": context, "contexts_in_the_step": merged,
                              "context_passes_then_step": own, "gain": round(own["p50_ms"] / merged["p50_ms"], 3)})

@@ -237,6 +237,17 @@ def shared_steps(denoiser: CheckpointDenoiser, cfg: BiConfig, context: int, span
     return shared_against_in_turn(denoiser, sessions, ids, counts, runs)
 
 
+def interleaved_medians(first, second, device: torch.device, runs: int) -> tuple[float, float]:
+    """Median ms of `runs` timings of each of two callables, after one warm-up each, interleaved
+    so that drift hits both alike."""
+    first(), second()
+    samples: tuple[list[float], list[float]] = ([], [])
+    for _ in range(runs):
+        samples[0].extend(timed(first, device, 1, warmup=0))
+        samples[1].extend(timed(second, device, 1, warmup=0))
+    return statistics.median(samples[0]), statistics.median(samples[1])
+
+
 def shared_keystrokes(denoiser: CheckpointDenoiser, cfg: BiConfig, context: int, span: int, counts: list[int],
                       settings: DecodeSettings, runs: int) -> list[dict]:
     """k keystrokes in k documents at once, cache mode "reuse": their first passes (the typed
@@ -272,12 +283,7 @@ def shared_keystrokes(denoiser: CheckpointDenoiser, cfg: BiConfig, context: int,
                     session.logits(step_ids)
 
             reusing = sum(session.reuse is not None for session in opened())
-            shared(), in_turn()                # warm-up
-            samples: dict[str, list[float]] = {"shared": [], "in_turn": []}
-            for _ in range(runs):              # interleaved
-                samples["shared"] += timed(shared, device, 1, warmup=0)
-                samples["in_turn"] += timed(in_turn, device, 1, warmup=0)
-            sh, t = statistics.median(samples["shared"]), statistics.median(samples["in_turn"])
+            sh, t = interleaved_medians(shared, in_turn, device, runs)
             rows.append({"requests": k, "reusing": reusing, "shared_first_passes_ms": round(sh, 3),
                          "first_passes_in_turn_ms": round(t, 3), "throughput_gain": round(t / sh, 3)})
         return rows
@@ -303,12 +309,7 @@ def shared_against_in_turn(denoiser, sessions: list, ids: list[torch.Tensor], co
             for session, step_ids in zip(group, group_ids):
                 session.logits(step_ids)
 
-        shared(), in_turn()                # warm-up
-        samples: dict[str, list[float]] = {"shared": [], "in_turn": []}
-        for _ in range(runs):              # interleaved, so drift hits both alike
-            samples["shared"] += timed(shared, device, 1, warmup=0)
-            samples["in_turn"] += timed(in_turn, device, 1, warmup=0)
-        s, t = statistics.median(samples["shared"]), statistics.median(samples["in_turn"])
+        s, t = interleaved_medians(shared, in_turn, device, runs)
         rows.append({"requests": k, "shared_step_ms": round(s, 3), "steps_in_turn_ms": round(t, 3),
                      "throughput_gain": round(t / s, 3)})
     return rows
