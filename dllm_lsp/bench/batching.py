@@ -10,8 +10,10 @@ learns the same curve online (`stepCostMs` in dllm/status) and batches only wher
 For the embedded model, also the first step of k requests that just arrived, nothing of their
 context cached: one shared pass that computes their contexts with their span rows (what the
 server does) against a context pass per request as it starts, then their shared step
-(`serve --context-pass own`). Medians of interleaved runs; JSON with the device, versions and
-settings.
+(`serve --context-pass own`). Then what the scheduler's step-cost model learns from these
+medians: with a step's rows split into span and context rows (what it does) and counted as one
+(what it did), each fit's coefficients and its error on every measured step (`step_cost` in the
+JSON). Medians of interleaved runs; JSON with the device, versions and settings.
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ from pathlib import Path
 import torch
 
 from dllm_lsp.cli_errors import report as report_error
-from dllm_lsp.engine.denoise import FixedLengthRun, propose
+from dllm_lsp.engine.batching import StepCost
+from dllm_lsp.engine.denoise import FixedLengthRun, StepRows, propose
 from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import DecodeSettings, InfillRequest
 from dllm_lsp.loader import ModelLoadError, load_model
@@ -99,6 +102,7 @@ def run_batching_bench(engine: Engine, counts: list[int], runs: int = 15, span_t
     return {
         "benchmark": "one shared denoising step of k requests vs their k steps in turn",
         "first_steps": first_steps,
+        "step_cost": step_cost_fits(rows, first_steps, span_tokens),
         "model": denoiser.describe(),
         "settings": {"span_tokens": span_tokens, "runs": runs, "counts": counts,
                      "torch_threads": torch.get_num_threads(), "batched_forward": batched_forward},
@@ -138,6 +142,39 @@ def run_first_steps(engine: Engine, counts: list[int], runs: int, span_tokens: i
     finally:
         denoiser.prefix_cache_entries, denoiser.context_in_first_step = entries, True
     return rows
+
+
+def step_cost_fits(cases: list[dict], first_steps: list[dict] | None, span_tokens: int) -> dict | None:
+    """The scheduler's step-cost model (`StepCost`) fitted to this run's medians: the shared
+    steps (span rows only) and the first steps with their contexts (span and context rows),
+    once with the rows split as the scheduler counts them and once counted as one; each fit's
+    coefficients and its relative error on every step. None without first steps to tell the
+    two apart."""
+    if not first_steps:
+        return None
+    steps = [(StepRows(case["rows"]), case["shared_step"]["p50_ms"] / 1000) for case in cases]
+    steps += [(StepRows(step["requests"] * span_tokens, step["context_tokens"]),
+               step["contexts_in_the_step"]["p50_ms"] / 1000) for step in first_steps]
+    fits = {}
+    for name, counted in (("span_and_context_rows", lambda rows: rows),
+                          ("one_count_of_rows", lambda rows: StepRows(rows.span + rows.context))):
+        cost = StepCost(decay=1.0)
+        for rows, seconds in steps:
+            cost.observe(counted(rows), seconds)
+        fit = cost.fit()
+        predicted = [fit.predict(counted(rows)) for rows, _ in steps]
+        errors = [abs(p - seconds) / seconds for p, (_, seconds) in zip(predicted, steps)]
+        fits[name] = {
+            "fixed_ms": round(fit.fixed * 1000, 3), "per_row_ms": round(fit.per_row * 1000, 4),
+            "per_context_row_ms": round(fit.per_context_row * 1000, 4),
+            "steps": [{"span_rows": rows.span, "context_rows": rows.context, "measured_ms": round(seconds * 1000, 2),
+                       "predicted_ms": round(p * 1000, 2)} for p, (rows, seconds) in zip(predicted, steps)],
+            "median_error": round(sorted(errors)[len(errors) // 2], 3), "max_error": round(max(errors), 3),
+        }
+        print(f"step cost, {name.replace('_', ' ')}: fixed {fit.fixed * 1000:.2f} ms, "
+              f"{fit.per_row * 1000:.3f} ms a span row, {fit.per_context_row * 1000:.3f} ms a context row; "
+              f"error median {fits[name]['median_error']:.0%}, max {fits[name]['max_error']:.0%}", flush=True)
+    return fits
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,8 +22,9 @@ fixed (reading the weights: a GPU at small batch), where a step over sixteen req
 about what a step over one does. On a CPU a step costs in proportion to its rows; stepping
 every request together then only makes each of them `n` times slower (processor sharing),
 and under typing a request slowed down is a request superseded before it is shown. The cost
-model is measured, not configured: `StepCost` fits seconds = fixed + per_row * rows over the
-recent steps, so the same rule batches everything on a GPU and keeps groups small on a CPU.
+model is measured, not configured: `StepCost` fits seconds = fixed + per_row * span rows +
+per_context_row * context rows over the recent steps, so the same rule batches everything on a
+GPU and keeps groups small on a CPU.
 
 Why first come, first served: orders that looked smarter were measured on the typing replay
 and lost. Ranking requests by their chance of still being wanted when done (learnt from the
@@ -49,7 +50,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .denoise import Cancelled, DenoiseOutcome, SteppedRun
+from .denoise import Cancelled, DenoiseOutcome, SteppedRun, StepRows
 from .denoiser import Denoiser
 
 log = logging.getLogger(__name__)
@@ -68,48 +69,103 @@ EXPLORE_EVERY = 32
 MAX_SHARED_FAILURES = 3
 
 
+@dataclass(frozen=True)
+class StepCoefficients:
+    """Seconds a model call costs: `fixed` per pass, `per_row` per span row, `per_context_row`
+    per context row (`StepRows`)."""
+
+    fixed: float
+    per_row: float
+    per_context_row: float
+
+    def predict(self, rows: StepRows, passes: int = 1) -> float:
+        return passes * self.fixed + self.per_row * rows.span + self.per_context_row * rows.context
+
+
 class StepCost:
-    """Seconds of one step against its rows: least squares of t = fixed + per_row * rows over
-    the recent steps (exponential forgetting), or per-row only for a model that steps
-    requests in turn (no batched forward: cost adds up per request)."""
+    """Seconds of one step against what it carries: least squares of
+    t = fixed + per_row * span_rows + per_context_row * context_rows over the recent steps
+    (exponential forgetting). A model that steps requests in turn (no batched forward) pays the
+    fixed part once per request (`StepCoefficients.predict(passes=...)`).
+
+    A coefficient the recent steps cannot tell apart (every step the same span size, or no
+    context rows lately) keeps its last fitted value; before it ever had one it is taken equal
+    to the other per-row coefficient (a context row costs what a span row does)."""
 
     def __init__(self, decay: float = 0.97) -> None:
         self.decay = decay
-        self.w = self.x = self.y = self.xx = self.xy = 0.0
-        self._last: tuple[float, float] | None = None
+        # Weighted sums over the steps (forgotten at `decay` per step) of 1, s, c, t and their
+        # products, for s span rows, c context rows, t seconds: all the fit needs. Plain floats
+        # and a 2x2 solve by hand, not numpy: its linear algebra runs on a BLAS thread pool
+        # whose threads spin after each call, and on a 2-core machine that took a core from
+        # the model's steps (a typing replay measured about 1 ms more per model pass with it).
+        self._sums = dict.fromkeys(("w", "s", "c", "t", "ss", "cc", "sc", "st", "ct"), 0.0)
+        self._last: StepCoefficients | None = None
+        self._fitted = True      # `_last` is the fit of the sums as they stand (the group choice asks often)
 
-    def observe(self, rows: int, seconds: float) -> None:
-        d = self.decay
-        self.w = d * self.w + 1.0
-        self.x = d * self.x + rows
-        self.y = d * self.y + seconds
-        self.xx = d * self.xx + rows * rows
-        self.xy = d * self.xy + rows * seconds
+    def observe(self, rows: StepRows, seconds: float) -> None:
+        s, c, t, d = float(rows.span), float(rows.context), seconds, self.decay
+        for key, value in (("w", 1.0), ("s", s), ("c", c), ("t", t), ("ss", s * s), ("cc", c * c),
+                           ("sc", s * c), ("st", s * t), ("ct", c * t)):
+            self._sums[key] = d * self._sums[key] + value
+        self._fitted = False
 
-    def fit(self) -> tuple[float, float] | None:
-        """(fixed, per_row) seconds; while the recent steps had (nearly) one size, the last fit
-        they allowed (a machine's cost structure outlives a quiet spell of one-request steps);
-        None before any."""
-        if self.w < 4:
+    def fit(self) -> StepCoefficients | None:
+        """The coefficients; while the recent steps had (nearly) one size, the last fit they
+        allowed (a machine's cost structure outlives a quiet spell of one-request steps); None
+        before any."""
+        if self._fitted:
             return self._last
-        var = self.w * self.xx - self.x * self.x
-        if var <= 1e-3 * self.w * self.xx:
+        self._fitted = True
+        m = self._sums
+        w = m["w"]
+        if w < 4:
             return self._last
-        per_row = max((self.w * self.xy - self.x * self.y) / var, 0.0)
-        fixed = max((self.y - per_row * self.x) / self.w, 0.0)
-        self._last = (fixed, per_row)
+        ms, mc, mt = m["s"] / w, m["c"] / w, m["t"] / w
+        # Covariances of span rows, context rows and seconds.
+        vss, vcc, vsc = m["ss"] / w - ms * ms, m["cc"] / w - mc * mc, m["sc"] / w - ms * mc
+        vst, vct = m["st"] / w - ms * mt, m["ct"] / w - mc * mt
+        # A size varies when its spread is more than a rounding error of its size and, in rows,
+        # is still there after forgetting (the last steps with context rows long past, their
+        # weight decayed to nothing, tell nothing about a context row's cost any more).
+        span_varies = vss > 1e-3 * m["ss"] / w and w * vss >= 1.0
+        context_varies = vcc > 1e-3 * m["cc"] / w and w * vcc >= 1.0
+        det = vss * vcc - vsc * vsc
+        last = self._last
+        if span_varies and context_varies and det > 1e-6 * vss * vcc:
+            per_row = (vst * vcc - vct * vsc) / det
+            per_context = (vct * vss - vst * vsc) / det
+            # A cost is never negative: where the joint fit says so (noise, sizes that move
+            # together), that coefficient is 0 and the other is fitted alone.
+            if per_row < 0:
+                per_row, per_context = 0.0, vct / vcc
+            elif per_context < 0:
+                per_row, per_context = vst / vss, 0.0
+        elif span_varies:
+            per_row = vst / vss
+            per_context = last.per_context_row if last is not None else per_row
+        elif context_varies:
+            per_context = vct / vcc
+            per_row = last.per_row if last is not None else per_context
+        else:
+            return last
+        per_row, per_context = max(per_row, 0.0), max(per_context, 0.0)
+        fixed = max(mt - per_row * ms - per_context * mc, 0.0)
+        self._last = StepCoefficients(fixed, per_row, per_context)
         return self._last
 
-    def proportional(self) -> tuple[float, float] | None:
+    def proportional(self) -> StepCoefficients | None:
         """The fit, or where the steps had one size, cost in proportion to rows (no fixed part)."""
         coeffs = self.fit()
-        if coeffs is None and self.x > 0:
-            coeffs = (0.0, self.y / self.x)
+        rows = self._sums["s"] + self._sums["c"]
+        if coeffs is None and rows > 0:
+            per_row = self._sums["t"] / rows
+            coeffs = StepCoefficients(0.0, per_row, per_row)
         return coeffs
 
-    def predict(self, rows: int) -> float | None:
+    def predict(self, rows: StepRows) -> float | None:
         coeffs = self.fit()
-        return None if coeffs is None else coeffs[0] + coeffs[1] * rows
+        return None if coeffs is None else coeffs.predict(rows)
 
 
 @dataclass
@@ -117,7 +173,7 @@ class Job:
     make_run: Callable[[], SteppedRun]
     should_stop: Callable[[], bool]
     future: Future
-    rows: int                  # span rows (times candidates) its steps will carry
+    rows: StepRows             # what its next step carries (span rows times candidates, context rows)
     arrived: float = field(default_factory=time.monotonic)
     run: SteppedRun | None = None
 
@@ -147,10 +203,10 @@ class StepScheduler:
         self._iterations = 0
 
     def submit(self, make_run: Callable[[], SteppedRun], should_stop: Callable[[], bool],
-               rows: int = 1) -> Future:
+               rows: StepRows = StepRows(1)) -> Future:
         """Queue a request; the future gives its DenoiseOutcome, or raises Cancelled or its error.
         `rows` sizes it for the group choice before its run exists."""
-        job = Job(make_run, should_stop, Future(), max(rows, 1))
+        job = Job(make_run, should_stop, Future(), rows)
         with self._start_lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="dllm-steps", daemon=True)
@@ -169,7 +225,7 @@ class StepScheduler:
             thread.join(timeout)
 
     def run(self, make_run: Callable[[], SteppedRun], should_stop: Callable[[], bool],
-            rows: int = 1) -> DenoiseOutcome:
+            rows: StepRows = StepRows(1)) -> DenoiseOutcome:
         return self.submit(make_run, should_stop, rows).result()
 
     # -- the scheduler thread ------------------------------------------------------------------
@@ -234,7 +290,7 @@ class StepScheduler:
         """This step's requests (admitted: their runs exist and want logits)."""
         order = self._order(jobs)
         group: list[Job] = []
-        rows = 0
+        rows = StepRows()
         budget = None
         self._iterations += 1
         explore = bool(self.explore_every) and self._iterations % self.explore_every == 0
@@ -259,12 +315,12 @@ class StepScheduler:
                 budget = None if alone is None else self.slack * alone
         return group
 
-    def _predict(self, rows: int, requests: int) -> float | None:
+    def _predict(self, rows: StepRows, requests: int) -> float | None:
         if self._batched_forward:
             return self.cost.predict(rows)
         # Stepped in turn: the group costs what its requests cost one by one.
         coeffs = self.cost.proportional()
-        return None if coeffs is None else requests * coeffs[0] + coeffs[1] * rows
+        return None if coeffs is None else coeffs.predict(rows, passes=requests)
 
     def _admit(self, job: Job) -> bool:
         """Create the run of a job joining its first group (its context work starts); False when it failed."""
@@ -314,7 +370,7 @@ class StepScheduler:
                 job.future.set_exception(exc)
         seconds = time.perf_counter() - start
         if self._batched_forward:
-            self.cost.observe(sum(job.rows for job in jobs), seconds)
+            self.cost.observe(sum((job.rows for job in jobs), StepRows()), seconds)
         else:
             # In turn: each request's pass on its own is one sample.
             for job in jobs:
@@ -333,7 +389,8 @@ class StepScheduler:
                 "busySeconds": round(self.busy_seconds, 3),
                 "slack": None if math.isinf(self.slack) else self.slack,
                 "stepCostMs": None if coeffs is None else
-                {"fixed": round(coeffs[0] * 1000, 3), "perRow": round(coeffs[1] * 1000, 4)}}
+                {"fixed": round(coeffs.fixed * 1000, 3), "perRow": round(coeffs.per_row * 1000, 4),
+                 "perContextRow": round(coeffs.per_context_row * 1000, 4)}}
 
 
 def _close_at_exit(ref: weakref.ref) -> None:

@@ -39,7 +39,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from .denoise import (
-    CallRun, DenoiseOutcome, ModelCall, StepCallback, choose_commits, collapse_after_pad,
+    CallRun, DenoiseOutcome, ModelCall, StepCallback, StepRows, choose_commits, collapse_after_pad,
     hold_back_early_ends, propose, run_alone,
 )
 from .denoiser import Canvas, SpecialTokens
@@ -100,12 +100,13 @@ class BlockwiseRun(CallRun):
         super().__init__(_Loop(port, settings).decode(canvas, on_step))
 
     @staticmethod
-    def planned_rows(port: BlockDiffusionPort, canvas: Canvas, settings: DecodeSettings) -> int:
-        """Rows the first call will carry, before the run exists (the scheduler's group choice):
+    def planned_rows(port: BlockDiffusionPort, canvas: Canvas, settings: DecodeSettings) -> StepRows:
+        """What the first call will carry, before the run exists (the scheduler's group choice):
         the first slot's context blocks and its first block, for each candidate."""
         ids, ranges = canvas.ids.tolist(), canvas.slot_ranges
         context = port.context_ids(ids[:ranges[0][0]], _suffix(ids, ranges, 0)) if ranges else []
-        return settings.n * ((len(context) // port.block_size + 1) * port.block_size)
+        bs = port.block_size
+        return StepRows(settings.n * bs, settings.n * (len(context) // bs) * bs)
 
 
 @torch.no_grad()
@@ -296,6 +297,7 @@ class _Block:
         """The next model call: the finished blocks since the last call, then the current block.
         After it, the cache holds everything before the current block."""
         end = self.start + self.port.block_size
-        call = ModelCall(BlockStep(self.port, self.cache, self.cached), seq[:, self.cached:end], rows, greedy)
+        call = ModelCall(BlockStep(self.port, self.cache, self.cached), seq[:, self.cached:end], rows, greedy,
+                         context_rows=seq.shape[0] * (self.start - self.cached))
         self.cached = self.start
         return call

@@ -29,6 +29,24 @@ class Cancelled(Exception):
     """Raised at a step boundary when the caller asked the loop to stop."""
 
 
+@dataclass(frozen=True)
+class StepRows:
+    """What one model call runs through the model, as the step scheduler's cost model counts it:
+    `span` rows (the decoding's own: every layer, and the LM head for those read) and `context`
+    rows (a request's context computed in its first call, for their keys and values only). The
+    two are counted apart because their costs differ: the embedded model drops context rows
+    before its last layer and never runs them through the LM head, so on a CPU a context row
+    costs well under a span row, and a first step of 16 span rows and 200 context rows costs
+    nothing like 216 span rows. Counted as one, the scheduler's fit read the cheap context rows
+    as a large fixed cost per step and shared steps where sharing made each request slower."""
+
+    span: int = 0
+    context: int = 0
+
+    def __add__(self, other: "StepRows") -> "StepRows":
+        return StepRows(self.span + other.span, self.context + other.context)
+
+
 @dataclass
 class DenoiseOutcome:
     ids: torch.Tensor          # [B, T] final canvas
@@ -73,7 +91,7 @@ class SteppedRun(Protocol):
 
     session: Any            # answers `logits(ids, rows)`; `Denoiser.batch_logits` takes several
     ids: torch.Tensor       # what the next call runs
-    step_rows: int          # rows the next call runs through the model (the cost model's size)
+    step_rows: StepRows     # what the next call runs through the model (the cost model's size)
     needs_greedy_fill: bool  # the next call is a window's last: taken even when the request was cancelled
 
     def wants_logits(self) -> bool:
@@ -97,6 +115,7 @@ class ModelCall:
     ids: torch.Tensor        # what the call runs
     rows: torch.Tensor       # bool: the rows whose logits the run reads
     greedy: bool             # the last fill after a step budget: taken even when the request was cancelled
+    context_rows: int = 0    # of `ids`' rows, those computed as context (a block model's finished blocks)
 
 
 class CallRun:
@@ -135,9 +154,12 @@ class CallRun:
         return self._call.rows
 
     @property
-    def step_rows(self) -> int:
-        """Rows the next call runs through the model."""
-        return int(self._call.ids.numel()) if self._call is not None else 0
+    def step_rows(self) -> StepRows:
+        """What the next call runs through the model."""
+        call = self._call
+        if call is None:
+            return StepRows()
+        return StepRows(int(call.ids.numel()) - call.context_rows, call.context_rows)
 
     def advance(self, logits: torch.Tensor) -> None:
         """Apply the logits of the call in hand (its `rows()`, [R, V] row-major) and run to the next call."""
@@ -277,17 +299,17 @@ class FixedLengthRun:
         return relayout(span, widths, capacity, self.pad_fill), relayout(masked, widths, capacity, False)
 
     @staticmethod
-    def planned_rows(denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings) -> int:
-        """Rows the first step will carry, before the run exists (the scheduler's group choice):
+    def planned_rows(denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings) -> StepRows:
+        """What the first step will carry, before the run exists (the scheduler's group choice):
         the span rows of every candidate, and the context rows no cache holds where the model
         computes them in that step."""
-        return canvas.span_positions().numel() * settings.n + denoiser.uncached_context_rows(canvas)
+        return StepRows(canvas.span_positions().numel() * settings.n, denoiser.uncached_context_rows(canvas))
 
     @property
-    def step_rows(self) -> int:
-        """Rows the next step runs through the model (the step scheduler's cost model): the span
+    def step_rows(self) -> StepRows:
+        """What the next step runs through the model (the step scheduler's cost model): the span
         rows, and on a first step the context rows it computes."""
-        return int(self.masked.numel()) + self.denoiser.pending_rows(self.session)
+        return StepRows(int(self.masked.numel()), self.denoiser.pending_rows(self.session))
 
     def rows(self) -> torch.Tensor:
         """[B, S] bool: the span rows whose logits the next `advance` reads (the undecided ones).

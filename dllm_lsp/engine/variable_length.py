@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from .denoise import CallRun, DenoiseOutcome, ModelCall, StepCallback, choose_commits, propose, run_alone
+from .denoise import CallRun, DenoiseOutcome, ModelCall, StepCallback, StepRows, choose_commits, propose, run_alone
 from .denoiser import Canvas, Denoiser, SpecialTokens
 from .types import CacheSettings, DecodeSettings
 
@@ -78,13 +78,13 @@ class VariableLengthRun(CallRun):
         super().__init__(_candidates(denoiser, canvas, settings, on_step, cache))
 
     @staticmethod
-    def planned_rows(denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings) -> int:
-        """Rows a step will carry, before the run exists (the scheduler's group choice)."""
-        return sum(initial_width(width) for width in canvas.widths)
+    def planned_rows(denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings) -> StepRows:
+        """What a step will carry, before the run exists (the scheduler's group choice)."""
+        return StepRows(sum(initial_width(width) for width in canvas.widths))
 
     @property
-    def step_rows(self) -> int:
-        return int(self._call.rows.numel()) if self._call is not None else 0
+    def step_rows(self) -> StepRows:
+        return StepRows(int(self._call.rows.numel()) if self._call is not None else 0)
 
 
 def denoise_variable_length(

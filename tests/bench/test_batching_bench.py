@@ -24,6 +24,20 @@ def test_shared_step_against_steps_in_turn(tiny_model_dir, tmp_path):
     for case in report["first_steps"]:
         merged, own = case["contexts_in_the_step"]["p50_ms"], case["context_passes_then_step"]["p50_ms"]
         assert case["context_tokens"] > 0 and case["gain"] == round(own / merged, 3)
+    # The scheduler's step-cost model fitted to those medians, rows split and counted as one.
+    fits = report["step_cost"]
+    split, merged = fits["span_and_context_rows"], fits["one_count_of_rows"]
+    measured = ([c["shared_step"]["p50_ms"] for c in report["cases"]]
+                + [c["contexts_in_the_step"]["p50_ms"] for c in report["first_steps"]])
+    assert [s["measured_ms"] for s in split["steps"]] == [round(m, 2) for m in measured]
+    assert [s["context_rows"] for s in split["steps"]] == [0, 0] + [c["context_tokens"] for c in report["first_steps"]]
+    for step in split["steps"]:
+        want = split["fixed_ms"] + split["per_row_ms"] * step["span_rows"] + split["per_context_row_ms"] * step["context_rows"]
+        # (the JSON rounds the coefficients to 0.0001 ms: up to 0.00005 ms a row)
+        assert abs(step["predicted_ms"] - want) < 0.01 + 1e-4 * (step["span_rows"] + step["context_rows"])
+    assert merged["per_row_ms"] == merged["per_context_row_ms"]      # one count: one coefficient
+    for fit in (split, merged):
+        assert 0 <= fit["median_error"] <= fit["max_error"]
 
 
 def test_bad_counts_are_one_line_errors(tiny_model_dir):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from dllm_lsp.arch.embedded import EmbeddedModel, SpanRows
-from dllm_lsp.engine.denoise import FixedLengthRun
+from dllm_lsp.engine.denoise import FixedLengthRun, StepRows
 from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import DecodeSettings, InfillRequest
 from dllm_lsp.loader import load_model
@@ -72,11 +72,11 @@ def test_a_run_carries_its_context_rows_in_its_first_step_only(denoiser):
     settings = DecodeSettings(steps=4)
     planned = FixedLengthRun.planned_rows(denoiser, canvas, settings)
     run = FixedLengthRun(denoiser, canvas, settings)
-    assert planned == run.step_rows == 8 + context
+    assert planned == run.step_rows == StepRows(8, context)
     run.advance(run.session.logits(run.ids, run.rows()))
-    assert run.step_rows == 8
+    assert run.step_rows == StepRows(8)
     # The context is cached now: the same canvas again computes none of it.
-    assert FixedLengthRun.planned_rows(denoiser, canvas, settings) == 8
+    assert FixedLengthRun.planned_rows(denoiser, canvas, settings) == StepRows(8)
     stats = denoiser.context_stats()
     assert stats["tokens"] == context and stats["seconds"] > 0
 
@@ -105,8 +105,8 @@ def test_every_model_pass_is_a_step_when_requests_arrive_together(denoiser):
     passes.clear()
     engine = Engine(denoiser)
     for _ in range(4):       # a GPU-like step cost (fixed, not per row): every request joins every step
-        engine.scheduler.cost.observe(1, 0.01)
-        engine.scheduler.cost.observe(1000, 0.0101)
+        engine.scheduler.cost.observe(StepRows(1), 0.01)
+        engine.scheduler.cost.observe(StepRows(1000, 1000), 0.0101)
     assert infill_together(engine, requests, settings) == want
     stats = engine.scheduler.stats()
     hook.remove()

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from dllm_lsp.engine.batching import Job, StepCost, StepScheduler
-from dllm_lsp.engine.denoise import Cancelled, FixedLengthRun
+from dllm_lsp.engine.denoise import Cancelled, FixedLengthRun, StepRows
 from dllm_lsp.engine.engine import CancelToken, Engine
 from dllm_lsp.engine.types import DecodeSettings, InfillRequest
 from dllm_lsp.loader import load_model
@@ -29,43 +29,88 @@ class FrozenCost(StepCost):
     def __init__(self, fixed: float, per_row: float) -> None:
         super().__init__()
         for rows in (8, 16, 32, 64, 128, 256):
-            super().observe(rows, fixed + per_row * rows)
-        assert self.fit() == pytest.approx((fixed, per_row))
+            super().observe(StepRows(rows), fixed + per_row * rows)
+        learnt = self.fit()
+        assert (learnt.fixed, learnt.per_row) == pytest.approx((fixed, per_row))
 
-    def observe(self, rows: int, seconds: float) -> None:
+    def observe(self, rows: StepRows, seconds: float) -> None:
         pass
+
+
+def _coefficients(cost: StepCost) -> tuple[float, float, float]:
+    fit = cost.fit()
+    return fit.fixed, fit.per_row, fit.per_context_row
 
 
 def test_step_cost_recovers_fixed_and_per_row_parts():
     cost = StepCost()
-    assert cost.fit() is None and cost.predict(32) is None
+    assert cost.fit() is None and cost.predict(StepRows(32)) is None
     for rows in (32, 64, 32, 96, 128, 32):
-        cost.observe(rows, 0.004 + 0.0002 * rows)
-    fixed, per_row = cost.fit()
+        cost.observe(StepRows(rows), 0.004 + 0.0002 * rows)
+    fixed, per_row, per_context = _coefficients(cost)
     assert fixed == pytest.approx(0.004, rel=1e-6) and per_row == pytest.approx(0.0002, rel=1e-6)
-    assert cost.predict(100) == pytest.approx(0.024, rel=1e-6)
+    assert per_context == per_row                      # no context rows seen yet: taken as a span row's
+    assert cost.predict(StepRows(100)) == pytest.approx(0.024, rel=1e-6)
+
+
+def test_context_rows_get_their_own_cost():
+    """A first step carries its request's context rows, which cost less than span rows (kept for
+    their keys and values only). Counted as span rows they bent the fit: steps with many
+    cheap rows made the per-row cost look small and the fixed part large, which is what makes
+    the scheduler share steps where sharing does not pay (a CPU)."""
+    def seconds(span, context):
+        return 0.002 + 0.0003 * span + 0.0001 * context
+    # Typing: mostly later steps (span rows only), now and then a first step with context rows.
+    steps = [(16, 0), (16, 0), (32, 0), (16, 180), (16, 0), (48, 0), (16, 0), (32, 90), (16, 0), (64, 0),
+             (16, 40), (16, 0)]
+    cost = StepCost()
+    for span, context in steps:
+        cost.observe(StepRows(span, context), seconds(span, context))
+    assert _coefficients(cost) == pytest.approx((0.002, 0.0003, 0.0001), rel=1e-6)
+    assert cost.predict(StepRows(32, 100)) == pytest.approx(seconds(32, 100), rel=1e-6)
+    # What one count of rows made of the same steps: a fixed part several times the true one,
+    # a per-row cost well under a span row's.
+    merged = StepCost()
+    for span, context in steps:
+        merged.observe(StepRows(span + context), seconds(span, context))
+    fixed, per_row, _ = _coefficients(merged)
+    assert fixed > 2 * 0.002 and per_row < 0.5 * 0.0003
+
+
+def test_a_coefficient_the_recent_steps_cannot_tell_keeps_its_last_value():
+    cost = StepCost()
+    for span, context in [(16, 0), (32, 0), (16, 100), (48, 0), (16, 50), (32, 0)]:
+        cost.observe(StepRows(span, context), 0.001 + 0.0004 * span + 0.0001 * context)
+    assert _coefficients(cost) == pytest.approx((0.001, 0.0004, 0.0001), rel=1e-6)
+    for _ in range(300):          # warm caches for a long while: no context rows, span sizes vary
+        for span in (16, 32):
+            cost.observe(StepRows(span), 0.002 + 0.0005 * span)
+    fixed, per_row, per_context = _coefficients(cost)
+    assert (fixed, per_row) == pytest.approx((0.002, 0.0005), rel=1e-6)
+    assert per_context == pytest.approx(0.0001, rel=1e-6)   # not reset, not taken as a span row's
 
 
 def test_step_cost_of_one_size_is_unknown_but_proportional_is_offered():
     cost = StepCost()
     for _ in range(10):
-        cost.observe(32, 0.008)
+        cost.observe(StepRows(32), 0.008)
     assert cost.fit() is None                          # one size: fixed and per-row cannot be told apart
-    assert cost.proportional() == pytest.approx((0.0, 0.008 / 32))
+    offered = cost.proportional()
+    assert (offered.fixed, offered.per_row, offered.per_context_row) == pytest.approx((0.0, 0.008 / 32, 0.008 / 32))
 
 
 def test_a_long_spell_of_one_size_keeps_the_last_fit():
     cost = StepCost()
     for rows in (32, 64, 96, 32, 64):
-        cost.observe(rows, 0.001 + 0.0003 * rows)
+        cost.observe(StepRows(rows), 0.001 + 0.0003 * rows)
     learnt = cost.fit()
     for _ in range(500):                               # one request at a time for a long while
-        cost.observe(32, 0.001 + 0.0003 * 32)
+        cost.observe(StepRows(32), 0.001 + 0.0003 * 32)
     assert cost.fit() == learnt                        # not "unknown" (which would batch everything)
 
 
 def _job(rows: int, age: float) -> Job:
-    job = Job(lambda: None, lambda: False, None, rows)
+    job = Job(lambda: None, lambda: False, None, StepRows(rows))
     job.arrived = time.monotonic() - age
     return job
 
@@ -79,7 +124,7 @@ def test_order_is_first_come_first_served(denoiser):
 def _submit(engine: Engine, request: InfillRequest, settings: DecodeSettings, on_step=None):
     canvas = engine.canvas(request)
     return engine.scheduler.submit(lambda: FixedLengthRun(engine.denoiser, canvas, settings, on_step),
-                                   lambda: False, rows=canvas.span_positions().numel())
+                                   lambda: False, rows=StepRows(canvas.span_positions().numel()))
 
 
 def _frozen(engine: Engine, fixed: float, per_row: float) -> Engine:
@@ -135,10 +180,10 @@ def test_a_request_cancelled_while_waiting_never_costs_its_prefill(denoiser):
         made.append(i)
         return FixedLengthRun(denoiser, canvas, SLOW)
 
-    first = engine.scheduler.submit(lambda: make(0), lambda: False, rows=canvas.span_positions().numel())
+    first = engine.scheduler.submit(lambda: make(0), lambda: False, rows=StepRows(canvas.span_positions().numel()))
     cancel = CancelToken()
     waiting = engine.scheduler.submit(lambda: make(1), lambda: cancel.cancelled,
-                                      rows=canvas.span_positions().numel())
+                                      rows=StepRows(canvas.span_positions().numel()))
     cancel.cancel()
     with pytest.raises(Cancelled):
         waiting.result(timeout=60)

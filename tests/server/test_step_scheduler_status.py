@@ -42,6 +42,6 @@ async def test_status_reports_the_scheduler_after_concurrent_completions(tmp_pat
         cost = batching["stepCostMs"]                         # learnt from steps of more than one size
         if cost is not None:
             cost = cost._asdict() if hasattr(cost, "_asdict") else cost
-            assert cost["fixed"] >= 0 and cost["perRow"] >= 0
+            assert cost["fixed"] >= 0 and cost["perRow"] >= 0 and cost["perContextRow"] >= 0
     finally:
         await stop_server(client)
