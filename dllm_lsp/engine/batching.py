@@ -135,11 +135,13 @@ class StepCost:
         if span_varies and context_varies and det > 1e-6 * vss * vcc:
             per_row = (vst * vcc - vct * vsc) / det
             per_context = (vct * vss - vst * vsc) / det
-            # A cost is never negative: where the joint fit says so (noise, sizes that move
-            # together), that coefficient is 0 and the other is fitted alone.
-            if per_row < 0:
-                per_row, per_context = 0.0, vct / vcc
-            elif per_context < 0:
+            # A context row never costs more than a span row (it goes through no more of the
+            # model), and no cost is negative. Where the joint fit says otherwise (noisy
+            # steps, sizes that move together) the least-squares fit under those bounds lies
+            # on the bound: one slope for both kinds of row, or no cost for context rows.
+            if per_row < per_context:
+                per_row = per_context = (vst + vct) / (vss + vcc + 2 * vsc)
+            if per_context < 0:
                 per_row, per_context = vst / vss, 0.0
         elif span_varies:
             per_row = vst / vss

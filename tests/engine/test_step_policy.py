@@ -90,6 +90,21 @@ def test_a_coefficient_the_recent_steps_cannot_tell_keeps_its_last_value():
     assert per_context == pytest.approx(0.0001, rel=1e-6)   # not reset, not taken as a span row's
 
 
+def test_a_context_row_is_never_fitted_dearer_than_a_span_row():
+    """Noisy steps can make the joint fit say a context row costs more than a span row (or a
+    span row nothing), which no model does: the fit then gives both kinds one slope."""
+    steps = [(16, 0, 0.010), (16, 100, 0.016), (32, 100, 0.012), (32, 0, 0.009), (16, 50, 0.014), (48, 0, 0.011)]
+    cost = StepCost(decay=1.0)
+    for span, context, seconds in steps:
+        cost.observe(StepRows(span, context), seconds)
+    fixed, per_row, per_context = _coefficients(cost)
+    assert per_row == per_context > 0
+    merged = StepCost(decay=1.0)                       # the same as counting the rows as one
+    for span, context, seconds in steps:
+        merged.observe(StepRows(span + context), seconds)
+    assert _coefficients(merged) == pytest.approx((fixed, per_row, per_context), rel=1e-9)
+
+
 def test_step_cost_of_one_size_is_unknown_but_proportional_is_offered():
     cost = StepCost()
     for _ in range(10):
