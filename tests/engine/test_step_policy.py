@@ -26,12 +26,13 @@ class FrozenCost(StepCost):
     """A step-cost model that has learnt `fixed` + `per_row` seconds and learns no more (the
     real one learns from wall time, which a test on a shared machine cannot pin down)."""
 
-    def __init__(self, fixed: float, per_row: float) -> None:
+    def __init__(self, fixed: float, per_row: float, per_context: float | None = None) -> None:
         super().__init__()
-        for rows in (8, 16, 32, 64, 128, 256):
-            super().observe(StepRows(rows), fixed + per_row * rows)
+        per_context = per_row if per_context is None else per_context
+        for span, context in ((8, 0), (16, 40), (32, 0), (64, 100), (128, 0), (256, 20)):
+            super().observe(StepRows(span, context), fixed + per_row * span + per_context * context)
         learnt = self.fit()
-        assert (learnt.fixed, learnt.per_row) == pytest.approx((fixed, per_row))
+        assert (learnt.fixed, learnt.per_row, learnt.per_context_row) == pytest.approx((fixed, per_row, per_context))
 
     def observe(self, rows: StepRows, seconds: float) -> None:
         pass
@@ -142,8 +143,8 @@ def _submit(engine: Engine, request: InfillRequest, settings: DecodeSettings, on
                                    lambda: False, rows=StepRows(canvas.span_positions().numel()))
 
 
-def _frozen(engine: Engine, fixed: float, per_row: float) -> Engine:
-    engine.scheduler.cost = FrozenCost(fixed, per_row)
+def _frozen(engine: Engine, fixed: float, per_row: float, per_context: float | None = None) -> Engine:
+    engine.scheduler.cost = FrozenCost(fixed, per_row, per_context)
     engine.scheduler.explore_every = 0
     return engine
 
@@ -184,6 +185,40 @@ def test_where_a_step_costs_mostly_its_weights_everything_shares_it(denoiser):
     stats = engine.scheduler.stats()
     assert stats["largestBatch"] >= 3                  # (the first may start before the others arrive)
     assert stats["forwardPasses"] < stats["requestSteps"]
+
+
+@pytest.mark.parametrize("context_row_cost", ["cheap", "as a span row"])
+def test_a_new_requests_context_rows_are_priced_as_context_rows(tiny_model_dir, context_row_cost):
+    """A request that arrives while another decodes carries its uncached context in its first
+    step. Priced as span rows, those rows make its first step too dear to share (on a cost
+    curve like a CPU's), so it waits out the other's whole denoise; priced as what they cost,
+    it joins the next step."""
+    denoiser = load_model(tiny_model_dir, "cpu")      # its own prefix caches: nothing cached
+    per_context = 0.000001 if context_row_cost == "cheap" else 0.0001
+    engine = _frozen(Engine(denoiser, step_slack=1.25), 0.01, 0.0001, per_context)
+    started = threading.Event()
+    slow = DecodeSettings(steps=24, threshold=1.0)
+    first = _submit(engine, InfillRequest.single("def f():\n    ", "\n", 24), slow, on_step=lambda *_: started.set())
+    assert started.wait(60)
+    newcomer = InfillRequest.single("import os\nimport sys\n\nclass Reader:\n    def read(self, path):\n"
+                                    "        with open(path) as handle:\n            return ", "\n", 24)
+    canvas = engine.canvas(newcomer)
+    planned = FixedLengthRun.planned_rows(denoiser, canvas, slow)
+    assert planned.context >= 30                       # nothing of its context is cached yet
+    first_done_at_its_first_step: list[bool] = []
+
+    def on_step(step, *_):
+        if step == 1:
+            first_done_at_its_first_step.append(first.done())
+
+    second = engine.scheduler.submit(lambda: FixedLengthRun(denoiser, canvas, slow, on_step), lambda: False,
+                                     rows=planned)
+    second.result(timeout=120)
+    first.result(timeout=120)
+    if context_row_cost == "cheap":                    # joined at once: its steps shared the first's
+        assert first_done_at_its_first_step == [False] and engine.scheduler.largest_batch == 2
+    else:                                              # its first step never fit the bound
+        assert first_done_at_its_first_step == [True] and engine.scheduler.largest_batch == 1
 
 
 def test_a_request_cancelled_while_waiting_never_costs_its_prefill(denoiser):
