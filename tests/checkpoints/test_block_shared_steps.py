@@ -78,6 +78,7 @@ def test_a_finished_block_joins_the_cache_in_the_next_blocks_pass(layout, block_
     assert counting.rows[0] == (context // bs + 1) * bs and counting.rows[0] > bs
     # The scheduler's estimate: the context blocks as context rows, the first block as span rows.
     assert BlockwiseRun.planned_rows(port, canvas, DecodeSettings()) == StepRows(bs, counting.rows[0] - bs)
+    assert BlockwiseRun(port, canvas, DecodeSettings()).step_rows == StepRows(bs, counting.rows[0] - bs)
     # The passes after a block finished carry its rows as well as the new block's.
     assert max(counting.rows[1:]) == 2 * bs and min(counting.rows[1:]) == bs
 
