@@ -145,10 +145,10 @@ class StepCost:
                 per_row, per_context = vst / vss, 0.0
         elif span_varies:
             per_row = vst / vss
-            per_context = last.per_context_row if last is not None else per_row
+            per_context = min(last.per_context_row, per_row) if last is not None else per_row
         elif context_varies:
             per_context = vct / vcc
-            per_row = last.per_row if last is not None else per_context
+            per_row = max(last.per_row, per_context) if last is not None else per_context
         else:
             return last
         per_row, per_context = max(per_row, 0.0), max(per_context, 0.0)

@@ -89,6 +89,11 @@ def test_a_coefficient_the_recent_steps_cannot_tell_keeps_its_last_value():
     fixed, per_row, per_context = _coefficients(cost)
     assert (fixed, per_row) == pytest.approx((0.002, 0.0005), rel=1e-6)
     assert per_context == pytest.approx(0.0001, rel=1e-6)   # not reset, not taken as a span row's
+    for _ in range(300):          # span rows turn cheap: the kept context cost may not exceed them
+        for span in (16, 32):
+            cost.observe(StepRows(span), 0.002 + 0.00005 * span)
+    fixed, per_row, per_context = _coefficients(cost)
+    assert per_row == pytest.approx(0.00005, rel=1e-6) and per_context == per_row
 
 
 def test_a_context_row_is_never_fitted_dearer_than_a_span_row():
