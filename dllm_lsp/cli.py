@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(complete)
     complete.add_argument("--language", help="language id (default: from the file extension)")
     complete.add_argument("--steps", type=int, default=None, help="denoising steps (default: the server's)")
+    complete.add_argument("--ends-balanced", action="store_true", default=None,
+                          help="a span ends only where it has closed what it opened (the server's endsBalanced)")
     complete.add_argument("--json", action="store_true", help="print a JSON object instead of the text")
 
     infill = sub.add_parser("infill", help='JSONL in ({"id","prefix","suffix"}), JSONL out')
@@ -69,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     infill.add_argument("--max-tokens", type=int, default=None,
                         help="slot size when a line has no max_tokens (default: the server's maxLineTokens)")
     infill.add_argument("--steps", type=int, default=None, help="denoising steps (default: the server's)")
+    infill.add_argument("--ends-balanced", action="store_true", default=None,
+                        help="a span ends only where it has closed what it opened (the server's endsBalanced)")
     infill.add_argument("--concurrency", type=int, default=1, metavar="N",
                         help="lines in flight at once, sharing denoising steps (default 1; output stays in input order)")
 

@@ -188,7 +188,8 @@ def cli_options(args) -> Options:
     """The options schema's defaults with the CLI's flags applied (a flag left out keeps the
     default the server would use, so `complete` and an editor agree)."""
     steps = getattr(args, "steps", None)
-    given = {"model": args.model, "device": args.device, "steps": steps}
+    given = {"model": args.model, "device": args.device, "steps": steps,
+             "ends_balanced": getattr(args, "ends_balanced", None)}
     try:
         return Options().merged({k: v for k, v in given.items() if v is not None})
     except SettingsError as exc:
@@ -317,8 +318,12 @@ def infill_line(engine, raw: str, number: int, default_max: int, settings, reque
         return {"id": ident, "error": "prefix and suffix must be strings"}
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= 1024:
         return {"id": ident, "error": "max_tokens must be an integer within 1..1024"}
+    language = item.get("language")
+    if language is not None and not isinstance(language, str):
+        return {"id": ident, "error": "language must be a string (an LSP languageId such as \"python\")"}
     try:
-        result = engine.infill(request_cls.single(prefix, suffix, max_tokens), settings)
+        request = request_cls.single(prefix, suffix, max_tokens, language=language_name(language or ""))
+        result = engine.infill(request, settings)
     except ValueError as exc:
         return {"id": ident, "error": str(exc)}
     return {"id": ident, "completion": result.text, "steps": result.steps, "latency_ms": round(result.latency_ms, 2)}

@@ -109,10 +109,15 @@ class DecodeOptions:
         "a slot starts this many tokens wide and doubles while the model fills it, up to `maxLineTokens` / "
         "`maxSpanTokens`; `0`: full width from the start; `null`: the device's default (16 on a CPU, "
         "full width on a GPU; [serving.md](serving.md#slots-that-grow))"))
+    ends_balanced: bool = attrs.field(default=False, metadata=doc(
+        "a span may end only where it has closed the brackets, strings and comments it opened; off by "
+        "default: the shipped CPU model, refused an end, mostly writes line breaks "
+        "([eval.md](eval.md#ends-only-where-balanced))"))
 
     def decode_settings(self) -> DecodeSettings:
         return DecodeSettings(steps=self.steps, threshold=self.threshold, confidence=self.confidence,
-                              remask_below=self.remask_below, slot_start_tokens=self.slot_start_tokens)
+                              remask_below=self.remask_below, slot_start_tokens=self.slot_start_tokens,
+                              ends_balanced=self.ends_balanced)
 
 
 @attrs.frozen

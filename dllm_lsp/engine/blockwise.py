@@ -40,9 +40,10 @@ import torch
 
 from .denoise import (
     CallRun, DenoiseOutcome, ModelCall, StepCallback, StepRows, choose_commits, collapse_after_pad,
-    hold_back_early_ends, propose, run_alone,
+    EndGate, hold_back_early_ends, propose, run_alone,
 )
 from .denoiser import Canvas, SpecialTokens
+from .span_ends import SpanEnds
 from .types import CacheSettings, DecodeSettings
 
 
@@ -73,6 +74,9 @@ class BlockDiffusionPort(Protocol):
     def newline_ids(self) -> torch.Tensor:
         """[V] bool: tokens whose text contains a line break."""
 
+    def decode(self, ids: list[int]) -> str:
+        """Token ids -> text (special tokens kept)."""
+
 
 class BlockStep:
     """One model call a block run waits for: its cache, and the position its ids start at.
@@ -95,9 +99,10 @@ class BlockwiseRun(CallRun):
     for `FixedLengthRun`."""
 
     def __init__(self, port: BlockDiffusionPort, canvas: Canvas, settings: DecodeSettings,
-                 on_step: StepCallback | None = None, cache: CacheSettings = CacheSettings()) -> None:
+                 on_step: StepCallback | None = None, cache: CacheSettings = CacheSettings(),
+                 ends: SpanEnds | None = None) -> None:
         # `cache` is accepted for the engine's run signature and ignored: the block cache is always exact.
-        super().__init__(_Loop(port, settings).decode(canvas, on_step))
+        super().__init__(_Loop(port, settings, ends).decode(canvas, on_step))
 
     @staticmethod
     def planned_rows(port: BlockDiffusionPort, canvas: Canvas, settings: DecodeSettings) -> StepRows:
@@ -112,11 +117,11 @@ class BlockwiseRun(CallRun):
 @torch.no_grad()
 def decode_blockwise(port: BlockDiffusionPort, canvas: Canvas, settings: DecodeSettings,
                      should_stop: Callable[[], bool] = lambda: False, on_step: StepCallback | None = None,
-                     cache: CacheSettings = CacheSettings()) -> DenoiseOutcome:
+                     cache: CacheSettings = CacheSettings(), ends: SpanEnds | None = None) -> DenoiseOutcome:
     """Fill every slot of `canvas` block by block, `settings.n` candidates, one request alone; the
     outcome is laid out on `canvas` (span tokens in its slots), as the masked-diffusion loop
     returns it. `cache` is accepted for the engine's loop signature and ignored."""
-    return run_alone(lambda: BlockwiseRun(port, canvas, settings, on_step), should_stop)
+    return run_alone(lambda: BlockwiseRun(port, canvas, settings, on_step, ends=ends), should_stop)
 
 
 def _covered(start: int, bs: int, t0: int, width: int) -> tuple[int, int]:
@@ -150,9 +155,10 @@ Calls = Generator[ModelCall, torch.Tensor, Any]
 
 
 class _Loop:
-    def __init__(self, port: BlockDiffusionPort, settings: DecodeSettings) -> None:
+    def __init__(self, port: BlockDiffusionPort, settings: DecodeSettings, ends: SpanEnds | None = None) -> None:
         self.port = port
         self.settings = settings
+        self.ends = ends
         self.generator = (torch.Generator(device=port.device).manual_seed(settings.seed)
                           if settings.temperature > 0 else None)
         special = port.special
@@ -182,22 +188,23 @@ class _Loop:
                 if on_step is not None:
                     on_step(self.steps, span, masked.clone(), conf, self.budget)
 
+            gate = EndGate.for_run(self.ends, self.settings, port.decode, special.end_ids, port.device, only_slot=k)
             if k == 0 or batch == 1:
                 prefix = _prefix(ids, ranges, k, span[0], offsets, widths, special)
-                out = yield from self.fill(prefix, suffix, widths[k], batch, single_line[k], report)
+                out = yield from self.fill(prefix, suffix, widths[k], batch, single_line[k], report, gate)
                 span[:, seg], masked[:, seg] = out, False
                 continue
             for row in range(batch):    # earlier slots differ between candidates: their prefixes do too
                 prefix = _prefix(ids, ranges, k, span[row], offsets, widths, special)
                 out = yield from self.fill(prefix, suffix, widths[k], 1, single_line[k],
-                                           lambda p, m, c, r=row: report(p, m, c, rows=slice(r, r + 1)))
+                                           lambda p, m, c, r=row: report(p, m, c, rows=slice(r, r + 1)), gate)
                 span[row, seg], masked[row, seg] = out[0], False
         full = canvas.ids.to(port.device)[None].repeat(batch, 1)
         full[:, canvas.span_positions().to(port.device)] = span
         return DenoiseOutcome(full, span, self.steps, canvas)
 
     def fill(self, prefix: list[int], suffix: list[int], width: int, batch: int, single_line: bool,
-             report: Callable[..., None]) -> Generator[ModelCall, torch.Tensor, torch.Tensor]:
+             report: Callable[..., None], gate: EndGate | None = None) -> Generator[ModelCall, torch.Tensor, torch.Tensor]:
         """Decode one span of `width` tokens after `context_ids(prefix, suffix)` -> tokens [batch, width]."""
         port, settings, device = self.port, self.settings, self.port.device
         special = port.special
@@ -230,12 +237,14 @@ class _Loop:
                     if not todo.any():
                         break
                     yield from self._step(state, seq, t0, todo, masked, slot_of, collapse,
-                                          settings.steps - step, report)
+                                          settings.steps - step, report, gate)
                 left = masked & active
                 if left.any():
                     # The step budget ran out with holes left (ends held back): fill them greedily.
                     best = yield state.call(seq, self._block_rows(left, start, t0), greedy=True)
                     self.steps += 1
+                    if gate is not None:
+                        gate.refuse_at_frontier(best, seq[:, t0:total], left, slot_of, (width,))
                     seq[:, t0:total][left] = best.argmax(-1)      # a view: the writes land in seq
                     masked &= ~left
             if newlines is not None:
@@ -259,21 +268,28 @@ class _Loop:
         rows[:, t0 + a - start:t0 + b - start] = todo[:, a:b]
         return rows
 
-    def _step(self, state: "_Block", seq, t0, todo, masked, slot_of, collapse, steps_left, report) -> Calls:
+    def _step(self, state: "_Block", seq, t0, todo, masked, slot_of, collapse, steps_left, report,
+              gate: EndGate | None) -> Calls:
         settings, special = self.settings, self.port.special
         logits = yield state.call(seq, self._block_rows(todo, state.start, t0), greedy=False)
         self.steps += 1
+        width = masked.shape[1]
+        if gate is not None:
+            # The rows are the block's positions `todo` selects, in span order: the same row-major order.
+            gate.refuse_at_frontier(logits, seq[:, t0:t0 + width], todo, slot_of, (width,))
         token, score = propose(logits, settings, self.generator)       # one per row of `todo`, row-major
         conf = torch.full(todo.shape, -math.inf, device=seq.device)
         proposal = torch.full(todo.shape, special.mask_id, dtype=torch.long, device=seq.device)
         conf[todo] = score
         proposal[todo] = token
-        width = masked.shape[1]
         if settings.ends_in_order:
             commit = choose_commits(hold_back_early_ends(conf, proposal, todo, slot_of, self.end_ids, 1),
                                     todo, settings, steps_left=steps_left)
             at_frontier = hold_back_early_ends(conf, proposal, todo & ~commit, slot_of, self.end_ids, 1)
-            commit |= todo & torch.isin(proposal, self.end_ids) & (at_frontier >= settings.threshold)
+            ends_now = todo & torch.isin(proposal, self.end_ids) & (at_frontier >= settings.threshold)
+            if gate is not None:
+                ends_now = gate.allowed(ends_now, torch.where(commit, proposal, seq[:, t0:t0 + width]), slot_of, (width,))
+            commit |= ends_now
         else:
             commit = choose_commits(conf, todo, settings, steps_left=steps_left)
         span = seq[:, t0:t0 + width]

@@ -2,13 +2,14 @@
 
 Step API (public, shared with engine/variable_length.py and engine/blockwise.py): `propose` (a
 token and a confidence per span row), `choose_commits`, `hold_back_early_ends`,
-`collapse_after_pad`; `FixedLengthRun` holds one request's loop state so the step scheduler
+`collapse_after_pad`, `EndGate`; `FixedLengthRun` holds one request's loop state so the step scheduler
 (engine/batching.py) can advance many requests one step at a time.
 
 Each step: logits at every span position, pick a token and a confidence per still-masked
 position, commit those above the threshold (at least enough to finish within the step
 budget, the extra ones from the left; at most `max_per_step`), and end a slot at its first
-committed pad, which may only be decided in order (see hold_back_early_ends).
+committed pad, which may only be decided in order (see hold_back_early_ends), and only where
+the span has closed the brackets and strings it opened (see EndGate).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import torch
 from dllm_lsp.kernels.unmask_select import unmask_select
 
 from .denoiser import Canvas, Denoiser
+from .span_ends import SpanEnds
 from .types import CacheSettings, DecodeSettings
 
 
@@ -202,12 +204,14 @@ class FixedLengthRun:
     """
 
     def __init__(self, denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings,
-                 on_step: StepCallback | None = None, cache: CacheSettings = CacheSettings()) -> None:
+                 on_step: StepCallback | None = None, cache: CacheSettings = CacheSettings(),
+                 ends: SpanEnds | None = None) -> None:
         device = denoiser.device
         self.denoiser, self.settings, self.on_step, self.cache = denoiser, settings, on_step, cache
         self.special = special = denoiser.special
         self.batch = settings.n
         self.end_ids = torch.tensor(special.end_ids or (-1,), device=device)
+        self.gate = EndGate.for_run(ends, settings, denoiser.decode, special.end_ids, device)
         self.pad_fill = special.end_ids[0] if special.end_ids else special.mask_id
         self.generator = (torch.Generator(device=device).manual_seed(settings.seed)
                           if settings.temperature > 0 else None)
@@ -321,6 +325,9 @@ class FixedLengthRun:
         """Apply the logits of the current canvas (`self.ids`) at the rows `rows()` selects,
         [R, V] in row-major order: one step, or the greedy fill."""
         masked = self.masked
+        if self.gate is not None:
+            self.gate.refuse_at_frontier(logits, self.ids[:, self.span_pos], masked, self.slot_of,
+                                         self.canvas.widths)
         if self.needs_greedy_fill:
             # The last pass of a window; the run ends after it unless a slot grows.
             logits[..., self.special.mask_id] = -math.inf
@@ -347,7 +354,11 @@ class FixedLengthRun:
                                     masked, settings, steps_left=settings.steps - step)
             # An end right after this step's commits is in order too: a confident one closes the slot now.
             at_frontier = hold_back_early_ends(conf, proposal, masked & ~commit, slot_of, end_ids, n_slots)
-            commit |= masked & torch.isin(proposal, end_ids) & (at_frontier >= settings.threshold)
+            ends_now = masked & torch.isin(proposal, end_ids) & (at_frontier >= settings.threshold)
+            if self.gate is not None:
+                ends_now = self.gate.allowed(ends_now, torch.where(commit, proposal, self.ids[:, self.span_pos]),
+                                             slot_of, self.canvas.widths)
+            commit |= ends_now
         else:
             commit = choose_commits(conf, masked, settings, steps_left=settings.steps - step)
         span_now = self.ids[:, self.span_pos]
@@ -380,10 +391,12 @@ def denoise(
     should_stop: Callable[[], bool] = lambda: False,
     on_step: StepCallback | None = None,
     cache: CacheSettings = CacheSettings(),
+    ends: SpanEnds | None = None,
 ) -> DenoiseOutcome:
     """Fill every slot of `canvas`, `settings.n` candidates in parallel; `on_step` (StepCallback)
-    runs after each step. The outcome's canvas is the one decoded (slots may have grown)."""
-    return run_alone(lambda: FixedLengthRun(denoiser, canvas, settings, on_step, cache), should_stop)
+    runs after each step; `ends`: where slots may end (EndGate). The outcome's canvas is the one
+    decoded (slots may have grown)."""
+    return run_alone(lambda: FixedLengthRun(denoiser, canvas, settings, on_step, cache, ends), should_stop)
 
 
 def relayout(x: torch.Tensor, widths: tuple[int, ...], new_widths, fill) -> torch.Tensor:
@@ -421,6 +434,74 @@ def hold_back_early_ends(conf, proposal, masked, slot_of, end_ids, n_slots):
     frontier = index == first_masked
     early_end = torch.isin(proposal, end_ids) & ~frontier
     return torch.where(early_end, -math.inf, conf)
+
+
+class EndGate:
+    """Lets a slot end only where its text so far has closed what it opened (SpanEnds).
+
+    With ends decided in order (hold_back_early_ends), a slot can only end at its frontier, its
+    first undecided position, and everything before the frontier is decided: that text is what
+    SpanEnds judges. Two places ask: before a step's proposals, a frontier whose text is still open
+    gets no end among its choices (the model's best other token is proposed instead); after the
+    step's commits, an end proposed right behind them is committed only if the text they complete
+    allows it (else it stays undecided and the next step asks the first question). Each question
+    decodes a few tokens and scans them on the host: a small synchronisation per step.
+    """
+
+    def __init__(self, allows: Callable[[int, str], bool], decode: Callable[[list[int]], str],
+                 end_ids: torch.Tensor) -> None:
+        self.allows, self.decode, self.end_ids = allows, decode, end_ids     # allows(slot, text so far)
+
+    @classmethod
+    def for_run(cls, ends: SpanEnds | None, settings: DecodeSettings, decode: Callable[[list[int]], str],
+                end_ids: tuple[int, ...], device: torch.device, only_slot: int | None = None) -> "EndGate | None":
+        """The gate a run applies, or None: no rules, the rule switched off, or no ends decided in
+        order (only then is everything before an end known). `only_slot`: the run decodes that
+        slot of the request alone (the block-wise loop), as its slot 0."""
+        if ends is None or not settings.ends_balanced or not settings.ends_in_order or not end_ids:
+            return None
+        allows = ends.allows if only_slot is None else (lambda _slot, text: ends.allows(only_slot, text))
+        return cls(allows, decode, torch.tensor(end_ids, device=device))
+
+    def _open(self, span: list[list[int]], b: int, position: int, slot: int, starts: list[int]) -> bool:
+        return not self.allows(slot, self.decode(span[b][starts[slot]:position]))
+
+    def refuse_at_frontier(self, logits: torch.Tensor, span: torch.Tensor, masked: torch.Tensor,
+                           slot_of: torch.Tensor, widths: tuple[int, ...]) -> None:
+        """logits [R, V] at the rows `masked` [B, S] selects (row-major): no end at a frontier
+        whose slot's text is open."""
+        index, first = first_in_slot(masked, slot_of, len(widths))
+        frontier = (masked & (index == first)).nonzero().tolist()
+        if not frontier:
+            return
+        rows = masked.flatten().cumsum(0) - 1
+        starts, tokens, slots = _slot_starts(widths), span.tolist(), slot_of.tolist()
+        n_span = masked.shape[1]
+        for b, position in frontier:
+            if self._open(tokens, b, position, slots[position], starts):
+                logits[rows[b * n_span + position], self.end_ids] = -math.inf
+
+    def allowed(self, ends: torch.Tensor, span: torch.Tensor, slot_of: torch.Tensor,
+                widths: tuple[int, ...]) -> torch.Tensor:
+        """ends [B, S] bool (ends about to be committed; every earlier position of their slot
+        decided in `span`) -> those whose slot's text allows it."""
+        found = ends.nonzero().tolist()
+        if not found:
+            return ends
+        keep = ends.clone()
+        starts, tokens, slots = _slot_starts(widths), span.tolist(), slot_of.tolist()
+        for b, position in found:
+            if self._open(tokens, b, position, slots[position], starts):
+                keep[b, position] = False
+        return keep
+
+
+def _slot_starts(widths: tuple[int, ...]) -> list[int]:
+    starts, offset = [], 0
+    for width in widths:
+        starts.append(offset)
+        offset += width
+    return starts
 
 
 def choose_commits(conf: torch.Tensor, masked: torch.Tensor, settings: DecodeSettings, steps_left: int) -> torch.Tensor:

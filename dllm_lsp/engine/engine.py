@@ -25,6 +25,7 @@ from .blockwise import BlockwiseRun
 from .canvas import CanvasTooSmall, build_canvas
 from .denoise import Cancelled, FixedLengthRun, run_alone
 from .denoiser import Canvas, Denoiser
+from .span_ends import SpanEnds
 from .token_cache import IncrementalEncoder
 from .types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState, device_slot_start
 from .variable_length import VariableLengthRun
@@ -117,8 +118,10 @@ class Engine:
         step_cb = report_step if on_step is not None else None
         should_stop = (lambda: cancel.cancelled) if cancel is not None else (lambda: False)
 
+        ends = SpanEnds.for_request(request)
+
         def make_run():
-            return run(self.denoiser, canvas, settings, step_cb, cache)
+            return run(self.denoiser, canvas, settings, step_cb, cache, ends)
 
         if self.batching:
             outcome = self.scheduler.run(make_run, should_stop, rows=run.planned_rows(self.denoiser, canvas, settings))

@@ -22,6 +22,9 @@ class InfillRequest:
 
     pieces: list[str]
     slots: list[Slot]
+    # The canonical language name (planner: LanguageFacts.name): where a slot may end depends on
+    # its brackets and string delimiters (engine/span_ends.py). None: no such rule.
+    language: str | None = None
 
     def __post_init__(self) -> None:
         if len(self.pieces) != len(self.slots) + 1:
@@ -33,8 +36,9 @@ class InfillRequest:
                 raise ValueError("a slot must allow at least one token")
 
     @classmethod
-    def single(cls, prefix: str, suffix: str, max_tokens: int, single_line: bool = False) -> "InfillRequest":
-        return cls([prefix, suffix], [Slot(max_tokens, single_line)])
+    def single(cls, prefix: str, suffix: str, max_tokens: int, single_line: bool = False,
+               language: str | None = None) -> "InfillRequest":
+        return cls([prefix, suffix], [Slot(max_tokens, single_line)], language)
 
     @property
     def prefix(self) -> str:
@@ -88,6 +92,10 @@ class DecodeSettings:
     remask_below: float | None = None   # re-open committed tokens whose confidence fell below this
     ends_in_order: bool = True          # only a slot's first undecided position may become its end (pad)
     floor_from_left: bool = True        # commits beyond the confident ones go to the leftmost undecided positions
+    # With ends in order: a slot ends only where it has closed the brackets, strings and comments
+    # it opened (engine/span_ends.py; requests that name a language with a lexicon). Off by
+    # default: measured on the CPU preview it costs steps and gains nothing (docs/eval.md).
+    ends_balanced: bool = False
     # A slot starts this many tokens wide (at most its max_tokens) and doubles each time the model
     # fills it with real tokens, up to max_tokens; each growth gets a fresh `steps` budget. 0: full
     # width from the first step; None: the device's default (`device_slot_start`). Masked-diffusion

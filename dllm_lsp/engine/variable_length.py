@@ -26,6 +26,7 @@ import torch
 
 from .denoise import CallRun, DenoiseOutcome, ModelCall, StepCallback, StepRows, choose_commits, propose, run_alone
 from .denoiser import Canvas, Denoiser, SpecialTokens
+from .span_ends import SpanEnds
 from .types import CacheSettings, DecodeSettings
 
 INITIAL_MASKS = 8   # masks a slot starts with (DreamOn's demo starts from 4 and lets the model grow it)
@@ -74,7 +75,10 @@ class VariableLengthRun(CallRun):
     (their layouts diverge)."""
 
     def __init__(self, denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings,
-                 on_step: StepCallback | None = None, cache: CacheSettings = CacheSettings()) -> None:
+                 on_step: StepCallback | None = None, cache: CacheSettings = CacheSettings(),
+                 ends: SpanEnds | None = None) -> None:
+        # `ends` is accepted for the engine's run signature and not applied: DreamOn deletes
+        # positions anywhere in a span, so there is no frontier where "the text so far" is known.
         super().__init__(_candidates(denoiser, canvas, settings, on_step, cache))
 
     @staticmethod

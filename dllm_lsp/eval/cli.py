@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--floor-from-left", action=argparse.BooleanOptionalAction, default=True,
                    help="when too few positions are confident, commit the leftmost undecided ones (the default); "
                         "--no-floor-from-left commits the most confident ones wherever they are")
+    h.add_argument("--ends-balanced", action=argparse.BooleanOptionalAction, default=DecodeOptions().ends_balanced,
+                   help="a slot ends only where it has closed the brackets and strings it opened (with ends in "
+                        "order; the server's `endsBalanced`, off by default; docs/eval.md)")
     h.add_argument("--confidence", choices=CONFIDENCE_KINDS, default="prob",
                    help="how a position's confidence is scored (the server's `confidence` option): top-1 "
                         "probability, top-1 minus top-2 probability, or negative entropy")
@@ -95,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         # The decode options go through the server's schema (same checks, same meaning); the two
         # ablation flags are eval-only switches of the loop's rules.
         decode = DecodeOptions(steps=a.steps, threshold=a.threshold, confidence=a.confidence,
-                               remask_below=a.remask_below, slot_start_tokens=a.slot_start_tokens)
+                               remask_below=a.remask_below, slot_start_tokens=a.slot_start_tokens,
+                               ends_balanced=a.ends_balanced)
         settings = replace(decode.decode_settings(), ends_in_order=a.ends_in_order, floor_from_left=a.floor_from_left)
         denoiser = load_model(a.model, a.device)
     except (ValueError, ModelLoadError) as exc:
@@ -113,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         "pass@1": round(headline.pass_at_1, 4), "tasks": len(tasks), "unknown_slot_tokens": unknown,
         "settings": {"steps": a.steps, "threshold": a.threshold, "confidence": a.confidence,
                      "remask_below": a.remask_below, "ends_in_order": a.ends_in_order,
+                     "ends_balanced": a.ends_balanced,
                      "floor_from_left": a.floor_from_left, "slot_start_tokens": engine.start_tokens(settings),
                      "context": a.context, "timeout": a.timeout, "concurrency": concurrency},
         "modes": {r.mode: r.to_json() for r in results},

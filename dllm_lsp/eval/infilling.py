@@ -62,8 +62,8 @@ def evaluate(engine: Engine, tasks: list[Task], mode: str, settings: DecodeSetti
     t0 = time.perf_counter()
 
     def infill(task: Task) -> InfillResult:
-        return engine.infill(InfillRequest.single(task.prompt, task.suffix,
-                                                  slot_tokens(engine, task, mode, unknown_tokens)), settings)
+        return engine.infill(InfillRequest.single(task.prompt, task.suffix, slot_tokens(engine, task, mode, unknown_tokens),
+                                                  language="python"), settings)
 
     results: list[InfillResult] = []
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:

@@ -192,4 +192,4 @@ def with_companion_slot(
         head = doc_text[head_start:offset]
     pieces = [head, between, *request.pieces[1:]]
     slots = [Slot(max_tokens, single_line=True), *request.slots]
-    return CompanionSlot(offset, InfillRequest(pieces, slots))
+    return CompanionSlot(offset, InfillRequest(pieces, slots, request.language))

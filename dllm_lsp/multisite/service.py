@@ -11,6 +11,7 @@ from typing import Protocol
 from dllm_lsp.engine.engine import CancelToken, Engine
 from dllm_lsp.engine.types import CacheSettings, DecodeSettings, InfillRequest, InfillResult
 from dllm_lsp.options import Options
+from dllm_lsp.syntax.languages import language_name
 from dllm_lsp.syntax.snapshot import Snapshot
 
 from .holes import DEFAULT_MARKER, find_holes
@@ -62,7 +63,8 @@ class MultisiteService:
                    for s in ordered[len(fitting):]]
         if not fitting:
             return dropped
-        result = await self.host.infill(joint_request(text, fitting), options.decode.decode_settings(), CancelToken(),
+        request = joint_request(text, fitting, language_name(source.language_id))
+        result = await self.host.infill(request, options.decode.decode_settings(), CancelToken(),
                                         context_tokens=budget, cache=options.model.cache_settings())
         return settle(text, source.language_id, fitting, result.candidates[0], source.tree) + dropped
 

@@ -70,8 +70,9 @@ def check_sites(text: str, sites: Sequence[Site]) -> list[Site]:
     return ordered
 
 
-def joint_request(text: str, sites: Sequence[Site]) -> InfillRequest:
-    """The document with every site masked: pieces[i] is the text between site i-1 and site i."""
+def joint_request(text: str, sites: Sequence[Site], language: str | None = None) -> InfillRequest:
+    """The document with every site masked: pieces[i] is the text between site i-1 and site i.
+    `language`: the canonical language name (InfillRequest.language)."""
     ordered = check_sites(text, sites)
     if not ordered:
         raise ValueError("a joint fill needs at least one site")
@@ -80,7 +81,7 @@ def joint_request(text: str, sites: Sequence[Site]) -> InfillRequest:
         pieces.append(text[cursor:site.start])
         cursor = site.end
     pieces.append(text[cursor:])
-    return InfillRequest(pieces, [Slot(s.max_tokens, s.single_line) for s in ordered])
+    return InfillRequest(pieces, [Slot(s.max_tokens, s.single_line) for s in ordered], language)
 
 
 def shape_fill(raw: str, site: Site, following: str = "") -> str:

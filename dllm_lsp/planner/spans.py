@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from dllm_lsp.engine.types import InfillRequest
 
 from .context import prefix_cut, query_words, relevant_snippets, suffix_cut
-from dllm_lsp.syntax.languages import facts_for
+from dllm_lsp.syntax.languages import facts_for, language_name
 from dllm_lsp.syntax.snapshot import Snapshot
 from .lines import line_bounds
 from .shapes import cursor_shape
@@ -68,7 +68,7 @@ def plan_span(
 
     max_tokens = settings.max_line_tokens if shape.single_line else settings.max_span_tokens
     request = InfillRequest.single(snippets + text[start: shape.replace_start], text[offset:end],
-                                   max_tokens, shape.single_line)
+                                   max_tokens, shape.single_line, language_name(snapshot.language_id))
     return SpanPlan(
         request=request,
         snapshot=snapshot,

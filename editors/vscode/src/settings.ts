@@ -22,6 +22,7 @@ export interface ServerOptionsPayload {
   confidence: "prob" | "margin" | "entropy";
   remaskBelow: number | null;
   slotStartTokens: number | null;
+  endsBalanced: boolean;
   model: string;
   device: string;
   cache: "dual" | "reuse" | "none";
@@ -41,6 +42,7 @@ const SERVER_KEYS: (keyof ServerOptionsPayload)[] = [
   "confidence",
   "remaskBelow",
   "slotStartTokens",
+  "endsBalanced",
   "model",
   "device",
   "cache",
