@@ -23,6 +23,7 @@ BENCH_MODES = {
     "block": "dllm_lsp.bench.block_latency",
     "batching": "dllm_lsp.bench.batching",
     "training-data": "dllm_lsp.bench.training_data",
+    "startup": "dllm_lsp.bench.startup",
 }
 
 
@@ -51,6 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="where the embedded model computes the context its caches lack: in the request's "
                             "first step, with its span rows (default), or in a pass of its own as the request "
                             "starts (the benchmarks' baseline; docs/serving.md)")
+    serve.add_argument("--warm-up", action=argparse.BooleanOptionalAction, default=True,
+                       help="after loading a model, run it once and time a few steps before the first request "
+                            "(default); --no-warm-up leaves that to the first request (the baseline of "
+                            "`bench startup`; docs/serving.md)")
     serve.add_argument("--ray", metavar="ADDRESS", help="send infills to the Ray Serve deployment on the Ray "
                                                          "cluster at ADDRESS (dllm-lsp ray deploy; docs/deploy.md)")
     serve.add_argument("--ray-app", default="dllm-lsp", help="the Serve application name (with --ray)")

@@ -85,7 +85,8 @@ def serve(args) -> int:
             raise UserError(f"--step-slack must be at least 1, not {args.step_slack}")
         model_host = ModelHost(connect=functools.partial(local_engine, batching=args.batching,
                                                          prefix_cache=args.prefix_cache, step_slack=args.step_slack,
-                                                         context_in_first_step=args.context_pass == "first-step"),
+                                                         context_in_first_step=args.context_pass == "first-step",
+                                                         warm_up=args.warm_up),
                                max_models=args.max_models)
     if args.tcp:
         host, port = parse_host_port(args.tcp)

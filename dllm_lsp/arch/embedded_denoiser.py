@@ -188,6 +188,11 @@ class EmbeddedDenoiser(Denoiser):
         past = [(k[:, :, :reused], v[:, :, :reused]) for k, v in source.kv] if source else self._empty_kv()
         return ContextLookup(ids, positions, source, reused, past)
 
+    def forget_requests(self) -> None:
+        super().forget_requests()
+        with self._lock:
+            self._prefix_caches = []
+
     def remember(self, lookup: ContextLookup, kv: list[KV]) -> None:
         """A session's whole context, once computed, joins the prefix caches (least recently used out)."""
         with self._lock:

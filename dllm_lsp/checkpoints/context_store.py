@@ -89,6 +89,10 @@ class ContextStore:
         self._kept: list[ContextEntry] = []
         self._lock = threading.Lock()
 
+    def clear(self) -> None:
+        with self._lock:
+            self._kept = []
+
     def match(self, ids: torch.Tensor, positions: torch.Tensor, split: int) -> Reuse | None:
         """The best reuse for a canvas whose context is `ids` at `positions` (CPU, canvas order;
         its suffix from index `split` on), or None when no entry gives at least `min_share` of it."""

@@ -33,6 +33,10 @@ class CheckpointDenoiser(Denoiser):
         # Cache mode "reuse": contexts kept across requests (`--prefix-cache N` sets how many).
         self.context_store = ContextStore()
 
+    def forget_requests(self) -> None:
+        super().forget_requests()
+        self.context_store.clear()
+
     @property
     def prefix_cache_entries(self) -> int:
         return self.context_store.entries

@@ -378,6 +378,15 @@ class StepScheduler:
             for job in jobs:
                 self.cost.observe(job.rows, seconds / len(jobs))
 
+    def forget(self, cost: bool = False) -> None:
+        """Zero the counters (status and benchmarks count requests, not a load's warm-up) and,
+        with `cost`, what the cost model learnt (a first pass's one-off work, a Triton compile
+        on a GPU, would otherwise weigh in its fit for a hundred steps)."""
+        self.forward_passes = self.request_steps = self.largest_batch = self.dropped_waiting = 0
+        self.busy_seconds = 0.0
+        if cost:
+            self.cost = StepCost()
+
     def _stop_sharing(self) -> None:
         self._batched_forward = False
         self.cost = StepCost()   # what it learnt assumed one pass per step

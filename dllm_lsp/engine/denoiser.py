@@ -193,6 +193,14 @@ class Denoiser(ABC):
         with _COUNT_LOCK:
             self.__dict__.setdefault("_context_counts", ContextCounts()).seconds += seconds
 
+    def forget_requests(self) -> None:
+        """Drop what earlier requests left: the context counters, and in models that keep one,
+        the cross-request context cache (Engine.prepare's synthetic requests must not be
+        reused by, or counted with, the first real ones)."""
+        with _COUNT_LOCK:
+            self.__dict__.pop("_context_counts", None)
+        self.last_reused_tokens = 0
+
     def first_pass(self, session: DenoiseSession, ids: torch.Tensor) -> None:
         """Whatever the first step over `ids` needs beyond a step, run as the session opens: the
         open checkpoints' full pass, which fills their approximate context cache. Nothing for a

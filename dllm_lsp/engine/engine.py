@@ -57,6 +57,15 @@ class CancelToken:
         return self._event.is_set()
 
 
+# Engine.prepare's requests: code-like text any tokenizer reads, cut to two context lengths, with a
+# short and a long one-line slot, so that the step scheduler's fit sees span rows and context
+# rows vary apart (a short slot after a short context, a long slot after a longer one).
+_PROBE_TEXT = "".join(f"def step_{i}(values, scale={i}):\n    return [v * scale for v in values]\n\n\n"
+                      for i in range(24))
+_PROBES = ((_PROBE_TEXT[:400], 8), (_PROBE_TEXT[:1600], 32))
+_PROBE_SETTINGS = DecodeSettings(steps=3, threshold=1.0, slot_start_tokens=0)    # every step runs, full width
+
+
 class Engine:
     def __init__(self, denoiser: Denoiser, context_tokens: int = DEFAULT_CONTEXT_TOKENS,
                  batching: bool = True, step_slack: float = DEFAULT_SLACK) -> None:
@@ -68,6 +77,7 @@ class Engine:
         self._model_lock = threading.Lock()      # requests run alone (batching=False)
         self._encoders: dict[str, IncrementalEncoder] = {}
         self._alone_seconds = 0.0                # requests run under the model lock
+        self.prepared: dict | None = None        # what `prepare` measured, once it ran
 
     def encode_piece(self, text: str, role: str) -> list[int]:
         """Encode one canvas piece ("prefix", "suffix", "middle1", ...) reusing the tokens of the
@@ -138,6 +148,34 @@ class Engine:
         latency_ms = (time.perf_counter() - t0) * 1000
         return InfillResult(candidates=candidates, steps=outcome.steps, tokens_committed=committed,
                             latency_ms=latency_ms, slot_widths=outcome.canvas.widths)
+
+    def prepare(self) -> dict:
+        """Run the model before the first request, then start its records afresh.
+
+        Warm-up: the first pass pays one-off work (allocations; on a GPU the Triton kernels'
+        compile, seconds), which the user's first completion would otherwise wait for, and a
+        kernel that fails on this GPU falls back to its reference here (engine/kernel_dispatch).
+        Probe: two synthetic requests of different sizes through the step scheduler, timed after
+        the warm-up, so that its cost model (StepCost) starts from this machine's figures: a
+        server that has served nothing yet knows whether sharing a step pays (a GPU) or not (a
+        CPU) instead of learning it from its first users' waits. Then the counters and the
+        cross-request context caches are cleared (the probe's text must not be reused).
+        Returns what it measured (`dllm/status` reports it as `prepared`)."""
+        start = time.perf_counter()
+        warm = self.infill(InfillRequest.single(_PROBE_TEXT[:200], "\n", 4), _PROBE_SETTINGS)
+        if self.batching:
+            self.scheduler.forget(cost=True)
+            for prefix, width in _PROBES:
+                self.infill(InfillRequest.single(prefix, "\n", width, single_line=True), _PROBE_SETTINGS)
+            probe_steps = self.scheduler.request_steps
+            self.scheduler.forget()
+        else:
+            probe_steps = 0
+        self._alone_seconds = 0.0
+        self.denoiser.forget_requests()
+        self.prepared = {"warmupMs": round(warm.latency_ms, 1), "probeSteps": probe_steps,
+                         "seconds": round(time.perf_counter() - start, 3)}
+        return self.prepared
 
     def work_stats(self) -> dict:
         """Where the model's time went: `busySeconds` at work for requests (the step scheduler's

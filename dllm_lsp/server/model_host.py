@@ -35,17 +35,26 @@ class LoadKey:
 
 
 def local_engine(model: str, device: str, batching: bool = True, prefix_cache: int | None = None,
-                 step_slack: float | None = None, context_in_first_step: bool = True) -> Engine:
+                 step_slack: float | None = None, context_in_first_step: bool = True,
+                 warm_up: bool = True) -> Engine:
     """`prefix_cache`: context caches the embedded model keeps (None: its default; 0: none).
     `step_slack`: the step scheduler's cost bound (None: its default; engine/batching.py).
     `context_in_first_step`: False makes the embedded model compute a request's uncached context
-    in a pass of its own as the request starts (a baseline; arch/embedded_denoiser.py)."""
+    in a pass of its own as the request starts (a baseline; arch/embedded_denoiser.py).
+    `warm_up`: the engine is prepared (`Engine.prepare`: warm-up and step-cost probe) before it
+    is returned, so the load a request waits for includes them and its first completion does not."""
     engine = Engine(load_model(model, device), batching=batching,
                     step_slack=DEFAULT_SLACK if step_slack is None else step_slack)
     if prefix_cache is not None and hasattr(engine.denoiser, "prefix_cache_entries"):
         engine.denoiser.prefix_cache_entries = prefix_cache
     if hasattr(engine.denoiser, "context_in_first_step"):
         engine.denoiser.context_in_first_step = context_in_first_step
+    try:
+        if warm_up:
+            engine.prepare()
+    except Exception as exc:   # noqa: BLE001 - out of memory, say: each request then reports its own error
+        log.warning("preparing %s on %s failed (%s: %s); serving without a warm-up",
+                    engine.denoiser.name, engine.denoiser.device, type(exc).__name__, exc)
     return engine
 
 
@@ -210,7 +219,9 @@ class ModelHost:
     def _load_blocking(self, model: str, device: str) -> Engine:
         start = time.perf_counter()
         engine = self._connect(model, device)
-        log.info("loaded %s on %s in %.2fs", engine.denoiser.name, engine.denoiser.device, time.perf_counter() - start)
+        prepared = getattr(engine, "prepared", None)
+        log.info("loaded %s on %s in %.2fs%s", engine.denoiser.name, engine.denoiser.device, time.perf_counter() - start,
+                 f" (warm-up and step-cost probe: {prepared['seconds']:.2f}s)" if prepared else "")
         return engine
 
     async def ready_engine(self, user: int = 0) -> Engine:
@@ -288,6 +299,7 @@ class ModelHost:
             "lastLatencyMs": self.last_latency_ms,
             "batching": local.scheduler.stats() if local is not None and local.batching else None,
             "work": local.work_stats() if local is not None else None,
+            "prepared": local.prepared if local is not None else None,
             "modelsLoaded": sum(1 for s in self._slots.values() if s.engine is not None),
             "maxModels": self.max_models,
         }

@@ -72,6 +72,7 @@ class DenoiserReplica:
         self.engine = Engine(load_model(model, device))
         if context_tokens:
             self.engine.context_tokens = context_tokens
+        self.engine.prepare()     # a replica takes traffic warm (Engine.prepare)
         self.counts = {"requests": 0, "completed": 0, "cancelled": 0, "failed": 0}
         self.replica_id = serve.get_replica_context().replica_id.unique_id
 

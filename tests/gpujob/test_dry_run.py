@@ -67,6 +67,10 @@ def test_training_evaluation_and_benchmarks_left_their_files(job):
     for name in ("single-line", "random-span-light"):
         result = json.loads((model / f"eval-{name}.json").read_text())
         assert result["tasks"] == 3 and set(result["modes"]) == {"unknown", "oracle"}
+    ablation = {step["step"]: step for step in state["phases"]["eval"]["steps"]}["single-line-ends-balanced"]
+    if ablation.get("state") != "skipped":       # the last of the box: it runs when time is left
+        result = json.loads((model / "eval-single-line-ends-balanced.json").read_text())
+        assert set(result["modes"]) == {"unknown"} and result["settings"]["ends_balanced"] is True
     bench = {step["step"]: step for step in state["phases"]["bench"]["steps"]}
     assert bench["kernels"]["rc"] == 0 and bench["latency"]["rc"] == 0
     # bench batching comes after them: it runs when the box still holds its estimate.

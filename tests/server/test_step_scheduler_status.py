@@ -25,6 +25,15 @@ async def test_status_reports_the_scheduler_after_concurrent_completions(tmp_pat
     client.initialized(types.InitializedParams())
     try:
         assert (await wait_loaded(client))["loaded"]
+        # The load ran a warm-up and a step-cost probe (Engine.prepare) and counts nothing of them.
+        before = await client.protocol.send_request_async("dllm/status", {})
+        before = before._asdict() if hasattr(before, "_asdict") else before
+        prepared = before["prepared"]
+        prepared = prepared._asdict() if hasattr(prepared, "_asdict") else prepared
+        assert prepared["warmupMs"] > 0 and prepared["probeSteps"] > 0
+        counted = before["batching"]
+        counted = counted._asdict() if hasattr(counted, "_asdict") else counted
+        assert counted["requestSteps"] == 0 and counted["stepCostMs"] is not None
         uris = [f"file:///tmp/doc{i}.py" for i in range(len(SOURCES))]
         for uri, text in zip(uris, SOURCES):
             open_doc(client, uri, text)
@@ -39,9 +48,8 @@ async def test_status_reports_the_scheduler_after_concurrent_completions(tmp_pat
         assert batching["slack"] == 2.0                       # the command line reached the scheduler
         assert batching["requestSteps"] >= 12 and batching["forwardPasses"] <= batching["requestSteps"]
         assert batching["droppedBeforeStart"] == 0            # nobody cancelled
-        cost = batching["stepCostMs"]                         # learnt from steps of more than one size
-        if cost is not None:
-            cost = cost._asdict() if hasattr(cost, "_asdict") else cost
-            assert cost["fixed"] >= 0 and cost["perRow"] >= 0 and cost["perContextRow"] >= 0
+        cost = batching["stepCostMs"]                         # the probe's, refined by these steps
+        cost = cost._asdict() if hasattr(cost, "_asdict") else cost
+        assert cost["fixed"] >= 0 and cost["perRow"] >= 0 and cost["perContextRow"] >= 0
     finally:
         await stop_server(client)
