@@ -57,12 +57,13 @@ class CancelToken:
         return self._event.is_set()
 
 
-# Engine.prepare's requests: code-like text any tokenizer reads, cut to two context lengths, with a
-# short and a long one-line slot, so that the step scheduler's fit sees span rows and context
-# rows vary apart (a short slot after a short context, a long slot after a longer one).
+# Engine.prepare's requests: code-like text any tokenizer reads, as two contexts of different
+# lengths that share no start (no cache serves one from the other), a short one-line slot after
+# the long context and a long slot after the short one, so that the step scheduler's fit sees
+# span rows and context rows vary apart and not together.
 _PROBE_TEXT = "".join(f"def step_{i}(values, scale={i}):\n    return [v * scale for v in values]\n\n\n"
-                      for i in range(24))
-_PROBES = ((_PROBE_TEXT[:400], 8), (_PROBE_TEXT[:1600], 32))
+                      for i in range(32))
+_PROBES = ((_PROBE_TEXT[:1600], 8), (_PROBE_TEXT[1600:2000], 32))
 _PROBE_SETTINGS = DecodeSettings(steps=3, threshold=1.0, slot_start_tokens=0)    # every step runs, full width
 
 
@@ -163,17 +164,17 @@ class Engine:
         Returns what it measured (`dllm/status` reports it as `prepared`)."""
         start = time.perf_counter()
         warm = self.infill(InfillRequest.single(_PROBE_TEXT[:200], "\n", 4), _PROBE_SETTINGS)
+        probe = {"probeSteps": 0, "stepCostMs": None}
         if self.batching:
             self.scheduler.forget(cost=True)
+            self.denoiser.forget_requests()      # the probe's contexts all computed, none cached
             for prefix, width in _PROBES:
                 self.infill(InfillRequest.single(prefix, "\n", width, single_line=True), _PROBE_SETTINGS)
-            probe_steps = self.scheduler.request_steps
+            probe = {"probeSteps": self.scheduler.request_steps, "stepCostMs": self.scheduler.stats()["stepCostMs"]}
             self.scheduler.forget()
-        else:
-            probe_steps = 0
         self._alone_seconds = 0.0
         self.denoiser.forget_requests()
-        self.prepared = {"warmupMs": round(warm.latency_ms, 1), "probeSteps": probe_steps,
+        self.prepared = {"warmupMs": round(warm.latency_ms, 1), **probe,
                          "seconds": round(time.perf_counter() - start, 3)}
         return self.prepared
 

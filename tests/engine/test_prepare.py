@@ -23,6 +23,7 @@ def test_prepare_seeds_the_step_cost_and_leaves_no_records(tiny):
     assert prepared == engine.prepared and prepared["warmupMs"] > 0 and prepared["probeSteps"] >= 4
     coeffs = engine.scheduler.cost.fit()       # known before any request: from the probe's two sizes
     assert coeffs is not None and coeffs.per_row > 0
+    assert prepared["stepCostMs"]["perRow"] == round(coeffs.per_row * 1000, 4)
     stats = engine.scheduler.stats()
     assert stats["forwardPasses"] == stats["requestSteps"] == 0 and stats["busySeconds"] == 0
     assert tiny.context_stats() == {"sessions": 0, "tokens": 0, "reusedTokens": 0, "seconds": 0.0}
@@ -62,5 +63,5 @@ def test_the_first_pass_one_off_cost_stays_out_of_the_fit(tiny):
 def test_prepare_without_batching_only_warms_up(tiny):
     engine = Engine(tiny, batching=False)
     prepared = engine.prepare()
-    assert prepared["warmupMs"] > 0 and prepared["probeSteps"] == 0
+    assert prepared["warmupMs"] > 0 and prepared["probeSteps"] == 0 and prepared["stepCostMs"] is None
     assert engine.work_stats()["busySeconds"] == 0
