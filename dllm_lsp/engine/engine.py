@@ -129,7 +129,7 @@ class Engine:
         step_cb = report_step if on_step is not None else None
         should_stop = (lambda: cancel.cancelled) if cancel is not None else (lambda: False)
 
-        ends = SpanEnds.for_request(request)
+        ends = SpanEnds.for_request(request) if settings.ends_balanced else None   # a scan of the prefix: only when asked
 
         def make_run():
             return run(self.denoiser, canvas, settings, step_cb, cache, ends)
@@ -155,7 +155,7 @@ class Engine:
 
         Warm-up: the first pass pays one-off work (allocations; on a GPU the Triton kernels'
         compile, seconds), which the user's first completion would otherwise wait for, and a
-        kernel that fails on this GPU falls back to its reference here (engine/kernel_dispatch).
+        kernel that fails on this GPU falls back to its reference here (kernels/dispatch.py).
         Probe: two synthetic requests of different sizes through the step scheduler, timed after
         the warm-up, so that its cost model (StepCost) starts from this machine's figures: a
         server that has served nothing yet knows whether sharing a step pays (a GPU) or not (a

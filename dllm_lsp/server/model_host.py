@@ -49,12 +49,12 @@ def local_engine(model: str, device: str, batching: bool = True, prefix_cache: i
         engine.denoiser.prefix_cache_entries = prefix_cache
     if hasattr(engine.denoiser, "context_in_first_step"):
         engine.denoiser.context_in_first_step = context_in_first_step
-    try:
-        if warm_up:
+    if warm_up:
+        try:
             engine.prepare()
-    except Exception as exc:   # noqa: BLE001 - out of memory, say: each request then reports its own error
-        log.warning("preparing %s on %s failed (%s: %s); serving without a warm-up",
-                    engine.denoiser.name, engine.denoiser.device, type(exc).__name__, exc)
+        except Exception as exc:   # noqa: BLE001 - out of memory, say: each request then reports its own error
+            log.warning("preparing %s on %s failed (%s: %s); serving without a warm-up",
+                        engine.denoiser.name, engine.denoiser.device, type(exc).__name__, exc)
     return engine
 
 
