@@ -65,3 +65,18 @@ def test_prepare_without_batching_only_warms_up(tiny):
     prepared = engine.prepare()
     assert prepared["warmupMs"] > 0 and prepared["probeSteps"] == 0 and prepared["stepCostMs"] is None
     assert engine.work_stats()["busySeconds"] == 0
+
+
+def test_a_failed_warm_up_leaves_a_serving_engine(tiny_model_dir, monkeypatch, caplog):
+    """Out of memory in the warm-up, say: the load still succeeds, and requests report their own errors."""
+    from dllm_lsp.server.model_host import local_engine
+
+    def fail(self):
+        raise RuntimeError("CUDA out of memory (forced)")
+
+    monkeypatch.setattr(Engine, "prepare", fail)
+    engine = local_engine(str(tiny_model_dir), "cpu")
+    assert engine.prepared is None and "serving without a warm-up" in caplog.text
+    assert engine.infill(InfillRequest.single("x = ", "\n", 4), DecodeSettings(steps=2)).steps >= 1
+    monkeypatch.undo()
+    assert local_engine(str(tiny_model_dir), "cpu", warm_up=False).prepared is None
