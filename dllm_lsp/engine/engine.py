@@ -65,6 +65,10 @@ _PROBE_TEXT = "".join(f"def step_{i}(values, scale={i}):\n    return [v * scale 
                       for i in range(32))
 _PROBES = ((_PROBE_TEXT[:1600], 8), (_PROBE_TEXT[1600:2000], 32))
 _PROBE_SETTINGS = DecodeSettings(steps=3, threshold=1.0, slot_start_tokens=0)    # every step runs, full width
+_WARM_UP_SETTINGS = DecodeSettings(steps=1, threshold=1.0, slot_start_tokens=0)   # one pass runs every kernel
+# A model whose warm-up took longer than this (a 7B checkpoint on a CPU) skips the probe: its
+# six steps would cost the load a minute, and its first requests' steps teach the fit anyway.
+PROBE_MAX_WARM_UP_S = 1.0
 
 
 class Engine:
@@ -159,13 +163,14 @@ class Engine:
         Probe: two synthetic requests of different sizes through the step scheduler, timed after
         the warm-up, so that its cost model (StepCost) starts from this machine's figures: a
         server that has served nothing yet knows whether sharing a step pays (a GPU) or not (a
-        CPU) instead of learning it from its first users' waits. Then the counters and the
+        CPU) instead of learning it from its first users' waits (skipped for a model too slow for
+        it to be worth the wait, PROBE_MAX_WARM_UP_S). Then the counters and the
         cross-request context caches are cleared (the probe's text must not be reused).
         Returns what it measured (`dllm/status` reports it as `prepared`)."""
         start = time.perf_counter()
-        warm = self.infill(InfillRequest.single(_PROBE_TEXT[:200], "\n", 4), _PROBE_SETTINGS)
+        warm = self.infill(InfillRequest.single(_PROBE_TEXT[:200], "\n", 4), _WARM_UP_SETTINGS)
         probe = {"probeSteps": 0, "stepCostMs": None}
-        if self.batching:
+        if self.batching and warm.latency_ms <= 1000 * PROBE_MAX_WARM_UP_S:
             self.scheduler.forget(cost=True)
             self.denoiser.forget_requests()      # the probe's contexts all computed, none cached
             for prefix, width in _PROBES:

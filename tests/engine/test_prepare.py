@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from dllm_lsp.engine import engine as engine_module
 from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import DecodeSettings, InfillRequest
 from dllm_lsp.loader import load_model
@@ -33,7 +34,7 @@ def test_prepare_seeds_the_step_cost_and_leaves_no_records(tiny):
     assert tiny.context_stats()["reusedTokens"] == 0
 
 
-def test_the_first_pass_one_off_cost_stays_out_of_the_fit(tiny):
+def test_the_first_pass_one_off_cost_stays_out_of_the_fit(tiny, monkeypatch):
     """A first pass that takes long (a Triton compile on a GPU) is the warm-up's: the probe after
     it is what the fit learns from."""
     slow_first = {"left": 1}
@@ -54,10 +55,17 @@ def test_the_first_pass_one_off_cost_stays_out_of_the_fit(tiny):
 
     tiny.session = session
     engine = Engine(tiny)
+    monkeypatch.setattr(engine_module, "PROBE_MAX_WARM_UP_S", 5.0)   # this warm-up is slow on purpose
     prepared = engine.prepare()
     assert prepared["warmupMs"] >= 500 and slow_first["left"] == 0
     coeffs = engine.scheduler.cost.fit()
     assert coeffs is not None and coeffs.fixed < 0.1 and coeffs.per_row < 0.01, coeffs
+
+
+def test_a_slow_model_skips_the_probe(tiny, monkeypatch):
+    monkeypatch.setattr(engine_module, "PROBE_MAX_WARM_UP_S", 0.0)
+    prepared = Engine(tiny).prepare()
+    assert prepared["warmupMs"] > 0 and prepared["probeSteps"] == 0 and prepared["stepCostMs"] is None
 
 
 def test_prepare_without_batching_only_warms_up(tiny):
