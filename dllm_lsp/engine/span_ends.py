@@ -63,9 +63,8 @@ class Token(NamedTuple):
 
 
 class _Scanner:
-    """One regex over a text's comments, strings and brackets, in the order a lexer meets them.
-
-    """
+    """One regex over a text's comments, strings and brackets, in the order a lexer meets them
+    (block comments before line comments, so Lua's `--[[` is not read as `--`)."""
 
     def __init__(self, lexicon: Lexicon) -> None:
         self.delims: list[tuple[str, str, str, bool]] = []    # (kind, open, close, may span lines)
