@@ -188,8 +188,7 @@ class _Loop:
                 if on_step is not None:
                     on_step(self.steps, span, masked.clone(), conf, self.budget)
 
-            gate = (EndGate.for_run(self.ends, self.settings, port.decode, special.end_ids, port.device, only_slot=k)
-                    if self.ends is not None else None)
+            gate = EndGate.for_run(self.ends, self.settings, port, only_slot=k)
             if k == 0 or batch == 1:
                 prefix = _prefix(ids, ranges, k, span[0], offsets, widths, special)
                 out = yield from self.fill(prefix, suffix, widths[k], batch, single_line[k], report, gate)

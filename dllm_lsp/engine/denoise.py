@@ -211,7 +211,7 @@ class FixedLengthRun:
         self.special = special = denoiser.special
         self.batch = settings.n
         self.end_ids = torch.tensor(special.end_ids or (-1,), device=device)
-        self.gate = EndGate.for_run(ends, settings, denoiser.decode, special.end_ids, device)
+        self.gate = EndGate.for_run(ends, settings, denoiser)
         self.pad_fill = special.end_ids[0] if special.end_ids else special.mask_id
         self.generator = (torch.Generator(device=device).manual_seed(settings.seed)
                           if settings.temperature > 0 else None)
@@ -453,18 +453,25 @@ class EndGate:
         self.allows, self.decode, self.end_ids = allows, decode, end_ids     # allows(slot, text so far)
 
     @classmethod
-    def for_run(cls, ends: SpanEnds | None, settings: DecodeSettings, decode: Callable[[list[int]], str],
-                end_ids: tuple[int, ...], device: torch.device, only_slot: int | None = None) -> "EndGate | None":
-        """The gate a run applies, or None: no rules, the rule switched off, or no ends decided in
-        order (only then is everything before an end known). `only_slot`: the run decodes that
-        slot of the request alone (the block-wise loop), as its slot 0."""
+    def for_run(cls, ends: SpanEnds | None, settings: DecodeSettings, model: Any,
+                only_slot: int | None = None) -> "EndGate | None":
+        """The gate a run over `model` (a Denoiser or a block-diffusion port: its `decode`,
+        `special` and `device`) applies, or None: no rules, the rule switched off, or no ends
+        decided in order (only then is everything before an end known). `only_slot`: the run
+        decodes that slot of the request alone (the block-wise loop), as its slot 0."""
+        end_ids = model.special.end_ids
         if ends is None or not settings.ends_balanced or not settings.ends_in_order or not end_ids:
             return None
         allows = ends.allows if only_slot is None else (lambda _slot, text: ends.allows(only_slot, text))
-        return cls(allows, decode, torch.tensor(end_ids, device=device))
+        return cls(allows, model.decode, torch.tensor(end_ids, device=model.device))
 
-    def _open(self, span: list[list[int]], b: int, position: int, slot: int, starts: list[int]) -> bool:
-        return not self.allows(slot, self.decode(span[b][starts[slot]:position]))
+    def _open(self, places: list[list[int]], span: torch.Tensor, slot_of: torch.Tensor,
+              widths: tuple[int, ...]) -> list[tuple[int, int]]:
+        """Of the (candidate, position) `places`, each its slot's frontier in `span` [B, S], those
+        whose slot's text so far is still open."""
+        starts, tokens, slots = _slot_starts(widths), span.tolist(), slot_of.tolist()
+        return [(b, position) for b, position in places
+                if not self.allows(slots[position], self.decode(tokens[b][starts[slots[position]]:position]))]
 
     def refuse_at_frontier(self, logits: torch.Tensor, span: torch.Tensor, masked: torch.Tensor,
                            slot_of: torch.Tensor, widths: tuple[int, ...]) -> None:
@@ -475,11 +482,9 @@ class EndGate:
         if not frontier:
             return
         rows = masked.flatten().cumsum(0) - 1
-        starts, tokens, slots = _slot_starts(widths), span.tolist(), slot_of.tolist()
         n_span = masked.shape[1]
-        for b, position in frontier:
-            if self._open(tokens, b, position, slots[position], starts):
-                logits[rows[b * n_span + position], self.end_ids] = -math.inf
+        for b, position in self._open(frontier, span, slot_of, widths):
+            logits[rows[b * n_span + position], self.end_ids] = -math.inf
 
     def allowed(self, ends: torch.Tensor, span: torch.Tensor, slot_of: torch.Tensor,
                 widths: tuple[int, ...]) -> torch.Tensor:
@@ -489,10 +494,8 @@ class EndGate:
         if not found:
             return ends
         keep = ends.clone()
-        starts, tokens, slots = _slot_starts(widths), span.tolist(), slot_of.tolist()
-        for b, position in found:
-            if self._open(tokens, b, position, slots[position], starts):
-                keep[b, position] = False
+        for b, position in self._open(found, span, slot_of, widths):
+            keep[b, position] = False
         return keep
 
 

@@ -16,6 +16,7 @@ docstring opens nothing. A language without an entry here gets no rule (`for_req
 """
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -166,8 +167,7 @@ class SpanEnds:
     @classmethod
     def for_request(cls, request: InfillRequest) -> "SpanEnds | None":
         """The request's rules, or None when its language has no lexicon."""
-        lexicon = LEXICONS.get(request.language or "")
-        if lexicon is None:
+        if (request.language or "") not in LEXICONS:
             return None
         scanner = _scanner(request.language)
         rules: list[SlotEnds | None] = []
@@ -177,11 +177,7 @@ class SpanEnds:
         return cls(rules)
 
 
-_SCANNERS: dict[str, _Scanner] = {}
-
-
+@functools.cache
 def _scanner(language: str) -> _Scanner:
-    scanner = _SCANNERS.get(language)
-    if scanner is None:
-        scanner = _SCANNERS[language] = _Scanner(LEXICONS[language])
-    return scanner
+    """One compiled scanner per language (built on first use)."""
+    return _Scanner(LEXICONS[language])

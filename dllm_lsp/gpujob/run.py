@@ -39,23 +39,24 @@ class BenchItem:
     name: str
     estimate_s: float        # expected duration on an H100 (measured durations are in job.json)
     quick_estimate_s: float  # the same with --quick on a CPU (the dry run)
+    needs_model: bool = False   # runs the job's trained model (skipped without one)
 
 
 # Priority order. A benchmark runs whole or not at all: it starts only if its estimate fits.
 BENCHES = (
     BenchItem("kernels", 240.0, 25.0),
     BenchItem("checkpoint", 200.0, 25.0),    # with the shared step of 1-16 requests and the kept context (issue 13)
-    BenchItem("latency", 60.0, 15.0),
+    BenchItem("latency", 60.0, 15.0, needs_model=True),
     # What a shared denoising step buys on this GPU with the trained model (issue 13).
-    BenchItem("batching", 45.0, 10.0),
+    BenchItem("batching", 45.0, 10.0, needs_model=True),
     # SDAR-8B-shaped block diffusion vs AR (issue 15), and the shared block step of 1-16 requests (issue 13).
     BenchItem("block", 170.0, 20.0),
     # People typing through the real server on the GPU: batched, serial, no prefix reuse (issue 13). Never in
     # a dry run (its own test covers the code path): four servers' start-ups cost more than a box.
-    BenchItem("typing", 240.0, float("inf")),
+    BenchItem("typing", 240.0, float("inf"), needs_model=True),
     # What the load-time warm-up saves the first completion on this GPU (the Triton kernels' first
     # launch). Never in a dry run, as typing: ten server start-ups; its own test covers it.
-    BenchItem("startup", 100.0, float("inf")),
+    BenchItem("startup", 100.0, float("inf"), needs_model=True),
 )
 
 
@@ -321,7 +322,8 @@ class Job:
             if left < 10 or not data.is_file():
                 self.record("eval", name, None, state="skipped",
                             why="no time left" if left < 10 else f"{data} not found")
-                states.append("skipped" if name in EVALS else "done")   # an ablation is extra: never "partial"
+                if name in EVALS:                # an ablation is extra: the phase is not "partial" without it
+                    states.append("skipped")
                 continue
             args = ["eval", "humaneval-infilling", "--data", str(data), "--model", str(self.model_dir),
                     "--device", self.opts.device, "--json", "--out", str(self.model_dir / f"eval-{name}.json"),
@@ -373,31 +375,23 @@ class Job:
                             why=f"estimated {estimate:.0f} s, {left:.0f} s left: never started to be cut short")
                 states.append("skipped")
                 continue
+            if item.needs_model and not (self.model_dir / "model.safetensors").is_file():
+                self.record("bench", item.name, None, state="skipped", why="no trained model")
+                states.append("skipped")
+                continue
             out = results / self.bench_file(item, tag)
             if item.name == "kernels":
                 args = ["bench", "kernels", "--device", device, "--out", str(out)]
                 args += ["--quick"] if self.opts.quick else ["--profile"]
             elif item.name == "typing":
-                if not (self.model_dir / "model.safetensors").is_file():
-                    self.record("bench", item.name, None, state="skipped", why="no trained model")
-                    states.append("skipped")
-                    continue
                 args = ["bench", "typing", "--clients", "1,4", "--keystrokes", "40", "--model", str(self.model_dir),
                         "--device", device, "--serve-variant", "batched=", "--serve-variant", "serial=--no-batching",
                         "--serve-variant", "no-prefix-reuse=--prefix-cache 0",
                         "--out", str(out), "--plot", str(out.with_suffix(".png"))]
             elif item.name == "batching":
-                if not (self.model_dir / "model.safetensors").is_file():
-                    self.record("bench", item.name, None, state="skipped", why="no trained model")
-                    states.append("skipped")
-                    continue
                 args = ["bench", "batching", "--model", str(self.model_dir), "--device", device, "--out", str(out)]
                 args += ["--runs", "3", "--requests", "1,2"] if self.opts.quick else ["--requests", "1,2,4,8,16"]
             elif item.name == "startup":
-                if not (self.model_dir / "model.safetensors").is_file():
-                    self.record("bench", item.name, None, state="skipped", why="no trained model")
-                    states.append("skipped")
-                    continue
                 args = ["bench", "startup", "--model", str(self.model_dir), "--device", device, "--runs", "4",
                         "--out", str(out)]
             elif item.name == "block":
@@ -407,10 +401,6 @@ class Job:
                 args = ["bench", "checkpoint", "--device", device, "--out", str(out)]
                 args += ["--quick"] if self.opts.quick else []
             else:
-                if not (self.model_dir / "model.safetensors").is_file():
-                    self.record("bench", item.name, None, state="skipped", why="no trained model")
-                    states.append("skipped")
-                    continue
                 args = ["bench", "--model", str(self.model_dir), "--device", device, "--out", str(out),
                         "--runs", "5" if self.opts.quick else "30"]
             result = self.child("bench", item.name, args, left, estimate_s=estimate)
