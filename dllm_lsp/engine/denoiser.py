@@ -215,7 +215,7 @@ class Denoiser(ABC):
         of it)."""
         counts = self.__dict__.get("_context_counts", ContextCounts())
         return {"sessions": counts.sessions, "tokens": counts.tokens, "reusedTokens": counts.reused_tokens,
-                "seconds": round(counts.seconds, 4)}
+                "seconds": round(counts.seconds, 6)}
 
     @property
     def decoding(self) -> str:
