@@ -24,7 +24,6 @@ from .server import auth, create_server
 from .server.model_host import ModelHost, local_engine
 from .serving import require_ray
 from .server.tcp import serve_tcp
-from .postprocess import strip_markers
 from .syntax.languages import language_id_for_path, language_name
 from .syntax.snapshot import Snapshot
 
@@ -245,10 +244,7 @@ def complete(args) -> int:
 
 def no_completion_reason(plan, result) -> str:
     """Why the editor would show nothing for `result`, in words (post-processing returned None)."""
-    raw = result.text
-    if plan.companion is not None:
-        raw = plan.companion.main_result(result).text
-    raw = strip_markers(raw)
+    raw = plan.model_text(result)
     if plan.span.single_line:
         raw = raw.split("\n", 1)[0]
     if not raw.strip():

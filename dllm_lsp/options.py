@@ -65,6 +65,10 @@ class PlannerOptions:
     companion_edits: bool = attrs.field(default=True, metadata=doc(
         "fill one more slot after the imports in the same run; a valid new import comes back as "
         "`additionalTextEdits` / an accept command ([multisite.md](multisite.md))"))
+    heal_whitespace: bool = attrs.field(default=True, metadata=doc(
+        "the spaces and tabs typed before the cursor on its line go to the model, which writes them "
+        "itself (token healing: a prefix that ends in blanks makes a tokenizing model write junk; "
+        "[planner.md](planner.md#token-healing))"))
     hole_marker: str = attrs.field(default="TODO", validator=_non_empty, metadata=doc(
         'the marker comment "Fill holes" treats as a hole, besides each language\'s placeholders'))
     languages: dict[str, bool] = attrs.field(factory=dict, metadata=doc(
@@ -74,7 +78,7 @@ class PlannerOptions:
         """`context_tokens`: the budget in force (`context_tokens` capped by the model's positions)."""
         budget = self.context_tokens if context_tokens is None else context_tokens
         return PlannerSettings(max_span_tokens=self.max_span_tokens, max_line_tokens=self.max_line_tokens,
-                               context_chars=budget * CHARS_PER_TOKEN)
+                               context_chars=budget * CHARS_PER_TOKEN, heal_whitespace=self.heal_whitespace)
 
     def language_enabled(self, language_id: str) -> bool:
         return self.languages.get(language_id, self.languages.get("*", True))

@@ -13,7 +13,7 @@ Nothing here knows about LSP: the server turns a Completion into items (server/i
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dllm_lsp.engine.engine import CancelToken, Engine
 from dllm_lsp.engine.types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState
@@ -22,7 +22,7 @@ from dllm_lsp.multisite.companion import (COMPANION_TOKENS, MAX_BETWEEN_CHARS, C
 from dllm_lsp.options import CHARS_PER_TOKEN, Options
 from dllm_lsp.planner.spans import plan_span
 from dllm_lsp.planner.types import PlanError, SpanPlan
-from dllm_lsp.postprocess import finish
+from dllm_lsp.postprocess import finish, strip_markers, unheal
 from dllm_lsp.syntax.snapshot import Snapshot
 
 __all__ = ["Completion", "CompletionPlan", "PlanError", "plan"]
@@ -64,8 +64,20 @@ class CompletionPlan:
                              context_tokens=self.context_tokens, cache=self.cache)
 
     def step_state(self, state: StepState) -> StepState:
-        """A streamed step as the cursor request sees it (without the companion slot)."""
-        return self.companion.main_state(state) if self.companion is not None else state
+        """A streamed step as the cursor request sees it: without the companion slot, and its text
+        read from the cursor's range on (the healed blanks taken out, postprocess.unheal)."""
+        state = self.companion.main_state(state) if self.companion is not None else state
+        if not self.span.healed:
+            return state
+        texts = [[unheal(self.span, slots[0]), *slots[1:]] for slots in state.slot_texts]
+        return replace(state, slot_texts=texts)
+
+    def model_text(self, result: InfillResult) -> str:
+        """The cursor slot's text as post-processing reads it (special-token text stripped, the
+        healed blanks taken out): what `finish` showed or refused, for a message that says why."""
+        if self.companion is not None:
+            result = self.companion.main_result(result)
+        return unheal(self.span, strip_markers(result.text))
 
     def finish(self, result: InfillResult) -> Completion | None:
         """The completion to show for `result` (a result of this plan's request), or None."""
@@ -101,7 +113,8 @@ def plan(snapshot: Snapshot, offset: int, options: Options = Options(),
         slot_tokens = sum(slot.max_tokens for slot in span.request.slots) + COMPANION_TOKENS
         between = min(MAX_BETWEEN_CHARS, max(budget - slot_tokens, 0) // 3 * CHARS_PER_TOKEN)
         if between > 0:
-            companion = with_companion_slot(span.request, snapshot, span.replace_start, max_between_chars=between)
+            companion = with_companion_slot(span.request, snapshot, span.replace_start - len(span.healed),
+                                            max_between_chars=between)
     request = companion.request if companion is not None else span.request
     return CompletionPlan(snapshot, span, companion, request, options.decode.decode_settings(),
                           budget, options.model.cache_settings())

@@ -1,7 +1,8 @@
 """From the model's raw span text to the text the editor inserts (or None: show nothing).
 
 finish() runs, in order:
-  1. strip special-token text a decoder left behind (`<pad>`, `<|endoftext|>`, ...);
+  1. strip special-token text a decoder left behind (`<pad>`, `<|endoftext|>`, ...), and take the
+     blanks the planner left to the model (token healing) back out of its text (unheal);
   2. mid-identifier spans must start with the typed word (the editor replaces it);
   3. one-line spans stop at the first newline; multi-line bodies are re-indented to the plan's
      indentation (Python: a line dedented out of the body ends it);
@@ -47,7 +48,7 @@ def finish(plan: SpanPlan, completion: str) -> str | None:
     if not isinstance(completion, str):
         raise TypeError(f"completion must be a string, got {type(completion).__name__}")
     doc_text = plan.snapshot.text
-    text = strip_markers(completion).replace("\r\n", "\n")
+    text = unheal(plan, strip_markers(completion).replace("\r\n", "\n"))
     if plan.typed_prefix and not text.startswith(plan.typed_prefix):
         return None
     if plan.single_line:
@@ -63,6 +64,30 @@ def strip_markers(text: str) -> str:
     for marker in FILLER_MARKERS:
         text = text.replace(marker, "")
     return text
+
+
+def unheal(plan: SpanPlan, text: str) -> str:
+    """The model's text for a plan whose prefix left out the blanks typed before the span
+    (`plan.healed`, planner/spans.healed_blanks), rewritten as the text after those blanks, which
+    the rest of post-processing reads it as. The typed blanks stand: the model's own blanks before
+    its first word are dropped on a one-line span, and on a blank line its lines are re-based so
+    that its first line sits at the typed indentation (the user or the editor chose that block;
+    a model that wrote a shallower first line has the rest of its lines moved with it)."""
+    healed = plan.healed
+    if not healed or not text:
+        return text
+    first, newline, rest = text.partition("\n")
+    body = first.lstrip(" \t")
+    if plan.single_line or not body:
+        return body + newline + rest
+    wrote, typed = indent_width(leading_ws(first)), indent_width(healed)
+    if wrote >= typed:
+        deeper = first[len(healed):] if first.startswith(healed) else render_indent(wrote - typed, plan.indent_unit) + body
+        return deeper + newline + rest
+    shift = typed - wrote
+    lines = [render_indent(indent_width(leading_ws(line)) + shift, plan.indent_unit) + line.lstrip(" \t")
+             if line.strip() else line for line in rest.split("\n")] if newline else []
+    return "\n".join([body, *lines])
 
 
 # --- one-line spans --------------------------------------------------------------------------------

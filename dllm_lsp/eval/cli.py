@@ -16,7 +16,7 @@ from dllm_lsp.cli_errors import report as report_error
 from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import CONFIDENCE_KINDS
 from dllm_lsp.loader import ModelLoadError, load_model, resolve_model_path
-from dllm_lsp.options import DecodeOptions, PlannerOptions
+from dllm_lsp.options import DecodeOptions, Options, PlannerOptions
 
 from .infilling import MODES, evaluate
 from .tasks import benchmark_name, load_tasks, resolve_data, spread_subset
@@ -25,10 +25,11 @@ GPU_CONCURRENCY = 16
 
 
 def table(name: str, results) -> str:
-    rows = [f"| {name} | span length | pass@1 | passed | mean steps | tokens/step | ms/task |",
-            "|---|---|---|---|---|---|---|"]
+    rows = [f"| {name} | span length | pass@1 | passed | shown | mean steps | tokens/step | ms/task |",
+            "|---|---|---|---|---|---|---|---|"]
     for r in results:
-        rows.append(f"| | {r.mode} | {100 * r.pass_at_1:.1f}% | {r.passed}/{r.tasks} | {r.mean_steps:.1f} | "
+        shown = "all" if r.shown is None else f"{r.shown}/{r.tasks}"
+        rows.append(f"| | {r.mode} | {100 * r.pass_at_1:.1f}% | {r.passed}/{r.tasks} | {shown} | {r.mean_steps:.1f} | "
                     f"{r.tokens_per_step:.2f} | {r.mean_latency_ms:.0f} |")
     return "\n".join(rows)
 
@@ -46,7 +47,14 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--model", default=None, help="model folder or shipped name (default: the shipped model)")
     h.add_argument("--device", default="auto")
     h.add_argument("--limit", type=int, default=None, help="evaluate N tasks spread evenly over the file")
-    h.add_argument("--modes", default="unknown,oracle", help="span-length settings: unknown, oracle or both")
+    h.add_argument("--modes", default="unknown,oracle",
+                   help="comma-separated: unknown (a slot of --max-tokens, the model ends it), oracle (a slot as "
+                        "long as the reference), editor (the task opened as a file, completed at the cursor the "
+                        "way the server does: planner, engine, post-processing; docs/eval.md)")
+    h.add_argument("--heal-whitespace", action=argparse.BooleanOptionalAction,
+                   default=PlannerOptions().heal_whitespace,
+                   help="editor mode: the blanks typed before the cursor go to the model (the server's "
+                        "`healWhitespace`, on by default; docs/planner.md)")
     h.add_argument("--max-tokens", type=int, default=None,
                    help="slot size when the length is unknown (default: the model's trained max slot, else 64)")
     h.add_argument("--steps", type=int, default=16, help="denoising step budget")
@@ -108,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     engine = Engine(denoiser, context_tokens=a.context)
     log = None if a.json else (lambda msg: print(msg, file=sys.stderr))
     concurrency = a.concurrency or (GPU_CONCURRENCY if denoiser.device.type == "cuda" else 1)
-    results = [evaluate(engine, tasks, m, settings, unknown, a.timeout, a.workers, log, concurrency) for m in modes]
+    options = Options(planner=PlannerOptions(context_tokens=a.context, heal_whitespace=a.heal_whitespace))
+    results = [evaluate(engine, tasks, m, settings, unknown, a.timeout, a.workers, log, concurrency, options)
+               for m in modes]
     name = benchmark_name(path)
     by_mode = {r.mode: r for r in results}
     headline = by_mode.get("unknown", results[0])
@@ -117,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         "pass@1": round(headline.pass_at_1, 4), "tasks": len(tasks), "unknown_slot_tokens": unknown,
         "settings": {"steps": a.steps, "threshold": a.threshold, "confidence": a.confidence,
                      "remask_below": a.remask_below, "ends_in_order": a.ends_in_order,
-                     "ends_balanced": a.ends_balanced,
+                     "ends_balanced": a.ends_balanced, "heal_whitespace": a.heal_whitespace,
                      "floor_from_left": a.floor_from_left, "slot_start_tokens": engine.start_tokens(settings),
                      "context": a.context, "timeout": a.timeout, "concurrency": concurrency},
         "modes": {r.mode: r.to_json() for r in results},

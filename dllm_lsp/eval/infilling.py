@@ -1,8 +1,12 @@
 """HumanEval-Infilling through the engine: fill each task's middle, execute, score pass@1.
 
-Two span-length settings: "unknown" gives the model a slot of a fixed size and lets it end
-the span with pads (what an editor does: the true length is unknown), "oracle" gives a slot
-exactly as long as the canonical middle's tokens (exposes how much the length costs).
+Three settings: "unknown" gives the model a slot of a fixed size and lets it end the span with
+pads (what an editor does: the true length is unknown), "oracle" gives a slot exactly as long as
+the canonical middle's tokens (exposes how much the length costs), and "editor" opens each task as
+a document with the cursor where the middle goes (its indentation typed, as pressing Enter leaves
+it) and completes it the way the server does: the span planner picks the span, the engine fills
+it, post-processing decides what is shown (Task.in_editor, pipeline.py). A task passes there only
+when a completion was shown and the program with it passes; `shown` counts the completions shown.
 """
 from __future__ import annotations
 
@@ -10,13 +14,16 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
+from dllm_lsp import pipeline
 from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import DecodeSettings, InfillRequest, InfillResult
+from dllm_lsp.options import Options
+from dllm_lsp.syntax.snapshot import Snapshot
 
 from .execution import run_programs
 from .tasks import Task
 
-MODES = ("unknown", "oracle")
+MODES = ("unknown", "oracle", "editor")
 
 
 @dataclass
@@ -30,6 +37,7 @@ class ModeResult:
     seconds: float
     failures: dict[str, int] = field(default_factory=dict)
     samples: list[dict] = field(default_factory=list)
+    shown: int | None = None       # "editor": completions post-processing let through
 
     @property
     def pass_at_1(self) -> float:
@@ -40,6 +48,9 @@ class ModeResult:
                "mean_steps": round(self.mean_steps, 2), "tokens_per_step": round(self.tokens_per_step, 2),
                "mean_latency_ms": round(self.mean_latency_ms, 1), "seconds": round(self.seconds, 1),
                "failures": self.failures}
+        if self.shown is not None:
+            out["shown"] = self.shown
+            out["passed_when_shown"] = round(self.passed / self.shown, 4) if self.shown else None
         if with_samples:
             out["samples"] = self.samples
         return out
@@ -52,33 +63,48 @@ def slot_tokens(engine: Engine, task: Task, mode: str, unknown_tokens: int) -> i
 
 
 def evaluate(engine: Engine, tasks: list[Task], mode: str, settings: DecodeSettings, unknown_tokens: int,
-             timeout: float = 10.0, workers: int = 2, log=None, concurrency: int = 1) -> ModeResult:
+             timeout: float = 10.0, workers: int = 2, log=None, concurrency: int = 1,
+             options: Options = Options()) -> ModeResult:
     """`concurrency` tasks are infilled at once: the engine's step scheduler gives their steps
-    one forward pass where that pays (on a GPU, nearly the cost of one request's step)."""
+    one forward pass where that pays (on a GPU, nearly the cost of one request's step).
+    `options`: the server's options the "editor" mode plans and post-processes with (its
+    decoding is `settings`, as in the other modes)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     if mode == "oracle":
         settings = replace(settings, slot_start_tokens=0)   # the slot is the span's length: nothing to grow into
     t0 = time.perf_counter()
 
-    def infill(task: Task) -> InfillResult:
-        return engine.infill(InfillRequest.single(task.prompt, task.suffix, slot_tokens(engine, task, mode, unknown_tokens),
-                                                  language="python"), settings)
+    def infill(task: Task) -> tuple[InfillResult, str | None, str]:
+        """(result, the completion, the program it runs as); the completion is None where the
+        editor would show nothing."""
+        if mode == "editor":
+            return complete_in_editor(engine, task, settings, options)
+        result = engine.infill(InfillRequest.single(task.prompt, task.suffix,
+                                                    slot_tokens(engine, task, mode, unknown_tokens),
+                                                    language="python"), settings)
+        return result, result.text, task.program(result.text)
 
     results: list[InfillResult] = []
+    completions: list[str | None] = []
+    programs: list[str] = []
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        for result in pool.map(infill, tasks):      # in task order, `concurrency` in flight
+        for result, completion, program in pool.map(infill, tasks):      # in task order, `concurrency` in flight
             results.append(result)
+            completions.append(completion)
+            programs.append(program)
             if log and len(results) % 100 == 0:
                 log(f"{mode}: {len(results)}/{len(tasks)} infilled")
-    completions = [r.text for r in results]
     steps = sum(r.steps for r in results)
     committed = sum(r.tokens_committed for r in results)
     latency = sum(r.latency_ms for r in results)
-    outcomes = run_programs([t.program(c) for t, c in zip(tasks, completions)], timeout, workers)
+    outcomes = [o if c is not None else replace(o, passed=False, reason="nothing shown")
+                for o, c in zip(run_programs(programs, timeout, workers), completions)]
     failures: dict[str, int] = {}
     for o in outcomes:
-        if not o.passed:
+        if o.reason == "nothing shown":
+            failures[o.reason] = failures.get(o.reason, 0) + 1
+        elif not o.passed:
             kind = o.reason.split(":")[0] if o.reason == "timeout" else o.reason.split(":")[1].strip().split(" ")[0] \
                 if ":" in o.reason else o.reason
             failures[kind] = failures.get(kind, 0) + 1
@@ -89,4 +115,20 @@ def evaluate(engine: Engine, tasks: list[Task], mode: str, settings: DecodeSetti
         seconds=time.perf_counter() - t0, failures=dict(sorted(failures.items(), key=lambda kv: -kv[1])[:8]),
         samples=[{"task_id": t.task_id, "completion": c, "passed": o.passed, "reason": o.reason}
                  for t, c, o in zip(tasks, completions, outcomes)],
+        shown=sum(c is not None for c in completions) if mode == "editor" else None,
     )
+
+
+def complete_in_editor(engine: Engine, task: Task, settings: DecodeSettings,
+                       options: Options) -> tuple[InfillResult, str | None, str]:
+    """The task as a file in an editor (Task.in_editor), completed at its cursor as the server
+    completes: (result, the text shown or None, the program with the completion applied; with
+    nothing shown, the program without the middle, which the benchmark counts as failed)."""
+    document, cursor = task.in_editor()
+    plan = replace(pipeline.plan(Snapshot.parse(document, "python"), cursor, options,
+                                 model_context=engine.denoiser.max_context), decode=settings)
+    result = plan.run(engine)
+    completion = plan.finish(result)
+    if completion is None:
+        return result, None, task.run_as(document)
+    return result, completion.text, task.run_as(document[:completion.start] + completion.text + document[completion.end:])

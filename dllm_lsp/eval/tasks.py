@@ -27,7 +27,23 @@ class Task:
 
     def program(self, completion: str) -> str:
         """The program that passes when it exits cleanly (the benchmark's own definition)."""
-        return f"{self.prompt}{completion}{self.suffix}\n{self.test}\n\ncheck({self.entry_point})\n"
+        return self.run_as(f"{self.prompt}{completion}{self.suffix}")
+
+    def run_as(self, source: str) -> str:
+        """`source` (the task's code, filled somehow) as the program the benchmark runs."""
+        return f"{source}\n{self.test}\n\ncheck({self.entry_point})\n"
+
+    def in_editor(self) -> tuple[str, int]:
+        """(document, cursor offset): the task as a file open in an editor with the middle not yet
+        written. Where the middle starts a line, its indentation is typed (pressing Enter
+        indents), and where it ends one, its line is there, empty after the cursor: the user
+        opened it. Filling the rest of the middle at the cursor gives back the reference program."""
+        middle = self.canonical_solution
+        typed = ""
+        if not self.prompt or self.prompt.endswith("\n"):
+            typed = middle[:len(middle) - len(middle.lstrip(" \t"))]
+        opened = "\n" if middle.endswith("\n") and middle.strip() else ""
+        return f"{self.prompt}{typed}{opened}{self.suffix}", len(self.prompt) + len(typed)
 
 
 DATA_ENV = "DLLM_LSP_EVAL_DATA"

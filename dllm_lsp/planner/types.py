@@ -37,3 +37,7 @@ class SpanPlan:
     context_start: int = 0            # the document text the request shows is [context_start, context_end)
     context_end: int = 0
     snippet_sources: tuple[str, ...] = ()   # other documents whose snippets were prepended to the prefix
+    # The blanks typed before replace_start on its line that the request's prefix leaves out: the
+    # model writes them itself (token healing, spans.healed_blanks) and postprocess.unheal takes
+    # them back out of its text, which then reads as the text after replace_start.
+    healed: str = ""

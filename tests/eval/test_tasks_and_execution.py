@@ -81,3 +81,31 @@ def test_canonical_solutions_pass_and_empty_ones_mostly_fail():
     assert len({t.task_id.split("/")[2] for t in tasks}) > 10    # many different problems
     assert all(o.passed for o in run_programs([t.program(t.canonical_solution) for t in tasks], 20, 2))
     assert sum(o.passed for o in run_programs([t.program("") for t in tasks], 20, 2)) <= 2
+
+
+@pytest.mark.parametrize("data", ["single-line", "multi-line", "random-span-light"])
+def test_every_task_opens_in_an_editor_where_its_middle_goes(data):
+    """The editor mode's document: the middle's indentation typed where it starts a line, its
+    line opened where it ends one; writing the rest of the middle at the cursor gives back the
+    benchmark's own program, for every task of the file."""
+    typed_some = 0
+    for task in load_tasks(resolve_data(data)):
+        document, cursor = task.in_editor()
+        typed = document[len(task.prompt):cursor]
+        assert document.startswith(task.prompt) and task.canonical_solution.startswith(typed)
+        assert typed.strip(" \t") == ""
+        rest = task.canonical_solution[len(typed):]
+        if document[cursor:] != task.suffix:             # the middle's line is open: its newline is there
+            assert rest.endswith("\n") and document[cursor:] == "\n" + task.suffix
+            rest = rest[:-1]
+        assert document[:cursor] + rest + document[cursor:] == task.prompt + task.canonical_solution + task.suffix
+        typed_some += bool(typed)
+    assert typed_some > 0
+
+
+def test_a_task_in_the_editor_runs_as_its_program():
+    task = Task("T/1", "def inc(x):\n", "\n", "    return x + 1\n", "def check(f):\n    assert f(1) == 2\n", "inc")
+    document, cursor = task.in_editor()
+    assert (document, cursor) == ("def inc(x):\n    \n\n", len("def inc(x):\n    "))
+    assert run_program(task.run_as(document[:cursor] + "return x + 1" + document[cursor:]), 20).passed
+    assert not run_program(task.run_as(document), 20).passed

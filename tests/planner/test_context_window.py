@@ -58,8 +58,8 @@ OTHER_DOCS = [
 def test_relevant_snippets_are_prepended_as_comments():
     text = "from geometry import area_of_circle, circumference\n\nradius = 3\ntotal = area_of_circle(radius) + "
     plan = plan_span(Snapshot.parse(text, "python"), len(text), PlannerSettings(), OTHER_DOCS)
-    prefix = plan.request.prefix
-    assert prefix.endswith(text)
+    prefix = plan.request.prefix + plan.healed     # the blank after `+` goes to the model
+    assert plan.healed == " " and prefix.endswith(text)
     snippets = prefix[: len(prefix) - len(text)]
     assert snippets.startswith("# From geometry.py:\n")
     assert "# def area_of_circle(radius):\n" in snippets
@@ -80,7 +80,7 @@ def test_snippets_use_the_language_comment_syntax_and_budget():
 def test_no_snippets_without_comment_syntax_or_overlap():
     text = "area_of_circle(radius) + circumference(radius) + \n"
     plain = plan_span(Snapshot.parse(text, "plaintext"), len(text) - 1, PlannerSettings(), OTHER_DOCS)
-    assert plain.request.prefix == text[:-1]
+    assert plain.request.prefix + plain.healed == text[:-1] and plain.healed == " "
     unrelated = "zzz_top = 1\n"
     plan = plan_span(Snapshot.parse(unrelated, "python"), len(unrelated) - 1, PlannerSettings(), OTHER_DOCS)
     assert plan.request.prefix == unrelated[:-1] and plan.snippet_sources == ()

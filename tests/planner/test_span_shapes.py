@@ -159,7 +159,12 @@ def test_span_chosen(language_id, source, kind, typed, single_line, max_tokens, 
     assert plan.request.slots[0].single_line == single_line
     assert plan.indent == indent
     assert plan.closer_indent == closer
-    assert plan.request.prefix == text[: cursor - len(typed)]
+    # The blanks typed before the span go to the model (token healing): the prefix ends before them.
+    line_before = text[text.rfind("\n", 0, cursor - len(typed)) + 1: cursor - len(typed)]
+    blanks = line_before[len(line_before.rstrip(" \t")):]
+    healed = blanks if single_line or blanks == line_before else ""
+    assert plan.healed == healed
+    assert plan.request.prefix == text[: cursor - len(typed) - len(healed)]
     assert plan.request.suffix == text[cursor:]
     assert plan.line_rest == text[cursor:].split("\n", 1)[0]
 

@@ -87,9 +87,12 @@ MULTI_LINE = [
 
 
 def run(language_id: str, source: str, completion: str):
+    """The completions in these tables are the model's text from the cursor on: the plans leave
+    the typed blanks in the prefix (no token healing; tests/postprocess/test_unheal.py covers the
+    text a healed plan gets back)."""
     assert source.count(CURSOR) == 1
     text, cursor = source.replace(CURSOR, ""), source.index(CURSOR)
-    plan = plan_span(Snapshot.parse(text, language_id), cursor, PlannerSettings())
+    plan = plan_span(Snapshot.parse(text, language_id), cursor, PlannerSettings(heal_whitespace=False))
     return plan, text, finish(plan, completion)
 
 
@@ -117,8 +120,8 @@ def test_crlf_documents_get_crlf_bodies():
     text = "def f():\r\n    \r\n\r\nx = 1\r\n"
     cursor = text.index("    ") + 4
     plan = plan_span(Snapshot.parse(text, "python"), cursor)
-    assert plan.kind == "block_body"
-    assert finish(plan, "if a:\n        return 1") == "if a:\r\n        return 1"
+    assert plan.kind == "block_body" and plan.healed == "    "
+    assert finish(plan, "    if a:\n        return 1") == "if a:\r\n        return 1"
 
 
 def test_finish_reads_only_the_plans_own_snapshot():

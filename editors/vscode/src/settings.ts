@@ -15,6 +15,7 @@ export interface ServerOptionsPayload {
   maxLineTokens: number;
   contextTokens: number;
   companionEdits: boolean;
+  healWhitespace: boolean;
   holeMarker: string;
   languages: Record<string, boolean>;
   steps: number;
@@ -35,6 +36,7 @@ const SERVER_KEYS: (keyof ServerOptionsPayload)[] = [
   "maxLineTokens",
   "contextTokens",
   "companionEdits",
+  "healWhitespace",
   "holeMarker",
   "languages",
   "steps",
