@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     complete.add_argument("--steps", type=int, default=None, help="denoising steps (default: the server's)")
     complete.add_argument("--ends-balanced", action="store_true", default=None,
                           help="a span ends only where it has closed what it opened (the server's endsBalanced)")
+    complete.add_argument("--companion-edits", action="store_true", default=None,
+                          help="also fill an import slot after the file's imports; an import the completion "
+                               "uses comes with it (the server's companionEdits, off by default)")
     complete.add_argument("--json", action="store_true", help="print a JSON object instead of the text")
 
     infill = sub.add_parser("infill", help='JSONL in ({"id","prefix","suffix"}), JSONL out')

@@ -189,7 +189,8 @@ def cli_options(args) -> Options:
     default the server would use, so `complete` and an editor agree)."""
     steps = getattr(args, "steps", None)
     given = {"model": args.model, "device": args.device, "steps": steps,
-             "ends_balanced": getattr(args, "ends_balanced", None)}
+             "ends_balanced": getattr(args, "ends_balanced", None),
+             "companion_edits": getattr(args, "companion_edits", None)}
     try:
         return Options().merged({k: v for k, v in given.items() if v is not None})
     except SettingsError as exc:

@@ -81,13 +81,13 @@ class CompletionPlan:
 
     def finish(self, result: InfillResult) -> Completion | None:
         """The completion to show for `result` (a result of this plan's request), or None."""
-        edit = None
+        full = result
         if self.companion is not None:
-            edit = self.companion.edit(result, self.snapshot)
             result = self.companion.main_result(result)
         text = finish(self.span, result.text)
         if text is None:
             return None
+        edit = self.companion.edit(full, self.snapshot, text) if self.companion is not None else None
         return Completion(text, self.span.replace_start, self.span.replace_end, self.snapshot, self.span, result, edit)
 
 

@@ -55,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
                    default=PlannerOptions().heal_whitespace,
                    help="editor mode: the blanks typed before the cursor go to the model (the server's "
                         "`healWhitespace`, on by default; docs/planner.md)")
+    h.add_argument("--companion-edits", action=argparse.BooleanOptionalAction,
+                   default=PlannerOptions().companion_edits,
+                   help="editor mode: fill the companion import slot in the same run, as the server does by "
+                        "default (its `companionEdits`; docs/multisite.md)")
     h.add_argument("--max-tokens", type=int, default=None,
                    help="slot size when the length is unknown (default: the model's trained max slot, else 64)")
     h.add_argument("--steps", type=int, default=16, help="denoising step budget")
@@ -116,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     engine = Engine(denoiser, context_tokens=a.context)
     log = None if a.json else (lambda msg: print(msg, file=sys.stderr))
     concurrency = a.concurrency or (GPU_CONCURRENCY if denoiser.device.type == "cuda" else 1)
-    options = Options(planner=PlannerOptions(context_tokens=a.context, heal_whitespace=a.heal_whitespace))
+    options = Options(planner=PlannerOptions(context_tokens=a.context, heal_whitespace=a.heal_whitespace,
+                                             companion_edits=a.companion_edits))
     results = [evaluate(engine, tasks, m, settings, unknown, a.timeout, a.workers, log, concurrency, options)
                for m in modes]
     name = benchmark_name(path)
@@ -128,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {"steps": a.steps, "threshold": a.threshold, "confidence": a.confidence,
                      "remask_below": a.remask_below, "ends_in_order": a.ends_in_order,
                      "ends_balanced": a.ends_balanced, "heal_whitespace": a.heal_whitespace,
+                     "companion_edits": a.companion_edits,
                      "floor_from_left": a.floor_from_left, "slot_start_tokens": engine.start_tokens(settings),
                      "context": a.context, "timeout": a.timeout, "concurrency": concurrency},
         "modes": {r.mode: r.to_json() for r in results},

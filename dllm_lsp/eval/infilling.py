@@ -20,7 +20,7 @@ from dllm_lsp.engine.types import DecodeSettings, InfillRequest, InfillResult
 from dllm_lsp.options import Options
 from dllm_lsp.syntax.snapshot import Snapshot
 
-from .execution import run_programs
+from .execution import Outcome, run_programs
 from .tasks import Task
 
 MODES = ("unknown", "oracle", "editor")
@@ -75,9 +75,9 @@ def evaluate(engine: Engine, tasks: list[Task], mode: str, settings: DecodeSetti
         settings = replace(settings, slot_start_tokens=0)   # the slot is the span's length: nothing to grow into
     t0 = time.perf_counter()
 
-    def infill(task: Task) -> tuple[InfillResult, str | None, str]:
+    def infill(task: Task) -> tuple[InfillResult, str | None, str | None]:
         """(result, the completion, the program it runs as); the completion is None where the
-        editor would show nothing."""
+        editor would show nothing, and then there is no program to run."""
         if mode == "editor":
             return complete_in_editor(engine, task, settings, options)
         result = engine.infill(InfillRequest.single(task.prompt, task.suffix,
@@ -87,7 +87,7 @@ def evaluate(engine: Engine, tasks: list[Task], mode: str, settings: DecodeSetti
 
     results: list[InfillResult] = []
     completions: list[str | None] = []
-    programs: list[str] = []
+    programs: list[str | None] = []
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
         for result, completion, program in pool.map(infill, tasks):      # in task order, `concurrency` in flight
             results.append(result)
@@ -98,8 +98,9 @@ def evaluate(engine: Engine, tasks: list[Task], mode: str, settings: DecodeSetti
     steps = sum(r.steps for r in results)
     committed = sum(r.tokens_committed for r in results)
     latency = sum(r.latency_ms for r in results)
-    outcomes = [o if c is not None else replace(o, passed=False, reason="nothing shown")
-                for o, c in zip(run_programs(programs, timeout, workers), completions)]
+    shown = [i for i, c in enumerate(completions) if c is not None]     # nothing shown: nothing to run
+    ran = iter(run_programs([programs[i] for i in shown], timeout, workers))
+    outcomes = [next(ran) if c is not None else Outcome(False, "nothing shown") for c in completions]
     failures: dict[str, int] = {}
     for o in outcomes:
         if o.reason == "nothing shown":
@@ -120,15 +121,15 @@ def evaluate(engine: Engine, tasks: list[Task], mode: str, settings: DecodeSetti
 
 
 def complete_in_editor(engine: Engine, task: Task, settings: DecodeSettings,
-                       options: Options) -> tuple[InfillResult, str | None, str]:
+                       options: Options) -> tuple[InfillResult, str | None, str | None]:
     """The task as a file in an editor (Task.in_editor), completed at its cursor as the server
-    completes: (result, the text shown or None, the program with the completion applied; with
-    nothing shown, the program without the middle, which the benchmark counts as failed)."""
+    completes: (result, the text shown, the program with it applied), or (result, None, None)
+    where the editor would show nothing (a failed task)."""
     document, cursor = task.in_editor()
     plan = replace(pipeline.plan(Snapshot.parse(document, "python"), cursor, options,
                                  model_context=engine.denoiser.max_context), decode=settings)
     result = plan.run(engine)
     completion = plan.finish(result)
     if completion is None:
-        return result, None, task.run_as(document)
+        return result, None, None
     return result, completion.text, task.run_as(document[:completion.start] + completion.text + document[completion.end:])

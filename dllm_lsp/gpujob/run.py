@@ -29,6 +29,9 @@ from .children import ChildResult, dllm_command, run_child
 from .pack import pack_job
 
 EVALS = ("single-line", "random-span-light")
+# Each benchmark with the span length unknown and oracle, and as an editor meets it (the task
+# opened as a file, completed at the cursor by the planner and post-processing: what users get).
+EVAL_MODES = ("--modes", "unknown,oracle,editor")
 # After them, in what the eval box has left: the decode rules the CPU preview could not settle,
 # on the GPU's model (name -> benchmark, extra `eval` arguments). docs/eval.md#ends-only-where-balanced
 ABLATIONS = {"single-line-ends-balanced": ("single-line", ("--ends-balanced", "--modes", "unknown"))}
@@ -315,7 +318,7 @@ class Job:
             self.phase("eval")["why"] = "no --data folder"
             return "skipped"
         states = []
-        runs = [(name, name, ()) for name in EVALS] + [(name, bench, extra) for name, (bench, extra) in ABLATIONS.items()]
+        runs = [(name, name, EVAL_MODES) for name in EVALS] + [(name, bench, extra) for name, (bench, extra) in ABLATIONS.items()]
         for name, bench, extra in runs:
             left = self.budget.box("eval")
             data = self.opts.data / EVAL_FILES[bench]
@@ -338,6 +341,9 @@ class Job:
                 try:
                     self.phase("eval").setdefault("summary", {})[name] = {
                         k: v for k, v in json.loads(result.tail[-1]).items() if k in ("pass@1", "length_gap_points")}
+                    editor = json.loads(result.tail[-1])["modes"].get("editor")
+                    if editor:
+                        self.phase("eval")["summary"][name]["editor"] = {k: editor[k] for k in ("pass@1", "shown")}
                 except ValueError:
                     pass
         return "done" if all(s == "done" for s in states) else "partial"

@@ -2,12 +2,14 @@
 
 The completion's request gets one more masked one-line slot at the start of the line after
 the file's import block. The model fills both jointly; when the companion slot holds a
-syntactically valid import statement that the file does not already have, the completion
-carries it (classic items as `additionalTextEdits`, inline items as an accept command).
-Anything else in that slot (empty, prose, a broken or duplicate import) is dropped.
+syntactically valid import statement that the file does not already have and that brings in a
+name the completion uses, the completion carries it (classic items as `additionalTextEdits`,
+inline items as an accept command). Anything else in that slot (empty, prose, a broken or
+duplicate import, an import of nothing the completion needs) is dropped.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from dllm_lsp.engine.types import InfillRequest, InfillResult, Slot, StepState
@@ -107,13 +109,55 @@ def is_valid_import(statement: str, language_id: str) -> bool:
     return len(nodes) == 1 and nodes[0].type in kinds
 
 
-def companion_edit(slot_text: str, source: Snapshot) -> CompanionEdit | None:
+_IDENTIFIER = re.compile(r"[A-Za-z_$][\w$]*")
+_ALIASED = re.compile(r"[\w$.*]+\s+as\s+([A-Za-z_$][\w$]*)")
+_QUOTED = re.compile(r"""["'<]([^"'<>]*)[">']""")
+
+
+def imported_names(statement: str, language: str | None) -> set[str]:
+    """The names a valid import `statement` brings into the file (`import numpy as np`: np;
+    `from a import b, c as d`: b, d; `use std::io::{Read, Write as W};`: Read, W; `import
+    "net/http"`: http; `#include <vector>`: vector, the header's name, the best a C file says)."""
+    text = _ALIASED.sub(lambda m: m.group(1), statement.strip().rstrip(";"))
+    if language == "python":
+        if text.startswith("from "):
+            return set(_IDENTIFIER.findall(text.partition(" import ")[2]))
+        return {item.strip().split(".")[0] for item in text[len("import "):].split(",") if item.strip()}
+    if language in ("c", "cpp", "go"):
+        paths = _QUOTED.findall(text)
+        names = {re.split(r"[/\\]", path)[-1].split(".")[0] for path in paths}
+        alias = [word for word in _IDENTIFIER.findall(_QUOTED.sub(" ", text)) if word != "import"]
+        return {alias[-1]} if language == "go" and alias else names      # go: import f "fmt" binds f
+    if language in ("javascript", "typescript", "tsx"):
+        bound = text.partition(" from ")[0] if " from " in text else ""
+        return set(_IDENTIFIER.findall(bound)) - {"import", "type", "typeof"}
+    # rust `use a::b::{c, d};`, java `import a.b.C;`: the last segment of each path
+    return set(re.findall(r"([A-Za-z_$][\w$]*)\s*(?=[,}]|$)", text)) - {"self", "super", "crate"}
+
+
+def companion_edit(slot_text: str, source: Snapshot, completion: str) -> CompanionEdit | None:
     """The edit that adds the import the model wrote in the companion slot to `source`, or None
-    when the slot holds no valid import or the file already has it."""
-    if not isinstance(slot_text, str):
+    when the slot holds no valid import, the file already has it, or it brings in no name that
+    `completion` (the text the cursor's completion inserts) uses: an import the completion does
+    not need is not added to the user's file with it (the CPU preview's slot wrote
+    `from torch import logging` beside completions that use neither name)."""
+    if not isinstance(slot_text, str) or not isinstance(completion, str):
         return None
     lines = slot_text.strip().splitlines()
     statement = lines[0].strip() if lines else ""
+    edit = import_edit(statement, source)
+    if edit is None or not imported_names(statement, source.language) & set(_IDENTIFIER.findall(completion)):
+        return None
+    return edit
+
+
+def import_edit(statement: str, source: Snapshot) -> CompanionEdit | None:
+    """The edit that adds the import `statement` to `source` after its imports, or None when it is
+    not one valid import or the file already has it (the accept command checks again here: the
+    file may have changed since the completion was shown)."""
+    if not isinstance(statement, str):
+        return None
+    statement = statement.strip()
     if not statement or not is_valid_import(statement, source.language_id):
         return None
     if normalized(statement) in existing_imports(source):
@@ -143,8 +187,10 @@ class CompanionSlot:
     def slot_text(self, result: InfillResult) -> str:
         return result.candidates[0][0]
 
-    def edit(self, result: InfillResult, source: Snapshot) -> CompanionEdit | None:
-        return companion_edit(self.slot_text(result), source)
+    def edit(self, result: InfillResult, source: Snapshot, completion: str) -> CompanionEdit | None:
+        """The import `result`'s companion slot holds, if `completion` (what the cursor's slot
+        inserts) needs it."""
+        return companion_edit(self.slot_text(result), source, completion)
 
 
 def with_companion_slot(

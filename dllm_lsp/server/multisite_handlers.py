@@ -15,7 +15,7 @@ from lsprotocol.converters import get_converter
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace.text_document import TextDocument
 
-from dllm_lsp.multisite.companion import APPLY_COMMAND, companion_edit
+from dllm_lsp.multisite.companion import APPLY_COMMAND, import_edit
 from dllm_lsp.multisite.holes import find_holes
 from dllm_lsp.multisite.sites import Outcome
 
@@ -82,7 +82,7 @@ async def fill_holes(ls, *args: Any) -> dict:
 async def apply_companion_edit(ls, *args: Any) -> dict:
     uri, statement = companion_arguments(args, APPLY_COMMAND)
     snapshot, document, _ = ls.trees.get(uri, ls.workspace)
-    found = companion_edit(statement, snapshot)
+    found = import_edit(statement, snapshot)
     if found is None:
         return {"applied": False, "reason": "not a valid import, or the file already has it"}
     position = range_of(document, found.offset, found.offset)

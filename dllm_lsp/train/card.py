@@ -48,7 +48,8 @@ def eval_section(evals: list[dict]) -> list[str]:
         for mode, r in e["modes"].items():
             start = e.get("settings", {}).get("slot_start_tokens")
             growing = f", growing from {start}" if start and start < (e.get("unknown_slot_tokens") or 0) else ""
-            slot = f"unknown ({e.get('unknown_slot_tokens')}-token slot{growing})" if mode == "unknown" else "oracle"
+            slot = {"unknown": f"unknown ({e.get('unknown_slot_tokens')}-token slot{growing})",
+                    "editor": f"as an editor meets it ({r.get('shown')} shown)"}.get(mode, mode)
             lines.append(f"| {e['benchmark']} | {r['tasks']} | {slot} | {100 * r['pass@1']:.1f}% "
                          f"({r['passed']}/{r['tasks']}) | {r['mean_steps']} | {r['tokens_per_step']} | "
                          f"{r['mean_latency_ms']:.0f} |")

@@ -44,9 +44,9 @@ async def test_cli_and_server_return_the_same_completion(tmp_path, tiny_model_di
     path = tmp_path / "area.py"
     path.write_text(SOURCE)
     extra = ("--steps", str(steps)) if steps is not None else ()
-    cli = cli_complete(path, tiny_model_dir, *extra)
+    cli = cli_complete(path, tiny_model_dir, "--companion-edits", *extra)
     served = await server_complete(tmp_path, tiny_model_dir, path.as_uri(),
-                                   {"steps": steps} if steps is not None else {})
+                                   {"companionEdits": True, **({"steps": steps} if steps is not None else {})})
     assert cli["completion"], cli            # the tiny model completes here: the comparison is not empty
     assert len(served.items) == 1
     item = served.items[0]

@@ -66,7 +66,9 @@ def test_training_evaluation_and_benchmarks_left_their_files(job):
     assert "steps waited for batches" in (model / "MODEL_CARD.md").read_text()
     for name in ("single-line", "random-span-light"):
         result = json.loads((model / f"eval-{name}.json").read_text())
-        assert result["tasks"] == 3 and set(result["modes"]) == {"unknown", "oracle"}
+        assert result["tasks"] == 3 and set(result["modes"]) == {"unknown", "oracle", "editor"}
+        assert 0 <= result["modes"]["editor"]["passed"] <= result["modes"]["editor"]["shown"] <= 3
+        assert state["phases"]["eval"]["summary"][name]["editor"]["shown"] == result["modes"]["editor"]["shown"]
     ablation = {step["step"]: step for step in state["phases"]["eval"]["steps"]}["single-line-ends-balanced"]
     if ablation.get("state") != "skipped":       # the last of the box: it runs when time is left
         result = json.loads((model / "eval-single-line-ends-balanced.json").read_text())

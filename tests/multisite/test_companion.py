@@ -6,9 +6,13 @@ import pytest
 from dllm_lsp.engine.types import InfillRequest, InfillResult, StepState
 from dllm_lsp.multisite.companion import (
     companion_edit,
+    import_edit,
+    imported_names,
     is_valid_import,
     with_companion_slot,
 )
+from dllm_lsp.options import Options
+from dllm_lsp.pipeline import plan
 from dllm_lsp.syntax.snapshot import Snapshot
 
 FILES = {
@@ -16,6 +20,8 @@ FILES = {
     "typescript": ('import { a } from "a";\n\nconst x = ;\n', 'import { b } from "b";', 'import * as fs from "fs";'),
     "rust": ("use std::io;\n\nfn main() {\n    let x = ;\n}\n", "use std::fmt;", "use std::collections::HashMap;"),
 }
+# A completion that uses every name the imports above bring in.
+USES_ALL = "sys.argv, path.join(b, fs.readFileSync(fmt::Debug), HashMap::new())"
 
 
 def cursor_request(text: str, marker: str) -> tuple[InfillRequest, int]:
@@ -37,7 +43,8 @@ def test_companion_slot_sits_after_the_imports(language):
     assert slot.main_result(result).text == "1"
     state = StepState(1, 2, [[new_import, "1"]], 0.5, 0)
     assert slot.main_state(state).slot_texts == [["1"]]
-    edit = slot.edit(result, Snapshot.parse(text, language))
+    assert slot.edit(result, Snapshot.parse(text, language), "1") is None      # uses nothing it imports
+    edit = slot.edit(result, Snapshot.parse(text, language), USES_ALL)
     assert edit is not None and edit.offset == first_line_end and edit.text == new_import + "\n"
     patched = text[:edit.offset] + edit.text + text[edit.offset:]
     assert Snapshot.parse(patched, language).root.named_children[1].type in ("import_statement", "use_declaration",
@@ -49,8 +56,10 @@ def test_invalid_or_duplicate_imports_give_no_edit(language):
     text, _, other_import = FILES[language]
     existing = text.split("\n")[0]
     for slot_text in ["", "   ", "return 1", "import (", "hello world", "x = 1;", existing, "fn main() {}"]:
-        assert companion_edit(slot_text, Snapshot.parse(text, language)) is None, slot_text
-    assert companion_edit(other_import, Snapshot.parse(text, language)) is not None
+        assert companion_edit(slot_text, Snapshot.parse(text, language), USES_ALL) is None, slot_text
+        assert import_edit(slot_text, Snapshot.parse(text, language)) is None, slot_text
+    assert companion_edit(other_import, Snapshot.parse(text, language), USES_ALL) is not None
+    assert import_edit(other_import, Snapshot.parse(text, language)) is not None
 
 
 def test_import_validation_per_language():
@@ -73,9 +82,9 @@ def test_no_companion_when_cursor_is_in_the_import_block_or_prefix_is_cut():
 
 def test_file_without_imports_gets_the_import_after_its_header():
     text = '"""Module doc."""\n# note\n\ndef f():\n    pass\n'
-    edit = companion_edit("import os", Snapshot.parse(text, "python"))
+    edit = import_edit("import os", Snapshot.parse(text, "python"))
     assert edit is not None and edit.offset == text.index("# note\n") + len("# note\n")
-    edit = companion_edit("use std::io;", Snapshot.parse("//! Crate docs.\nfn main() {}\n", "rust"))
+    edit = import_edit("use std::io;", Snapshot.parse("//! Crate docs.\nfn main() {}\n", "rust"))
     assert edit is not None and edit.offset == len("//! Crate docs.\n")
 
 
@@ -96,3 +105,58 @@ def test_far_from_the_imports_the_canvas_keeps_the_imports_and_the_text_before_t
     again = with_companion_slot(InfillRequest.single(typed[cursor + 1 - 4500:], "", 16), Snapshot.parse(typed, "python"),
                                 cursor + 1)
     assert again.request.pieces[1] == between + "f"
+
+
+# (statement, grammar name, the names it brings in)
+NAMES = [
+    ("import numpy as np", "python", {"np"}),
+    ("import os.path", "python", {"os"}),
+    ("from a import b, c as d", "python", {"b", "d"}),
+    ("from a import (b, c)", "python", {"b", "c"}),
+    ('import React, { useState as uS } from "react";', "typescript", {"React", "uS"}),
+    ("import * as path from 'path';", "javascript", {"path"}),
+    ('import "./side-effect.css";', "javascript", set()),
+    ("use std::io::{Read, Write as W};", "rust", {"Read", "W"}),
+    ("use std::fmt;", "rust", {"fmt"}),
+    ("import java.util.List;", "java", {"List"}),
+    ("import a.b.*;", "java", set()),
+    ('import "net/http"', "go", {"http"}),
+    ('import f "fmt"', "go", {"f"}),
+    ("#include <vector>", "cpp", {"vector"}),
+    ('#include "foo/bar.h"', "c", {"bar"}),
+]
+
+
+@pytest.mark.parametrize("statement, language, names", NAMES, ids=[c[0] for c in NAMES])
+def test_the_names_an_import_brings_in(statement, language, names):
+    assert imported_names(statement, language) == names
+
+
+def test_an_import_comes_with_a_completion_only_when_the_completion_uses_it():
+    """The CPU preview's slot wrote `from torch import logging` beside completions that use
+    neither name: such an import must not ride into the user's file with the completion."""
+    text = FILES["python"][0]
+    source = Snapshot.parse(text, "python")
+    assert companion_edit("from torch import logging", source, "x + 1") is None
+    assert companion_edit("from torch import logging", source, "torch.zeros(1)") is None   # binds logging only
+    assert companion_edit("from torch import logging", source, "logging.warn(x)") is not None
+    assert companion_edit("import numpy as np", source, "numpy.zeros(3)") is None
+    assert companion_edit("import numpy as np", source, "np.zeros(3)") is not None
+    assert companion_edit("import numpy as np", source, None) is None
+
+
+def test_the_pipeline_checks_the_import_against_the_text_it_shows():
+    """finish() gives the companion edit the completion as shown (finished, unhealed), not the raw slot."""
+    text = "import os\n\n\ndef f(x):\n    return \n"
+    completion_plan = plan(Snapshot.parse(text, "python"), text.index("return ") + len("return "),
+                           Options().merged({"companionEdits": True}))
+    assert completion_plan.companion is not None and completion_plan.span.healed == " "
+
+    def shown(companion_text: str, main_text: str):
+        return completion_plan.finish(InfillResult([[companion_text, main_text]], steps=1, tokens_committed=1,
+                                                   latency_ms=1.0))
+
+    junk = shown("from torch import logging", " x + 1")
+    assert junk is not None and junk.text == "x + 1" and junk.companion is None
+    needed = shown("import numpy as np", " np.zeros(x)")
+    assert needed.text == "np.zeros(x)" and needed.companion.statement == "import numpy as np"

@@ -35,7 +35,8 @@ class RecordingHost(ModelHost):
         return result
 
 
-OPTIONS = Options().merged({"model": "tiny", "device": "cpu", "steps": 4, "maxSpanTokens": 16, "maxLineTokens": 8})
+OPTIONS = Options().merged({"model": "tiny", "device": "cpu", "steps": 4, "maxSpanTokens": 16, "maxLineTokens": 8,
+                             "companionEdits": True})
 
 
 @pytest.fixture
@@ -58,7 +59,7 @@ async def test_completion_runs_the_companion_slot_jointly(service):
     assert len(request.slots) == 2 and request.slots[0].single_line          # companion first
     assert request.pieces[0].endswith("import os\n") and request.pieces[1].startswith("\n\ndef area")
     companion_text = host.results[0].candidates[0][0]
-    expected = companion_edit(companion_text, Snapshot.parse(TEXT, "python"))
+    expected = companion_edit(companion_text, Snapshot.parse(TEXT, "python"), found.text) if found is not None else None
     # the completion carries the import exactly when the model's slot holds a new, valid one
     assert (found.companion if found is not None else None) == expected
     if found is not None:
@@ -98,7 +99,7 @@ async def test_a_small_models_positions_bound_the_plan_so_the_canvas_fits(tmp_pa
     line = text[:text.index("    return ")].count("\n")
     try:
         await CompletionService(host, trees).complete(uri, types.Position(line=line, character=11), workspace,
-                                                      Options().merged({"steps": 2}))
+                                                      Options().merged({"steps": 2, "companionEdits": True}))
         plan = host.plans[-1]
         engine = host.engine
         assert plan.context_tokens == 256 and plan.companion is not None

@@ -16,7 +16,7 @@ from lsprotocol.converters import get_converter
 from pygls.exceptions import JsonRpcException
 from server.lsp_harness import open_doc, start_server, stop_server, wait_loaded
 
-from dllm_lsp.multisite.companion import companion_edit
+from dllm_lsp.multisite.companion import import_edit
 from dllm_lsp.syntax.snapshot import Snapshot
 
 from .edits import apply_text_edits, offset
@@ -106,7 +106,8 @@ class Server:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def server(tmp_path_factory, tiny_model_dir):
-    options = {"model": str(tiny_model_dir), "device": "cpu", "steps": 4, "maxSpanTokens": 24, "maxLineTokens": 12}
+    options = {"model": str(tiny_model_dir), "device": "cpu", "steps": 4, "maxSpanTokens": 24, "maxLineTokens": 12,
+               "companionEdits": True}
     client, _, initialized = await start_server(tmp_path_factory.mktemp("multisite"), options)
     status = await wait_loaded(client)
     assert status["loaded"], status
@@ -408,8 +409,8 @@ async def test_completions_carry_only_valid_companion_imports(server, language, 
     for item in classic.items:
         for edit in item.additional_text_edits or []:
             assert edit.range.start == after_imports == edit.range.end
-            assert companion_edit(edit.new_text, text, language) is not None
+            assert import_edit(edit.new_text, Snapshot.parse(text, language)) is not None
     for item in inline.items:
         if item.command is not None:
             assert item.command.command == "dllm.applyCompanionEdit" and item.command.arguments[0] == uri
-            assert companion_edit(item.command.arguments[1], text, language) is not None
+            assert import_edit(item.command.arguments[1], Snapshot.parse(text, language)) is not None

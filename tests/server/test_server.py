@@ -17,7 +17,7 @@ from .lsp_harness import (
 URI = "file:///tmp/example.py"
 SOURCE = "import os\n\n\ndef area(width, height):\n    return \n\n\nprint(area(2, 3))\n"
 DEFAULTS = {"steps": 8, "threshold": 0.9, "maxSpanTokens": 64, "maxLineTokens": 32, "languages": {},
-            "streamIntervalMs": 50, "confidence": "prob", "remaskBelow": None, "companionEdits": True}
+            "streamIntervalMs": 50, "confidence": "prob", "remaskBelow": None, "companionEdits": False}
 
 # One server for the module (starting one costs seconds on a busy 2-core machine); every test
 # starts from the default options. Tests that need their own server start it themselves.
