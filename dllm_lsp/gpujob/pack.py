@@ -29,7 +29,7 @@ REQUIRED = ("config.json", "model.safetensors", "tokenizer.json")   # a model fo
 # What goes home, most needed first: the model folder, the figures, the record of the run.
 MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json", "training.json", "MODEL_CARD.md",
                "loss-curve.png", "eval-single-line.json", "eval-random-span-light.json", "train_log.jsonl",
-               "eval-single-line-ends-balanced.json")
+               "eval-single-line-ends-balanced.json", "eval-single-line-editor-companion.json")
 
 
 def sha256_of(data: bytes) -> str:

@@ -34,7 +34,9 @@ EVALS = ("single-line", "random-span-light")
 EVAL_MODES = ("--modes", "unknown,oracle,editor")
 # After them, in what the eval box has left: the decode rules the CPU preview could not settle,
 # on the GPU's model (name -> benchmark, extra `eval` arguments). docs/eval.md#ends-only-where-balanced
-ABLATIONS = {"single-line-ends-balanced": ("single-line", ("--ends-balanced", "--modes", "unknown"))}
+ABLATIONS = {"single-line-ends-balanced": ("single-line", ("--ends-balanced", "--modes", "unknown")),
+             # companionEdits is off because it cost the CPU preview; does the GPU's model gain from it?
+             "single-line-editor-companion": ("single-line", ("--modes", "editor", "--companion-edits"))}
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,10 @@ def test_training_evaluation_and_benchmarks_left_their_files(job):
     if ablation.get("state") != "skipped":       # the last of the box: it runs when time is left
         result = json.loads((model / "eval-single-line-ends-balanced.json").read_text())
         assert set(result["modes"]) == {"unknown"} and result["settings"]["ends_balanced"] is True
+    companion = {step["step"]: step for step in state["phases"]["eval"]["steps"]}["single-line-editor-companion"]
+    if companion.get("state") != "skipped":
+        result = json.loads((model / "eval-single-line-editor-companion.json").read_text())
+        assert set(result["modes"]) == {"editor"} and result["settings"]["companion_edits"] is True
     bench = {step["step"]: step for step in state["phases"]["bench"]["steps"]}
     assert bench["kernels"]["rc"] == 0 and bench["latency"]["rc"] == 0
     # bench batching comes after them: it runs when the box still holds its estimate.
