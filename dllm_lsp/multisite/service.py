@@ -63,7 +63,8 @@ class MultisiteService:
                    for s in ordered[len(fitting):]]
         if not fitting:
             return dropped
-        request = joint_request(text, fitting, language_name(source.language_id))
+        request = joint_request(text, fitting, language_name(source.language_id),
+                                heal_blanks=options.planner.heal_whitespace)
         result = await self.host.infill(request, options.decode.decode_settings(), CancelToken(),
                                         context_tokens=budget, cache=options.model.cache_settings())
         return settle(text, source.language_id, fitting, result.candidates[0], source.tree) + dropped

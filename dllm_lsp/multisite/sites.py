@@ -70,15 +70,22 @@ def check_sites(text: str, sites: Sequence[Site]) -> list[Site]:
     return ordered
 
 
-def joint_request(text: str, sites: Sequence[Site], language: str | None = None) -> InfillRequest:
+def joint_request(text: str, sites: Sequence[Site], language: str | None = None,
+                  heal_blanks: bool = False) -> InfillRequest:
     """The document with every site masked: pieces[i] is the text between site i-1 and site i.
-    `language`: the canonical language name (InfillRequest.language)."""
+    `language`: the canonical language name (InfillRequest.language). `heal_blanks`: each piece
+    ends before the spaces and tabs that precede its site on the site's line, which the model
+    then writes itself (token healing, as the completion planner does: planner/spans.py
+    healed_blanks); `shape_fill` drops them from its text again, and the document keeps its own."""
     ordered = check_sites(text, sites)
     if not ordered:
         raise ValueError("a joint fill needs at least one site")
     pieces, cursor = [], 0
     for site in ordered:
-        pieces.append(text[cursor:site.start])
+        piece = text[cursor:site.start]
+        if heal_blanks:
+            piece = piece.rstrip(" \t")          # blanks only: a newline ends the site's line
+        pieces.append(piece)
         cursor = site.end
     pieces.append(text[cursor:])
     return InfillRequest(pieces, [Slot(s.max_tokens, s.single_line) for s in ordered], language)

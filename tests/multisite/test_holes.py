@@ -134,3 +134,20 @@ def test_placeholder_throws_and_panics(language, text, expected):
     holes = find_holes(Snapshot.parse(text, language), 0, 0).holes
     assert [text[h.start:h.end] for h in holes] == expected
     assert not holes[0].single_line
+
+
+def test_healed_pieces_leave_the_blanks_before_each_hole_to_the_model():
+    """Token healing in a joint fill: each piece ends before the blanks on its hole's line; the
+    model's text for a hole then starts with them, and settling gives the same outcome as the
+    same text without them."""
+    text = HOLES["rust"]
+    holes = find_holes(Snapshot.parse(text, "rust"), 0, 0).holes
+    healed = joint_request(text, holes, heal_blanks=True)
+    plain = joint_request(text, holes)
+    assert [p.rstrip(" \t") for p in plain.pieces[:-1]] == healed.pieces[:-1]
+    assert healed.pieces[-1] == plain.pieces[-1]
+    assert any(p != h for p, h in zip(plain.pieces, healed.pieces))      # some hole follows blanks
+    fills = ["1" for _ in holes]
+    before = [text[text.rfind("\n", 0, h.start) + 1:h.start] for h in holes]     # each hole's line, up to it
+    blanks = [b[len(b.rstrip(" \t")):] for b in before]
+    assert settle(text, "rust", holes, [b + f for b, f in zip(blanks, fills)]) == settle(text, "rust", holes, fills)
