@@ -68,9 +68,9 @@ class PlannerOptions:
         "model it cost 17% of the completions that pass and 1.7x the steps "
         "([multisite.md](multisite.md#companion-edits))"))
     heal_whitespace: bool = attrs.field(default=True, metadata=doc(
-        "the spaces and tabs typed before the cursor on its line go to the model, which writes them "
-        "itself (token healing: a prefix that ends in blanks makes a tokenizing model write junk; "
-        "[planner.md](planner.md#token-healing))"))
+        "token healing: the spaces and tabs typed before the cursor on its line go to the model, which "
+        "writes them itself; a prefix that ends in blanks made the shipped model write junk "
+        "([planner.md](planner.md#token-healing))"))
     hole_marker: str = attrs.field(default="TODO", validator=_non_empty, metadata=doc(
         'the marker comment "Fill holes" treats as a hole, besides each language\'s placeholders'))
     languages: dict[str, bool] = attrs.field(factory=dict, metadata=doc(
