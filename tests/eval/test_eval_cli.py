@@ -116,15 +116,16 @@ def test_the_unknown_length_slot_grows_and_the_oracle_slot_does_not(data, tiny_m
     assert rc == 0 and json.loads(capsys.readouterr().out)["settings"]["slot_start_tokens"] is None
 
 
-def test_concurrent_tasks_share_steps_and_score_as_serial(tiny_model_dir):
+@pytest.mark.parametrize("mode", ["unknown", "editor"])
+def test_concurrent_tasks_share_steps_and_score_as_serial(tiny_model_dir, mode):
     tasks = [Task(task_id=f"C/{i}", prompt=f"def value_{i}(x):\n    y = x * {i}\n    return ", suffix="\n",
                   canonical_solution="y", test=f"def check(f):\n    assert f(2) == {2 * i}\n", entry_point=f"value_{i}")
              for i in range(10)]
     denoiser = load_model(tiny_model_dir, "cpu")
     settings = DecodeSettings(steps=4)
-    serial = evaluate(Engine(denoiser), tasks, "unknown", settings, 8, concurrency=1)
+    serial = evaluate(Engine(denoiser), tasks, mode, settings, 8, concurrency=1)
     engine = Engine(denoiser, step_slack=float("inf"))      # share every step it can
-    shared = evaluate(engine, tasks, "unknown", settings, 8, concurrency=5)
+    shared = evaluate(engine, tasks, mode, settings, 8, concurrency=5)     # the editor mode plans in 5 threads
     assert [s["completion"] for s in shared.samples] == [s["completion"] for s in serial.samples]
     assert [s["task_id"] for s in shared.samples] == [t.task_id for t in tasks]
     assert shared.passed == serial.passed and shared.mean_steps == serial.mean_steps
