@@ -172,11 +172,17 @@ async function nextEdits(page, out) {
     const text = await statusBarText(page);
     return text && /next edit/.test(text) ? text : null;
   }, scenario.timeoutMs, "the next edits in the status bar");
-  // The preview: the new text is an `after` decoration, drawn by CSS.
-  out.preview = await page.evaluate(() =>
+  // The preview: the new text is an `after` decoration, drawn by CSS. The editor draws it a frame
+  // or more after the status bar changes (on a loaded machine, later): wait for it, then read.
+  const previewNow = () => page.evaluate(() =>
     [...document.querySelectorAll(".view-lines span")]
       .map((e) => getComputedStyle(e, "::after").content)
       .filter((c) => c && c !== "none" && c.includes("\u2192")));
+  const listed = Number((out.statusBar.match(/(\d+) next edits?/) || [0, 1])[1]);
+  out.preview = await waitFor(async () => {
+    const drawn = await previewNow();
+    return drawn.length >= listed ? drawn : null;
+  }, 10000, "the next edits' preview").catch(() => previewNow());
   if (scenario.screenshot) await page.screenshot({ path: scenario.screenshot });
   // Accept the nearest one (Alt+]), then the rest (Alt+Enter).
   await page.keyboard.press("Alt+]");
