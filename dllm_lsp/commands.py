@@ -235,6 +235,7 @@ def complete(args) -> int:
                                   "line": text.count("\n", 0, found.companion.offset) + 1}
         if why is not None:
             reply["reason"] = why
+            reply["model_text"] = plan.model_text(result)   # what was refused, read from the cursor on
         print(json.dumps(reply))
     elif why is not None:   # nothing on stdout (not an empty line): say why on stderr
         print(f"dllm-lsp: no completion: {why}", file=sys.stderr)

@@ -120,6 +120,14 @@ def test_nothing_to_complete_says_why_and_prints_nothing(tiny_model_dir, tmp_pat
     assert as_json.returncode == 0 and as_json.stderr == ""
     reply = json.loads(as_json.stdout)
     assert reply["completion"] == "" and "nothing to complete" in reply["reason"]
+    assert reply["model_text"].strip() == ""                 # the model wrote nothing here
+
+
+def test_a_refused_guess_comes_with_the_model_text_in_json(tiny_model_dir):
+    as_json = run("complete", f"{EXAMPLE}:1:1", *cpu(tiny_model_dir), "--json")
+    reply = json.loads(as_json.stdout)
+    assert reply["completion"] == "" and "did not parse" in reply["reason"]
+    assert reply["model_text"].strip()                        # what was refused, for the user to see
 
 
 def test_a_guess_that_does_not_parse_says_so(tiny_model_dir):
