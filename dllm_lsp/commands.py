@@ -219,7 +219,8 @@ def complete(args) -> int:
     result = plan.run(engine)
     found = plan.finish(result)
     completion = found.text if found is not None else ""
-    why = None if found is not None else no_completion_reason(plan, result)
+    refused = None if found is not None else plan.model_text(result)   # what was refused, read from the cursor on
+    why = None if refused is None else no_completion_reason(plan, refused)
     if args.json:
         span = plan.span
         start_line = text.count("\n", 0, span.replace_start) + 1
@@ -235,7 +236,7 @@ def complete(args) -> int:
                                   "line": text.count("\n", 0, found.companion.offset) + 1}
         if why is not None:
             reply["reason"] = why
-            reply["model_text"] = plan.model_text(result)   # what was refused, read from the cursor on
+            reply["model_text"] = refused
         print(json.dumps(reply))
     elif why is not None:   # nothing on stdout (not an empty line): say why on stderr
         print(f"dllm-lsp: no completion: {why}", file=sys.stderr)
@@ -244,9 +245,9 @@ def complete(args) -> int:
     return 0
 
 
-def no_completion_reason(plan, result) -> str:
-    """Why the editor would show nothing for `result`, in words (post-processing returned None)."""
-    raw = plan.model_text(result)
+def no_completion_reason(plan, raw: str) -> str:
+    """Why the editor would show nothing, in words, for `raw`, the model's text that post-processing
+    refused (CompletionPlan.model_text)."""
     if plan.span.single_line:
         raw = raw.split("\n", 1)[0]
     if not raw.strip():
