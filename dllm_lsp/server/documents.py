@@ -12,9 +12,18 @@ from pygls.workspace.text_document import TextDocument
 from dllm_lsp.syntax.document import ParsedDocument
 from dllm_lsp.syntax.snapshot import Snapshot
 
-from .positions import offset_in_text
+from .positions import LspTextDocument, offset_in_text
 
 log = logging.getLogger(__name__)
+
+
+class LspWorkspace(Workspace):
+    """pygls' workspace whose documents count lines as the client does (positions.py)."""
+
+    def _create_text_document(self, doc_uri: str, source: str | None = None, version: int | None = None,
+                              language_id: str | None = None) -> TextDocument:
+        return LspTextDocument(doc_uri, source=source, version=version, language_id=language_id,
+                               sync_kind=self._sync_kind, position_codec=self.position_codec)
 
 
 class DocumentTrees:

@@ -13,7 +13,6 @@ from typing import Any
 from lsprotocol import types
 from lsprotocol.converters import get_converter
 from pygls.exceptions import JsonRpcInvalidParams
-from pygls.workspace.text_document import TextDocument
 
 from dllm_lsp.multisite.companion import APPLY_COMMAND, import_edit
 from dllm_lsp.multisite.holes import find_holes
@@ -21,7 +20,7 @@ from dllm_lsp.multisite.sites import Outcome
 
 from .errors import answered
 from .params import NextEditsParams, companion_arguments, decode, fill_arguments
-from .positions import offset_of, range_of
+from .positions import LspTextDocument, offset_of, range_of
 
 FILL_COMMAND = "dllm.fillHoles"
 NEXT_EDITS_METHOD = "dllm/nextEdits"
@@ -97,7 +96,7 @@ async def next_edits(ls, raw: Any) -> dict:
     snapshot, live, _ = ls.trees.get(uri, ls.workspace)
     version = live.version
     # ranges refer to this version even if the user types on while the model fills
-    document = TextDocument(uri, source=snapshot.text, version=version, position_codec=live.position_codec)
+    document = LspTextDocument(uri, source=snapshot.text, version=version, position_codec=live.position_codec)
     near_line = None
     if params.position is not None:
         offset_of(document, params.position)   # InvalidParams when outside the document

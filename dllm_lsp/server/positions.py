@@ -1,8 +1,15 @@
 """LSP positions <-> Python string offsets, with the range checks pygls leaves out
-(it clamps an out-of-range position silently; we answer InvalidParams instead)."""
+(it clamps an out-of-range position silently; we answer InvalidParams instead).
+
+Lines end where LSP says they do: at `\r\n`, `\r` or `\n`, and nowhere else. pygls splits with
+`str.splitlines`, which also breaks at a form feed, `\x0b`, `\x1c`-`\x1e`, `\x85`, U+2028 and
+U+2029; a client does not, so an edit below such a character would land on the wrong line.
+`LspTextDocument` gives pygls the client's lines.
+"""
 from __future__ import annotations
 
 import bisect
+import re
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
@@ -10,13 +17,32 @@ from pygls.workspace.position_codec import PositionCodec
 from pygls.workspace.text_document import TextDocument
 
 
+EOL = re.compile(r"\r\n|\r|\n")
+# a line with its end, as pygls' `lines` holds them (no empty line after a final line end)
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+
 def line_starts(text: str) -> list[int]:
-    starts = [0]
-    index = text.find("\n")
-    while index != -1:
-        starts.append(index + 1)
-        index = text.find("\n", index + 1)
-    return starts
+    return [0, *(m.end() for m in EOL.finditer(text))]
+
+
+def line_end(text: str, start: int) -> int:
+    """Where the line starting at `start` ends, before its line end."""
+    found = EOL.search(text, start)
+    return found.start() if found else len(text)
+
+
+def lsp_lines(text: str) -> tuple[str, ...]:
+    return tuple(_LINE.findall(text))
+
+
+class LspTextDocument(TextDocument):
+    """pygls' document with LSP's lines: its incremental edits and position conversions index
+    the lines the client counts."""
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        return lsp_lines(self.source)
 
 
 def offset_of(document: TextDocument, position: types.Position) -> int:
@@ -34,8 +60,7 @@ def offset_in_text(text: str, position: types.Position, codec: PositionCodec) ->
             f"line {position.line} is past the end of the document ({len(starts)} lines)"
         )
     start = starts[position.line]
-    end = starts[position.line + 1] - 1 if position.line + 1 < len(starts) else len(text)
-    line = text[start:end].rstrip("\r")
+    line = text[start:line_end(text, start)]
     units = 0
     for i, char in enumerate(line):
         if units >= position.character:

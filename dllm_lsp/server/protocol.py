@@ -17,6 +17,9 @@ from cattrs import transform_error
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.protocol import LanguageServerProtocol
+from pygls.workspace import Workspace
+
+from .documents import LspWorkspace
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +32,18 @@ ORDINARY_ERRORS = {-32800, -32801, -32802, REQUEST_FAILED, -32602}
 
 
 class DllmProtocol(LanguageServerProtocol):
+    @property
+    def _workspace(self) -> Workspace | None:
+        return self.__dict__.get("_lsp_workspace")
+
+    @_workspace.setter
+    def _workspace(self, workspace: Workspace | None) -> None:
+        # pygls builds a plain Workspace in its initialize handler, before any document opens;
+        # ours differs only in the documents it creates (LSP's line ends), so it takes over as is
+        if workspace is not None and not isinstance(workspace, LspWorkspace):
+            workspace.__class__ = LspWorkspace
+        self.__dict__["_lsp_workspace"] = workspace
+
     def structure_message(self, data: dict[str, Any]):
         try:
             return super().structure_message(data)
