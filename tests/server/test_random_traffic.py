@@ -44,26 +44,29 @@ CLIENT_ERRORS = {-32800, -32602, -32803, -32601, -32700, -32600}
 COMPLETIONS = ("textDocument/inlineCompletion", "dllm/inlineCompletion", "textDocument/completion")
 
 
-def units(text: str) -> int:
-    return len(text.encode("utf-16-le")) // 2
+def units(text: str, encoding: str) -> int:
+    """Position units of `text` in the negotiated encoding."""
+    if encoding == "utf-8":
+        return len(text.encode("utf-8", "surrogatepass"))
+    return len(text.encode("utf-16-le")) // 2 if encoding == "utf-16" else len(text)
 
 
 def lines_of(text: str) -> list[str]:
     return EOL.split(text)
 
 
-def offset_at(text: str, line: int, character: int) -> int:
+def offset_at(text: str, line: int, character: int, encoding: str) -> int:
     starts = [0, *(m.end() for m in EOL.finditer(text))]
     offset, counted = starts[line], 0
     while counted < character:
-        counted += units(text[offset])
+        counted += units(text[offset], encoding)
         offset += 1
     return offset
 
 
 class Traffic:
-    def __init__(self, client: RawClient, seed: int) -> None:
-        self.client, self.rng = client, random.Random(seed)
+    def __init__(self, client: RawClient, seed: int, encoding: str) -> None:
+        self.client, self.rng, self.encoding = client, random.Random(seed), encoding
         self.docs: dict[str, list] = {}               # uri -> [text, version, language]
         self.asked: dict[int, tuple] = {}             # id -> (method, uri, version, params, position valid)
         self.answers: dict[int, dict] = {}
@@ -109,7 +112,8 @@ class Traffic:
             edit = item.get("textEdit") or {}
             span = item.get("range") or edit.get("range") or edit.get("insert")
             for end in (span["start"], span["end"]) if span else ():
-                if not (0 <= end["line"] < len(lines) and 0 <= end["character"] <= units(lines[end["line"]])):
+                line = end["line"]
+                if not (0 <= line < len(lines) and 0 <= end["character"] <= units(lines[line], self.encoding)):
                     self.problems.append(("range outside the document", method, span, params))
             self.checked_ranges += 1
 
@@ -126,10 +130,12 @@ class Traffic:
         if self.rng.random() < bad:
             line = self.rng.randrange(len(lines))
             return self.rng.choice([{"line": -1, "character": 0}, {"line": len(lines) + 2, "character": 0},
-                                    {"line": line, "character": units(lines[line]) + 1 + self.rng.randrange(5)},
+                                    {"line": line,
+                                     "character": units(lines[line], self.encoding) + 1 + self.rng.randrange(5)},
                                     {"line": 2 ** 40, "character": 0}]), False
         line = self.rng.randrange(len(lines))
-        character = units(lines[line][:self.rng.randint(0, len(lines[line]))])    # never inside a surrogate pair
+        # never inside a character's units
+        character = units(lines[line][:self.rng.randint(0, len(lines[line]))], self.encoding)
         return {"line": line, "character": character}, True
 
     def awkward(self, text: str) -> str:
@@ -158,7 +164,7 @@ class Traffic:
                 if (end["line"], end["character"]) < (start["line"], start["character"]):
                     start, end = end, start
             insert = self.rng.choice(TYPED + [self.rng.choice(AWKWARD)])
-            a, b = offset_at(text, **start), offset_at(text, **end)
+            a, b = offset_at(text, **start, encoding=self.encoding), offset_at(text, **end, encoding=self.encoding)
             if text[a - 1:a + 1] == "\r\n" or text[b - 1:b + 1] == "\r\n":
                 return          # a client never puts a position between \r and \n
             text = text[:a] + insert + text[b:]
@@ -231,13 +237,14 @@ class Traffic:
             return [(i, self.asked[i][0]) for i in self.asked if i not in self.answers]
 
 
-@pytest.mark.parametrize("seed", [11, 12])
-def test_random_traffic(tmp_path, tiny_model_dir, seed):
+@pytest.mark.parametrize("seed, encoding", [(11, "utf-16"), (12, "utf-8"), (13, "utf-32")])
+def test_random_traffic(tmp_path, tiny_model_dir, seed, encoding):
     client, proc = RawClient.stdio(tmp_path, "--model", str(tiny_model_dir), "--device", "cpu")
     try:
-        assert "result" in client.initialize(OPTIONS)
+        answer = client.initialize(OPTIONS, capabilities={"general": {"positionEncodings": [encoding]}})
+        assert answer["result"]["capabilities"]["positionEncoding"] == encoding
         assert client.wait_loaded()["loaded"]
-        traffic = Traffic(client, seed)
+        traffic = Traffic(client, seed, encoding)
         uris = [f"file:///traffic/{i}.{ext}" for i, ext in enumerate(["py", "py", "js", "rs", "cbl"])]
         recent: list[int] = []
         for n in range(300):
@@ -250,7 +257,7 @@ def test_random_traffic(tmp_path, tiny_model_dir, seed):
         client.notify("workspace/didChangeConfiguration", {"settings": {"dllm": OPTIONS}})
         for uri, (text, _, _) in traffic.docs.items():
             for line, content in enumerate(lines_of(text)):
-                position = {"line": line, "character": units(content)}
+                position = {"line": line, "character": units(content, encoding)}
                 msg_id = traffic.request("textDocument/completion",
                                          {"textDocument": {"uri": uri}, "position": position}, uri)
                 assert traffic.settle(60) == []
