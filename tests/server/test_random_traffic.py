@@ -1,7 +1,8 @@
 """Random LSP traffic against the real server over stdio: documents in several languages (one the
 server does not know) with awkward characters (astral code points, a BOM, NUL, form feeds, every
 LSP line end), typing, full replacements, completions of every kind at valid and invalid
-positions, cancels, closes, code actions, hole fills, next edits, bad settings, an unknown method,
+positions, several edits in one change (multiple cursors), cancels, closes, code actions, hole fills,
+next edits, bad settings, an unknown method,
 malformed frames, all paced like fast typing. What must hold whatever the order:
 
 - every request is answered; an error is one a client may meet (cancelled, superseded, invalid
@@ -156,19 +157,20 @@ class Traffic:
         if full:
             text = self.awkward(text)
             changes = [{"text": text}]
-        else:
-            start, _ = self.position(text)
-            end = start
-            if self.rng.random() < 0.2:
-                end, _ = self.position(text)
-                if (end["line"], end["character"]) < (start["line"], start["character"]):
-                    start, end = end, start
-            insert = self.rng.choice(TYPED + [self.rng.choice(AWKWARD)])
-            a, b = offset_at(text, **start, encoding=self.encoding), offset_at(text, **end, encoding=self.encoding)
-            if text[a - 1:a + 1] == "\r\n" or text[b - 1:b + 1] == "\r\n":
-                return          # a client never puts a position between \r and \n
-            text = text[:a] + insert + text[b:]
-            changes = [{"range": {"start": start, "end": end}, "text": insert}]
+        else:       # one to three edits in one notification (multiple cursors), each against the text so far
+            changes = []
+            for _ in range(self.rng.choice([1, 1, 1, 2, 3])):
+                start, _ = self.position(text)
+                end = start
+                if self.rng.random() < 0.2:
+                    end, _ = self.position(text)
+                    if (end["line"], end["character"]) < (start["line"], start["character"]):
+                        start, end = end, start
+                insert = self.rng.choice(TYPED + [self.rng.choice(AWKWARD)])
+                a = offset_at(text, **start, encoding=self.encoding)
+                b = offset_at(text, **end, encoding=self.encoding)
+                text = text[:a] + insert + text[b:]
+                changes.append({"range": {"start": start, "end": end}, "text": insert})
         self.docs[uri] = [text, version + 1, language]
         self.client.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": version + 1},
                                                       "contentChanges": changes})
