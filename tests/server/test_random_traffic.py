@@ -1,9 +1,9 @@
 """Random LSP traffic against the real server over stdio: documents in several languages (one the
 server does not know) with awkward characters (astral code points, a BOM, NUL, form feeds, every
 LSP line end), typing, full replacements, completions of every kind at valid and invalid
-positions, several edits in one change (multiple cursors), cancels, closes, code actions, hole fills,
-next edits, bad settings, an unknown method,
-malformed frames, all paced like fast typing. What must hold whatever the order:
+positions, several edits in one change (multiple cursors), cancels, closes, code actions, hole
+fills, next edits, bad settings, an unknown method, malformed frames, all paced like fast typing,
+under each position encoding. What must hold whatever the order:
 
 - every request is answered; an error is one a client may meet (cancelled, superseded, invalid
   params, request failed, method not found), never InternalError (a bug of ours);
