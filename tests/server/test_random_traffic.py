@@ -24,7 +24,7 @@ import time
 import pytest
 
 from .raw_rpc import RawClient
-from .test_transport import OPTIONS, stop
+from .test_transport import OPTIONS, start_tcp_server, stop
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -272,5 +272,57 @@ def test_random_traffic(tmp_path, tiny_model_dir, seed, encoding):
         assert traffic.settle(30) == []
         client.notify("exit")
         assert proc.wait(timeout=30) == 0
+    finally:
+        stop(proc)
+
+
+def test_random_traffic_from_several_clients_over_tcp(tmp_path, tiny_model_dir):
+    """Three clients (one per position encoding) and a fourth that vanishes mid-traffic, one shared
+    server: each is answered in full, and the server serves a newcomer afterwards."""
+    proc, port = start_tcp_server(tmp_path, tiny_model_dir)
+    outcomes: dict[int, object] = {}
+
+    def client_traffic(k: int) -> None:
+        encoding = ("utf-16", "utf-8", "utf-32", "utf-16")[k]
+        client = RawClient.tcp(port)
+        try:
+            answer = client.initialize(OPTIONS, capabilities={"general": {"positionEncodings": [encoding]}})
+            assert answer["result"]["capabilities"]["positionEncoding"] == encoding
+            assert client.wait_loaded()["loaded"]
+            traffic = Traffic(client, 100 + k, encoding)
+            uris = [f"file:///client{k}/{i}.{ext}" for i, ext in enumerate(["py", "js", "rs"])]
+            recent: list[int] = []
+            for n in range(200):
+                traffic.step(n, uris + ["file:///same/uri/in/every/client.py"], recent)
+                if k == 3 and n == 100:
+                    outcomes[k] = "vanished"
+                    return
+            outcomes[k] = (traffic.settle(120), traffic.problems[:5], traffic.checked_ranges)
+        except Exception as exc:       # reported below, with the other clients' outcomes
+            outcomes[k] = repr(exc)
+        finally:
+            client.close()
+
+    try:
+        threads = [threading.Thread(target=client_traffic, args=(k,)) for k in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=240)
+        assert outcomes[3] == "vanished", outcomes
+        for k in range(3):
+            assert isinstance(outcomes[k], tuple), outcomes[k]
+            unanswered, problems, checked = outcomes[k]
+            assert unanswered == [] and problems == [], (k, json.dumps(outcomes[k])[:3000])
+            assert checked > 5
+        newcomer = RawClient.tcp(port)
+        try:
+            assert "result" in newcomer.initialize(OPTIONS)
+            assert newcomer.wait_loaded()["loaded"]
+            newcomer.open("file:///newcomer.py")
+            assert "result" in newcomer.response(newcomer.inline("file:///newcomer.py"))
+        finally:
+            newcomer.close()
+        assert proc.poll() is None
     finally:
         stop(proc)
