@@ -4,7 +4,7 @@ def rectangle_area(width, height):
 
 
 def is_even(n):
-    return n % 2 == 0
+    return n % 2 == 
 
 
 print(rectangle_area(3, 4))
