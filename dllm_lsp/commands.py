@@ -326,6 +326,8 @@ def infill_line(engine, raw: str, number: int, default_max: int, settings, reque
         result = engine.infill(request, settings)
     except ValueError as exc:
         return {"id": ident, "error": str(exc)}
+    except Exception as exc:   # noqa: BLE001 - out of memory, say: this line fails with its id, the stream goes on
+        return {"id": ident, "error": f"{type(exc).__name__}: {exc}"}
     return {"id": ident, "completion": result.text, "steps": result.steps, "latency_ms": round(result.latency_ms, 2)}
 
 
