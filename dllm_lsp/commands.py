@@ -160,7 +160,7 @@ def read_source(path: Path) -> str:
     if b"\0" in data[:8192]:
         raise UserError(f"{path} looks binary")
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")     # a BOM is no character of line 1 (editors hide it too)
     except UnicodeDecodeError:
         raise UserError(f"{path} is not UTF-8 text") from None
 

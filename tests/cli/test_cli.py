@@ -101,6 +101,18 @@ def test_complete_rejects_bad_locations(tiny_model_dir, location, message):
     assert message in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_a_byte_order_mark_is_no_column_of_line_one(tmp_path, tiny_model_dir):
+    replies = []
+    for name, bom in (("plain.py", b""), ("bom.py", b"\xef\xbb\xbf")):
+        (tmp_path / name).write_bytes(bom + b"x = 1\ny = x +\n")
+        proc = run("complete", f"{tmp_path / name}:2:8", "--model", str(tiny_model_dir), "--device", "cpu", "--json")
+        assert proc.returncode == 0, proc.stderr
+        replies.append({k: v for k, v in json.loads(proc.stdout).items() if k not in ("file", "latency_ms")})
+    assert replies[0] == replies[1]
+    proc = run("complete", f"{tmp_path / 'bom.py'}:1:7", "--model", str(tiny_model_dir), "--device", "cpu")
+    assert proc.returncode == 1 and "past the end of line 1 (5 characters)" in proc.stderr
+
+
 def test_complete_refuses_binary_files(tmp_path, tiny_model_dir):
     binary = tmp_path / "blob.py"
     binary.write_bytes(b"\x00\x01\x02binary")
