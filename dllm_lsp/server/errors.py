@@ -3,6 +3,9 @@
 - PlanError (the planner cannot plan what the client asked) -> InvalidParams;
 - ModelUnavailable (no model loaded) and CanvasTooSmall (the options ask for slots larger than the
   model's positions) -> RequestFailed: a valid request the server cannot serve now;
+- running out of memory (the GPU's, or the CPU allocator's) -> RequestFailed saying so and what
+  needs less: the request could not be served now, the next one may be (the allocator has its
+  memory back once the failed request's tensors are gone);
 - anything else is a bug of ours and reaches pygls, which answers InternalError and logs it.
 Protocol-level checks (an unknown document, a position outside it, malformed params) raise
 InvalidParams where they are made (positions.py, params.py, documents.py).
@@ -12,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TypeVar
 
+import torch
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 
 from dllm_lsp.engine.canvas import CanvasTooSmall
@@ -36,3 +40,18 @@ async def answered(work: Awaitable[T]) -> T:
         raise RequestFailed(str(exc)) from None
     except PlanError as exc:
         raise JsonRpcInvalidParams(str(exc)) from None
+    except (MemoryError, RuntimeError) as exc:     # torch.cuda.OutOfMemoryError is a RuntimeError
+        if not out_of_memory(exc):
+            raise
+        raise RequestFailed(f"out of memory for this completion ({first_line(exc)}); a smaller contextTokens or "
+                            "maxSpanTokens, fewer requests at once, or a smaller model needs less") from None
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` is an allocation that failed (torch's CPU allocator raises a plain RuntimeError)."""
+    return isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)) or "can't allocate memory" in str(exc)
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__

@@ -4,6 +4,7 @@ blamed on the client."""
 from __future__ import annotations
 
 import pytest
+import torch
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 
 from dllm_lsp.arch.tiny import write_tiny_model
@@ -29,6 +30,26 @@ async def test_unservable_requests_are_request_failed(error):
     with pytest.raises(RequestFailed) as info:
         await answered(fail_with(error))
     assert info.value.code == REQUEST_FAILED
+
+
+async def allocate_too_much():
+    return torch.empty(2 ** 45, dtype=torch.uint8)      # 32 TiB: the CPU allocator refuses it
+
+
+@pytest.mark.parametrize("work", [
+    allocate_too_much,                                   # a real allocation failure, as torch raises it
+    lambda: fail_with(torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")),
+])
+async def test_running_out_of_memory_is_request_failed_saying_what_needs_less(work):
+    with pytest.raises(RequestFailed) as info:
+        await answered(work())
+    assert info.value.code == REQUEST_FAILED
+    assert "out of memory" in str(info.value) and "contextTokens" in str(info.value)
+
+
+async def test_other_runtime_errors_stay_internal_errors():
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        await answered(fail_with(RuntimeError("shape mismatch")))
 
 
 @pytest.mark.parametrize("error", [ValueError("a slot must allow at least one token"), KeyError("x"), TypeError()])
