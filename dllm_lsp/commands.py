@@ -16,7 +16,8 @@ import torch
 
 from . import pipeline
 from .bench.latency import run_latency_bench
-from .engine.engine import Engine
+from .cli_errors import one_line
+from .engine.engine import Engine, out_of_memory
 from .engine.types import InfillRequest
 from .loader import ModelLoadError, load_model
 from .options import Options, SettingsError
@@ -216,7 +217,13 @@ def complete(args) -> int:
                              model_context=engine.denoiser.max_context)
     except pipeline.PlanError as exc:
         raise UserError(str(exc)) from None
-    result = plan.run(engine)
+    try:
+        result = plan.run(engine)
+    except (MemoryError, RuntimeError) as exc:     # torch.cuda.OutOfMemoryError is a RuntimeError
+        if not out_of_memory(exc):
+            raise
+        raise UserError(f"out of memory for this completion ({one_line(exc)}); a smaller model, or --device cpu, "
+                        "needs less") from None
     found = plan.finish(result)
     completion = found.text if found is not None else ""
     refused = None if found is not None else plan.model_text(result)   # what was refused, read from the cursor on

@@ -43,6 +43,14 @@ RUNS: dict[str, type[FixedLengthRun] | type[BlockwiseRun] | type[VariableLengthR
 }
 
 
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` is an allocation that failed: the GPU's (torch.cuda.OutOfMemoryError) or the
+    CPU allocator's (a plain RuntimeError saying so). Callers turn it into an error that says so,
+    not a crash: the next request may be served once the failed one's tensors are gone."""
+    return isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)) or (
+        isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc))
+
 class CancelToken:
     """Set from any thread; the denoise loop checks it at every step boundary."""
 

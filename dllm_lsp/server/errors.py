@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TypeVar
 
-import torch
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 
+from dllm_lsp.cli_errors import one_line
 from dllm_lsp.engine.canvas import CanvasTooSmall
+from dllm_lsp.engine.engine import out_of_memory
 from dllm_lsp.planner.types import PlanError
 
 from .model_host import ModelUnavailable
@@ -43,15 +44,6 @@ async def answered(work: Awaitable[T]) -> T:
     except (MemoryError, RuntimeError) as exc:     # torch.cuda.OutOfMemoryError is a RuntimeError
         if not out_of_memory(exc):
             raise
-        raise RequestFailed(f"out of memory for this completion ({first_line(exc)}); a smaller contextTokens or "
+        raise RequestFailed(f"out of memory for this completion ({one_line(exc)}); a smaller contextTokens or "
                             "maxSpanTokens, fewer requests at once, or a smaller model needs less") from None
 
-
-def out_of_memory(exc: BaseException) -> bool:
-    """Whether `exc` is an allocation that failed (torch's CPU allocator raises a plain RuntimeError)."""
-    return isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)) or "can't allocate memory" in str(exc)
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:200] if text else type(exc).__name__
