@@ -25,6 +25,7 @@ from .server import auth, create_server
 from .server.model_host import ModelHost, local_engine
 from .serving import require_ray
 from .server.tcp import serve_tcp
+from .server.transport import replace_lone_surrogates
 from .syntax.languages import language_id_for_path, language_name
 from .syntax.snapshot import Snapshot
 
@@ -313,7 +314,9 @@ def infill(args) -> int:
 def infill_line(engine, raw: str, number: int, default_max: int, settings, request_cls) -> dict:
     """One JSONL request -> one reply; a bad line gets an `error` reply and the stream goes on."""
     try:
-        item = json.loads(raw)
+        # a lone UTF-16 surrogate ("\ud800", which JSON allows and no tokenizer takes) becomes
+        # U+FFFD, as the server's transport reads it
+        item, _ = replace_lone_surrogates(json.loads(raw))
     except json.JSONDecodeError as exc:
         return {"id": None, "error": f"line {number}: not JSON: {exc.msg}"}
     if not isinstance(item, dict):

@@ -1,7 +1,6 @@
 """Plain data passed between the span planner, the engine and the server."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -12,9 +11,6 @@ class Slot:
 
     max_tokens: int
     single_line: bool = False
-
-
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass
@@ -38,9 +34,6 @@ class InfillRequest:
         for slot in self.slots:
             if slot.max_tokens < 1:
                 raise ValueError("a slot must allow at least one token")
-        # A lone UTF-16 surrogate (a broken client, an `infill` line with "\ud800") cannot be
-        # tokenized; U+FFFD takes its place, one code point for one, so offsets into the pieces hold.
-        self.pieces = [piece if piece.isascii() else _LONE_SURROGATE.sub("\ufffd", piece) for piece in self.pieces]
 
     @classmethod
     def single(cls, prefix: str, suffix: str, max_tokens: int, single_line: bool = False,
