@@ -31,8 +31,11 @@ pytestmark = pytest.mark.timeout(300)
 EOL = re.compile(r"\r\n|\r|\n")      # the client's line ends (LSP's)
 SEEDS = {
     "python": ["import os\n\n\ndef area(width, height):\n    return \n\n\nprint(area(2, 3))\n",
-               "class A:\n    def m(self):\n        \n", "x = [1, 2,\n", "def f(a, b):\n    return ???\n"],
-    "javascript": ["function add(a, b) {\n  return \n}\n", "const x = {a: 1,\n"],
+               "class A:\n    def m(self):\n        \n", "x = [1, 2,\n", "def f(a, b):\n    return ???\n",
+               # holes to fill
+               "def f(a, b):\n    # TODO\n\n\ndef g(x):\n    raise NotImplementedError\n\n\ny = f(1, TODO)\n"],
+    "javascript": ["function add(a, b) {\n  return \n}\n", "const x = {a: 1,\n",
+                   "function f(a) {\n  throw new Error(\"not implemented\");\n}\nconst y = /* TODO */ 1;\n"],
     "rust": ["fn main() {\n    let x = \n}\n"],
     "cobol": ["IDENTIFICATION DIVISION.\n"],        # a language the server has no grammar for
 }
@@ -72,6 +75,7 @@ class Traffic:
         self.asked: dict[int, tuple] = {}             # id -> (method, uri, version, params, position valid)
         self.answers: dict[int, dict] = {}
         self.checked_ranges = 0
+        self.checked_by_method: dict[str, int] = {}
         self.problems: list = []
         self.lock = threading.Lock()
         threading.Thread(target=self.pump, daemon=True).start()
@@ -104,19 +108,40 @@ class Traffic:
         if not valid:
             self.problems.append(("answered an invalid position", method, params, answer["result"]))
             return
-        if method not in COMPLETIONS or uri not in self.docs or self.docs[uri][1] != version:
-            return
-        result = answer["result"] or {}
-        items = result.get("items", []) if isinstance(result, dict) else result
+        if uri not in self.docs or self.docs[uri][1] != version:
+            return          # the document moved on: the answer's ranges are for a version we no longer hold
         lines = lines_of(self.docs[uri][0])
-        for item in items:
-            edit = item.get("textEdit") or {}
-            span = item.get("range") or edit.get("range") or edit.get("insert")
-            for end in (span["start"], span["end"]) if span else ():
-                line = end["line"]
-                if not (0 <= line < len(lines) and 0 <= end["character"] <= units(lines[line], self.encoding)):
+        for span in self.ranges(method, answer["result"]):
+            for end in (span["start"], span["end"]):
+                if not self.inside(lines, end):
                     self.problems.append(("range outside the document", method, span, params))
             self.checked_ranges += 1
+            self.checked_by_method[method] = self.checked_by_method.get(method, 0) + 1
+
+    @staticmethod
+    def ranges(method: str, result) -> list[dict]:
+        """The ranges an answer places in its document: completion items, hole fills, next edits."""
+        if not result:
+            return []
+        if method in COMPLETIONS:
+            items = result.get("items", []) if isinstance(result, dict) else result
+            edits = [item.get("textEdit") or {} for item in items]
+            return [item.get("range") or edit.get("range") or edit.get("insert")
+                    for item, edit in zip(items, edits) if item.get("range") or edit]
+        if method == "workspace/executeCommand" and isinstance(result, dict):
+            changes = (result.get("edit") or {}).get("documentChanges", [])
+            return [edit["range"] for change in changes for edit in change["edits"]] + \
+                ([result["scope"]] if result.get("scope") else [])
+        if method == "dllm/nextEdits":
+            return [edit["range"] for edit in result.get("edits", [])]
+        return []
+
+    def inside(self, lines: list[str], position: dict) -> bool:
+        """A position on a line of the document, between two of its characters."""
+        if not 0 <= position["line"] < len(lines):
+            return False
+        line = lines[position["line"]]
+        return any(units(line[:i], self.encoding) == position["character"] for i in range(len(line) + 1))
 
     # --- the client's side ----------------------------------------------------------------------
     def request(self, method: str, params, uri: str | None = None, valid: bool = True) -> int:
@@ -203,6 +228,10 @@ class Traffic:
             (start, _), (end, _) = self.position(text), self.position(text)
             if (end["line"], end["character"]) < (start["line"], start["character"]):
                 start, end = end, start
+            if rng.random() < 0.5:      # the whole document, where its holes are
+                lines = lines_of(text)
+                start, end = {"line": 0, "character": 0}, {"line": len(lines) - 1,
+                                                           "character": units(lines[-1], self.encoding)}
             self.request("workspace/executeCommand", {"command": "dllm.fillHoles",
                                                       "arguments": [uri, {"start": start, "end": end}]}, uri)
         elif r < 0.85:
