@@ -2,6 +2,7 @@
 that stays put while typing, and snippets from other documents chosen by shared identifiers."""
 from dllm_lsp.syntax.document import ParsedDocument
 from dllm_lsp.syntax.snapshot import Snapshot
+from dllm_lsp.planner.context import INDEXES, IndexCache
 from dllm_lsp.planner.spans import PlannerSettings, plan_span
 
 
@@ -94,3 +95,27 @@ def test_snippets_take_their_share_from_the_prefix_budget():
     assert with_snippets.snippet_sources == ("geometry.py",)
     assert len(with_snippets.request.prefix) <= 3000 and len(without.request.prefix) <= 3000
     assert with_snippets.context_start > without.context_start   # own text gave way to the snippet
+
+
+def test_every_open_document_is_indexed_once_however_many_are_open():
+    """A cache of 64 entries re-indexed every other document on every keystroke once 65 were open."""
+    others = [(f"file:///module{i}.py", f"def helper_{i}(radius):\n    return area_of_circle(radius) * {i}\n")
+              for i in range(200)]
+    text = "total = area_of_circle(radius) + "
+    before = INDEXES.builds
+    for _ in range(3):                               # three keystrokes' plans
+        plan_span(Snapshot.parse(text, "python"), len(text), PlannerSettings(), others)
+    assert INDEXES.builds - before == 200
+
+
+def test_the_index_cache_keeps_what_fits_its_characters_most_recent_first():
+    texts = [f"alpha_{i} = beta_{i}\n" * 3 for i in range(10)]         # 51 characters each
+    cache = IndexCache(max_chars=2 * len(texts[0]))                   # room for two
+    for text in texts:
+        chunks, index = cache.get(text, 40)
+        assert chunks == [text.strip("\n")] and f"alpha_{texts.index(text)}" in index
+    assert cache.builds == 10
+    cache.get(texts[9], 40), cache.get(texts[8], 40)                    # the last two fit: kept
+    assert cache.builds == 10
+    cache.get(texts[0], 40)                                              # long evicted: built again
+    assert cache.builds == 11
