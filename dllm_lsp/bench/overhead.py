@@ -4,7 +4,9 @@ Per request: span planning (tree-sitter), tokenization + canvas layout, post-pro
 (suffix overlap, parse check). Requests come as in an editor: the user moves to a spot in the
 file and types a word, one request per keystroke, then moves elsewhere (the first request at
 each spot finds nothing cached). Keystrokes are applied with incremental reparsing, timed
-separately. Runs on a 2,000-line Python file (generated, or --file).
+separately. Runs on a 2,000-line Python file (generated, or --file). `--open-documents 0,100`
+times the same requests with that many other documents open (generated 400-line modules), whose
+snippets the planner looks up on every request, side by side in one run.
 """
 from __future__ import annotations
 
@@ -67,9 +69,16 @@ def typing_cursors(doc, count: int, seed: int):
         yield cursor
 
 
-def run_overhead(text: str, denoiser, requests: int, seed: int = 0) -> dict:
-    """Per request, the server's own path: pipeline.plan (planner + companion slot), the engine's
-    incremental tokenization and canvas, and CompletionPlan.finish on a stand-in model answer."""
+def open_documents(count: int) -> list[tuple[str, str]]:
+    """(uri, text) of `count` other open documents: generated 400-line modules, each its own."""
+    return [(f"file:///open/module{i}.py", synthetic_python(400, seed=i + 1)) for i in range(count)]
+
+
+def run_overhead(text: str, denoiser, requests: int, seed: int = 0,
+                 others: list[tuple[str, str]] | None = None) -> dict:
+    """Per request, the server's own path: pipeline.plan (planner + companion slot; snippets from
+    `others`, the other open documents), the engine's incremental tokenization and canvas, and
+    CompletionPlan.finish on a stand-in model answer."""
     doc = ParsedDocument(text, "python")
     engine = Engine(denoiser)
     options = Options()
@@ -81,7 +90,7 @@ def run_overhead(text: str, denoiser, requests: int, seed: int = 0) -> dict:
         else:
             doc.tree  # noqa: B018  (a jump: nothing typed, the tree is already up to date)
         t1 = time.perf_counter()
-        plan = pipeline.plan(doc.snapshot, offset, options, model_context=denoiser.max_context)
+        plan = pipeline.plan(doc.snapshot, offset, options, others or (), model_context=denoiser.max_context)
         t2 = time.perf_counter()
         engine.canvas(plan.request, plan.context_tokens)
         t3 = time.perf_counter()
@@ -109,12 +118,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--file", help="a Python file to use instead of the generated 2,000-line one")
     parser.add_argument("--model", default="default", help="model whose tokenizer is timed")
     parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--open-documents", default="0",
+                        help="comma-separated counts of other open documents, each count timed in turn (e.g. 0,100)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", help="also write the JSON figures here")
     args = parser.parse_args(argv)
     prog = "dllm-lsp bench overhead"
     if args.requests < 1:
         return report_error(prog, f"--requests must be at least 1, not {args.requests}")
+    try:
+        counts = [int(n) for n in args.open_documents.split(",")]
+    except ValueError:
+        counts = [-1]
+    if any(n < 0 for n in counts):
+        return report_error(prog, f"--open-documents takes counts such as 0,100, not {args.open_documents!r}")
     try:
         text = Path(args.file).read_text(encoding="utf-8") if args.file else synthetic_python()
     except (OSError, UnicodeDecodeError) as exc:
@@ -124,20 +141,27 @@ def main(argv: list[str] | None = None) -> int:
         denoiser = load_model(args.model, "cpu")
     except ModelLoadError as exc:
         return report_error(prog, exc)
-    figures = run_overhead(text, denoiser, args.requests)
+    by_count = {n: run_overhead(text, denoiser, args.requests, others=open_documents(n)) for n in counts}
+    figures = by_count[counts[0]]
     report = {
         "benchmark": "server overhead per request (model excluded)",
         "settings": {"file": args.file or "generated", "lines": text.count("\n"), "requests": args.requests,
-                     "keystrokes_per_spot": WORD_LENGTH, "model_tokenizer": denoiser.name},
+                     "keystrokes_per_spot": WORD_LENGTH, "model_tokenizer": denoiser.name,
+                     "open_documents": counts},
         "environment": environment("cpu"),
         "figures": figures,
         "target": {"request_overhead_p50_ms": 2.0},
     }
+    if len(counts) > 1:
+        report["by_open_documents"] = {str(n): by_count[n] for n in counts}
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        for name, row in figures.items():
-            print(f"{name:22s} p50 {row['p50_ms']:7.3f} ms   p95 {row['p95_ms']:7.3f} ms")
+        for n in counts:
+            if len(counts) > 1:
+                print(f"{n} other documents open:")
+            for name, row in by_count[n].items():
+                print(f"{name:22s} p50 {row['p50_ms']:7.3f} ms   p95 {row['p95_ms']:7.3f} ms")
     return 0
