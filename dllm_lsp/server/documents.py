@@ -33,6 +33,7 @@ class DocumentTrees:
 
     def open(self, uri: str, language_id: str, text: str) -> None:
         self._language[uri] = language_id
+        self._parsed.pop(uri, None)           # the most recently opened or changed last
         self._parsed[uri] = ParsedDocument(text, language_id)
 
     def close(self, uri: str) -> None:
@@ -44,6 +45,7 @@ class DocumentTrees:
         parsed = self._parsed.get(uri)
         if parsed is None:
             return
+        self._parsed[uri] = self._parsed.pop(uri)   # the most recently opened or changed last
         try:
             for index, change in enumerate(changes):
                 last = index == len(changes) - 1   # one reparse per notification, after its last edit
@@ -72,5 +74,6 @@ class DocumentTrees:
         return parsed.snapshot, workspace.get_text_document(uri), self._language[uri]
 
     def others(self, uri: str) -> list[tuple[str, str]]:
-        """(uri, text) of the other open documents, for cross-file context snippets."""
-        return [(u, p.text) for u, p in self._parsed.items() if u != uri]
+        """(uri, text) of the other open documents, for cross-file context snippets: the most
+        recently opened or changed first (the planner looks at the first few)."""
+        return [(u, p.text) for u, p in reversed(self._parsed.items()) if u != uri]

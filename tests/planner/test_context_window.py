@@ -1,8 +1,10 @@
 """The context window: prefix and suffix cut to the budget at line boundaries, a prefix start
 that stays put while typing, and snippets from other documents chosen by shared identifiers."""
+import pytest
+
 from dllm_lsp.syntax.document import ParsedDocument
 from dllm_lsp.syntax.snapshot import Snapshot
-from dllm_lsp.planner.context import INDEXES, IndexCache
+from dllm_lsp.planner.context import INDEXES, SNIPPET_DOCUMENTS, IndexCache, relevant_snippets
 from dllm_lsp.planner.spans import PlannerSettings, plan_span
 
 
@@ -97,25 +99,40 @@ def test_snippets_take_their_share_from_the_prefix_budget():
     assert with_snippets.context_start > without.context_start   # own text gave way to the snippet
 
 
-def test_every_open_document_is_indexed_once_however_many_are_open():
-    """A cache of 64 entries re-indexed every other document on every keystroke once 65 were open."""
+def test_the_documents_looked_at_are_indexed_once_however_many_are_open():
+    """A cache of 64 entries re-indexed every other document on every keystroke once 65 were open;
+    now the first SNIPPET_DOCUMENTS of them (the server lists the most recent first) are looked at,
+    each indexed once."""
     others = [(f"file:///module{i}.py", f"def helper_{i}(radius):\n    return area_of_circle(radius) * {i}\n")
               for i in range(200)]
     text = "total = area_of_circle(radius) + "
     before = INDEXES.builds
     for _ in range(3):                               # three keystrokes' plans
-        plan_span(Snapshot.parse(text, "python"), len(text), PlannerSettings(), others)
-    assert INDEXES.builds - before == 200
+        plan = plan_span(Snapshot.parse(text, "python"), len(text), PlannerSettings(), others)
+    assert INDEXES.builds - before == SNIPPET_DOCUMENTS
+    assert plan.snippet_sources[0] == "module0.py"   # equal scores: the first listed wins
 
 
 def test_the_index_cache_keeps_what_fits_its_characters_most_recent_first():
     texts = [f"alpha_{i} = beta_{i}\n" * 3 for i in range(10)]         # 51 characters each
     cache = IndexCache(max_chars=2 * len(texts[0]))                   # room for two
     for text in texts:
-        chunks, index = cache.get(text, 40)
+        chunks, index, _ = cache.get(text, 40)
         assert chunks == [text.strip("\n")] and f"alpha_{texts.index(text)}" in index
     assert cache.builds == 10
     cache.get(texts[9], 40), cache.get(texts[8], 40)                    # the last two fit: kept
     assert cache.builds == 10
     cache.get(texts[0], 40)                                              # long evicted: built again
     assert cache.builds == 11
+
+
+@pytest.mark.parametrize("comment", ["#", "//", "--"])
+def test_a_snippet_fits_a_budget_of_exactly_its_length(comment):
+    """Blocks are measured before they are formatted: the measure must be the block's length."""
+    chunk = "def area_of_circle(radius):   \n\n    \treturn 3.14 * radius ** 2\t\n  \n# radius note"
+    others = [("file:///src/geometry.py", chunk)]
+    words = {"area_of_circle", "radius"}
+    block, sources = relevant_snippets(words, others, 10_000, comment, 40, 1)
+    assert sources == ("geometry.py",) and block.startswith(f"{comment} From geometry.py:\n")
+    assert relevant_snippets(words, others, len(block), comment, 40, 1) == (block, ("geometry.py",))
+    assert relevant_snippets(words, others, len(block) - 1, comment, 40, 1) == ("", ())
