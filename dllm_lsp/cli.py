@@ -72,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     complete.add_argument("--companion-edits", action="store_true", default=None,
                           help="also fill an import slot after the file's imports; an import the completion "
                                "uses comes with it (the server's companionEdits, off by default)")
+    complete.add_argument("--min-confidence", type=float, default=None, metavar="C",
+                          help="show nothing when the completion's tokens were committed less confidently than C "
+                               "on average (the server's minConfidence, off by default; --json reports the "
+                               "confidence either way)")
     complete.add_argument("--json", action="store_true", help="print a JSON object instead of the text")
 
     infill = sub.add_parser("infill", help='JSONL in ({"id","prefix","suffix"}), JSONL out')

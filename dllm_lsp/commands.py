@@ -192,7 +192,8 @@ def cli_options(args) -> Options:
     steps = getattr(args, "steps", None)
     given = {"model": args.model, "device": args.device, "steps": steps,
              "ends_balanced": getattr(args, "ends_balanced", None),
-             "companion_edits": getattr(args, "companion_edits", None)}
+             "companion_edits": getattr(args, "companion_edits", None),
+             "min_confidence": getattr(args, "min_confidence", None)}
     try:
         return Options().merged({k: v for k, v in given.items() if v is not None})
     except SettingsError as exc:
@@ -226,9 +227,10 @@ def complete(args) -> int:
         raise UserError(f"out of memory for this completion ({one_line(exc)}); a smaller model, or --device cpu, "
                         "needs less") from None
     found = plan.finish(result)
+    held_back = plan.finish(result, gate=False) if found is None else None   # shown but for minConfidence
     completion = found.text if found is not None else ""
     refused = None if found is not None else plan.model_text(result)   # what was refused, read from the cursor on
-    why = None if refused is None else no_completion_reason(plan, refused)
+    why = None if refused is None else no_completion_reason(plan, refused, held_back)
     if args.json:
         span = plan.span
         start_line = text.count("\n", 0, span.replace_start) + 1
@@ -239,6 +241,9 @@ def complete(args) -> int:
             "kind": span.kind, "model": engine.denoiser.name, "steps": result.steps,
             "latency_ms": round(result.latency_ms, 2),
         }
+        shown = found or held_back
+        if shown is not None and shown.confidence is not None:
+            reply["confidence"] = shown.confidence.to_json()
         if found is not None and found.companion is not None:
             reply["companion"] = {"import": found.companion.statement,
                                   "line": text.count("\n", 0, found.companion.offset) + 1}
@@ -253,9 +258,12 @@ def complete(args) -> int:
     return 0
 
 
-def no_completion_reason(plan, raw: str) -> str:
+def no_completion_reason(plan, raw: str, held_back=None) -> str:
     """Why the editor would show nothing, in words, for `raw`, the model's text that post-processing
-    refused (CompletionPlan.model_text)."""
+    refused (CompletionPlan.model_text); `held_back`: the completion the confidence gate refused."""
+    if held_back is not None:
+        return (f"the model was less sure of {held_back.text!r} (mean confidence "
+                f"{held_back.confidence.mean:.3f}) than minConfidence {plan.min_confidence}")
     if plan.span.single_line:
         raw = raw.split("\n", 1)[0]
     if not raw.strip():

@@ -120,6 +120,12 @@ class DecodeOptions:
         "default: the shipped CPU model, refused an end, mostly writes line breaks "
         "([eval.md](eval.md#ends-only-where-balanced))"))
 
+    min_confidence: float | None = attrs.field(default=None, validator=_on_the_confidence_scale, metadata=doc(
+        "show a completion only when the tokens it was made of were committed at least this confident on "
+        "average (the `confidence` kind's scale; `null`: always show); off by default: on the shipped CPU "
+        "model confidence barely tells passing lines from failing ones "
+        "([eval.md](eval.md#a-confidence-gate))"))
+
     def decode_settings(self) -> DecodeSettings:
         return DecodeSettings(steps=self.steps, threshold=self.threshold, confidence=self.confidence,
                               remask_below=self.remask_below, slot_start_tokens=self.slot_start_tokens,

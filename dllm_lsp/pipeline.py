@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from dllm_lsp.engine.engine import CancelToken, Engine
-from dllm_lsp.engine.types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState
+from dllm_lsp.engine.types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState, TokenConfidence
 from dllm_lsp.multisite.companion import (COMPANION_TOKENS, MAX_BETWEEN_CHARS, CompanionEdit, CompanionSlot,
                                           with_companion_slot)
 from dllm_lsp.options import CHARS_PER_TOKEN, Options
@@ -25,7 +25,42 @@ from dllm_lsp.planner.types import PlanError, SpanPlan
 from dllm_lsp.postprocess import finish, strip_markers, unheal
 from dllm_lsp.syntax.snapshot import Snapshot
 
-__all__ = ["Completion", "CompletionPlan", "PlanError", "plan"]
+__all__ = ["Completion", "CompletionPlan", "Confidence", "PlanError", "plan", "shown_confidence"]
+
+
+@dataclass(frozen=True)
+class Confidence:
+    """How sure the model was of a completion: the commit confidences (DecodeSettings.confidence's
+    kind) of the tokens the text shown was made of, their mean and the least of them."""
+
+    mean: float
+    least: float
+    tokens: int
+
+    def to_json(self) -> dict:
+        return {"mean": round(self.mean, 4), "least": round(self.least, 4), "tokens": self.tokens}
+
+
+def shown_confidence(shown: str, slot_text: str, tokens: list[TokenConfidence]) -> Confidence | None:
+    """The confidence of the tokens of `slot_text` (the model's slot, `tokens` its tokens) that
+    `shown` was made of, or None (no tokens recorded, nothing shown).
+
+    Post-processing keeps a start of the model's text and changes only blanks on the way (the
+    healed blanks, re-indentation, a trimmed end), so the tokens are matched by non-blank
+    characters: a token counts when it starts before the shown text's last non-blank character
+    does. The junk a one-line span's model wrote past its newline is not the completion's."""
+    need = sum(not c.isspace() for c in shown)
+    if need == 0 or not tokens:
+        return None
+    used, seen, start = [], 0, 0
+    for token in tokens:
+        if seen >= need:
+            break
+        used.append(token.confidence)
+        end = min(token.end, len(slot_text))
+        seen += sum(not c.isspace() for c in slot_text[start:end])
+        start = end
+    return Confidence(sum(used) / len(used), min(used), len(used))
 
 
 @dataclass(frozen=True)
@@ -39,6 +74,7 @@ class Completion:
     span: SpanPlan
     result: InfillResult
     companion: CompanionEdit | None = None   # multi-site: an import the completion needs
+    confidence: Confidence | None = None     # None where the decoding records no confidences
 
     @property
     def typed_prefix(self) -> str:
@@ -54,6 +90,7 @@ class CompletionPlan:
     decode: DecodeSettings
     context_tokens: int
     cache: CacheSettings
+    min_confidence: float | None = None  # show only completions made this confidently on average (None: all)
 
     def run(self, engine: Engine, cancel: CancelToken | None = None,
             on_step: Callable[[StepState], None] | None = None) -> InfillResult:
@@ -79,16 +116,24 @@ class CompletionPlan:
             result = self.companion.main_result(result)
         return unheal(self.span, strip_markers(result.text))
 
-    def finish(self, result: InfillResult) -> Completion | None:
-        """The completion to show for `result` (a result of this plan's request), or None."""
+    def finish(self, result: InfillResult, gate: bool = True) -> Completion | None:
+        """The completion to show for `result` (a result of this plan's request), or None.
+        `gate=False`: also one the model was less sure of than `min_confidence` (what was held back)."""
         full = result
         if self.companion is not None:
             result = self.companion.main_result(result)
         text = finish(self.span, result.text)
         if text is None:
             return None
+        confidence = None
+        if result.confidences is not None and result.confidences:
+            confidence = shown_confidence(text, result.text, result.confidences[0])
+        if (gate and self.min_confidence is not None and confidence is not None
+                and confidence.mean < self.min_confidence):
+            return None
         edit = self.companion.edit(full, self.snapshot, text) if self.companion is not None else None
-        return Completion(text, self.span.replace_start, self.span.replace_end, self.snapshot, self.span, result, edit)
+        return Completion(text, self.span.replace_start, self.span.replace_end, self.snapshot, self.span, result, edit,
+                          confidence)
 
 
 def plan(snapshot: Snapshot, offset: int, options: Options = Options(),
@@ -117,4 +162,4 @@ def plan(snapshot: Snapshot, offset: int, options: Options = Options(),
                                             max_between_chars=between)
     request = companion.request if companion is not None else span.request
     return CompletionPlan(snapshot, span, companion, request, options.decode.decode_settings(),
-                          budget, options.model.cache_settings())
+                          budget, options.model.cache_settings(), options.decode.min_confidence)

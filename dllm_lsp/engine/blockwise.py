@@ -38,9 +38,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from dllm_lsp.kernels.unmask_select import unmask_select
+
 from .denoise import (
     CallRun, DenoiseOutcome, ModelCall, StepCallback, StepRows, choose_commits, collapse_after_pad,
-    EndGate, hold_back_early_ends, propose, run_alone,
+    confidence_of, EndGate, hold_back_early_ends, propose, run_alone,
 )
 from .denoiser import Canvas, SpecialTokens
 from .span_ends import SpanEnds
@@ -178,6 +180,7 @@ class _Loop:
         offsets = [sum(widths[:k]) for k in range(len(ranges))]
         span = torch.full((batch, sum(widths)), special.mask_id, dtype=torch.long, device=port.device)
         masked = torch.ones_like(span, dtype=torch.bool)
+        confidence = torch.zeros(span.shape, device=port.device)    # each token's, when committed
         for k, (a, b) in enumerate(ranges):
             suffix = _suffix(ids, ranges, k)
             seg = slice(offsets[k], offsets[k] + widths[k])
@@ -191,21 +194,23 @@ class _Loop:
             gate = EndGate.for_run(self.ends, self.settings, port, only_slot=k)
             if k == 0 or batch == 1:
                 prefix = _prefix(ids, ranges, k, span[0], offsets, widths, special)
-                out = yield from self.fill(prefix, suffix, widths[k], batch, single_line[k], report, gate)
-                span[:, seg], masked[:, seg] = out, False
+                out, conf = yield from self.fill(prefix, suffix, widths[k], batch, single_line[k], report, gate)
+                span[:, seg], masked[:, seg], confidence[:, seg] = out, False, conf
                 continue
             for row in range(batch):    # earlier slots differ between candidates: their prefixes do too
                 prefix = _prefix(ids, ranges, k, span[row], offsets, widths, special)
-                out = yield from self.fill(prefix, suffix, widths[k], 1, single_line[k],
-                                           lambda p, m, c, r=row: report(p, m, c, rows=slice(r, r + 1)), gate)
-                span[row, seg], masked[row, seg] = out[0], False
+                out, conf = yield from self.fill(prefix, suffix, widths[k], 1, single_line[k],
+                                                 lambda p, m, c, r=row: report(p, m, c, rows=slice(r, r + 1)), gate)
+                span[row, seg], masked[row, seg], confidence[row, seg] = out[0], False, conf[0]
         full = canvas.ids.to(port.device)[None].repeat(batch, 1)
         full[:, canvas.span_positions().to(port.device)] = span
-        return DenoiseOutcome(full, span, self.steps, canvas)
+        return DenoiseOutcome(full, span, self.steps, canvas, confidence)
 
     def fill(self, prefix: list[int], suffix: list[int], width: int, batch: int, single_line: bool,
-             report: Callable[..., None], gate: EndGate | None = None) -> Generator[ModelCall, torch.Tensor, torch.Tensor]:
-        """Decode one span of `width` tokens after `context_ids(prefix, suffix)` -> tokens [batch, width]."""
+             report: Callable[..., None], gate: EndGate | None = None
+             ) -> Generator[ModelCall, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Decode one span of `width` tokens after `context_ids(prefix, suffix)` -> (tokens [batch,
+        width], the confidence each was committed with [batch, width])."""
         port, settings, device = self.port, self.settings, self.port.device
         special = port.special
         context = port.context_ids(prefix, suffix)
@@ -215,6 +220,7 @@ class _Loop:
         seq = torch.full((batch, padded), special.mask_id, dtype=torch.long, device=device)
         seq[:, :t0] = torch.tensor(context, dtype=torch.long, device=device)
         masked = torch.ones(batch, width, dtype=torch.bool, device=device)
+        committed = torch.zeros(batch, width, device=device)
         slot_of = torch.zeros(width, dtype=torch.long, device=device)
         collapse = -math.inf if settings.ends_in_order else settings.pad_collapse_threshold
         newlines = port.newline_ids() if single_line else None
@@ -236,7 +242,7 @@ class _Loop:
                     todo = masked & active
                     if not todo.any():
                         break
-                    yield from self._step(state, seq, t0, todo, masked, slot_of, collapse,
+                    yield from self._step(state, seq, t0, todo, masked, committed, slot_of, collapse,
                                           settings.steps - step, report, gate)
                 left = masked & active
                 if left.any():
@@ -245,7 +251,9 @@ class _Loop:
                     self.steps += 1
                     if gate is not None:
                         gate.refuse_at_frontier(best, seq[:, t0:total], left, slot_of, (width,))
-                    seq[:, t0:total][left] = best.argmax(-1)      # a view: the writes land in seq
+                    sel = unmask_select(best, 0.0, None)
+                    seq[:, t0:total][left] = sel.token      # a view: the writes land in seq
+                    committed[left] = confidence_of(settings.confidence, sel.prob, sel.margin, sel.entropy).float()
                     masked &= ~left
             if newlines is not None:
                 # End of line: a row whose span has a line break is finished (the rest becomes pad).
@@ -258,7 +266,7 @@ class _Loop:
                 masked &= ~after
             # No pass of its own for the finished block: it joins the cache in the next block's first call.
             start += bs
-        return seq[:, t0:total]
+        return seq[:, t0:total], committed
 
     def _block_rows(self, todo: torch.Tensor, start: int, t0: int) -> torch.Tensor:
         """[B, width] span positions -> [B, block_size] rows of the block at `start`."""
@@ -268,7 +276,7 @@ class _Loop:
         rows[:, t0 + a - start:t0 + b - start] = todo[:, a:b]
         return rows
 
-    def _step(self, state: "_Block", seq, t0, todo, masked, slot_of, collapse, steps_left, report,
+    def _step(self, state: "_Block", seq, t0, todo, masked, committed, slot_of, collapse, steps_left, report,
               gate: EndGate | None) -> Calls:
         settings, special = self.settings, self.port.special
         logits = yield state.call(seq, self._block_rows(todo, state.start, t0), greedy=False)
@@ -294,6 +302,7 @@ class _Loop:
             commit = choose_commits(conf, todo, settings, steps_left=steps_left)
         span = seq[:, t0:t0 + width]
         span = torch.where(commit, proposal, span)
+        committed[commit] = conf[commit]
         masked &= ~commit
         span, still = collapse_after_pad(span, masked, commit, conf, slot_of, self.end_ids, self.pad_fill, collapse,
                                          n_slots=1)

@@ -55,6 +55,7 @@ class DenoiseOutcome:
     span_ids: torch.Tensor     # [B, S] final span tokens
     steps: int
     canvas: Canvas             # the layout decoded (a family that grows slots returns its new one)
+    confidence: torch.Tensor | None = None   # [B, S] each span position's commit confidence (None: not recorded)
 
 
 def confidence_of(kind: str, prob: torch.Tensor, margin: torch.Tensor, entropy: torch.Tensor) -> torch.Tensor:
@@ -331,8 +332,11 @@ class FixedLengthRun:
         if self.needs_greedy_fill:
             # The last pass of a window; the run ends after it unless a slot grows.
             logits[..., self.special.mask_id] = -math.inf
+            sel = unmask_select(logits, 0.0, None)
             span_now = self.ids[:, self.span_pos]
-            span_now[masked] = logits.argmax(-1)
+            span_now[masked] = sel.token
+            self.committed_conf[masked] = confidence_of(self.settings.confidence, sel.prob, sel.margin,
+                                                        sel.entropy).float()
             self.ids[:, self.span_pos] = span_now
             self.masked[:] = False
             self.steps += 1
@@ -381,7 +385,7 @@ class FixedLengthRun:
             self.on_step(self.steps, *self.at_capacity(span_now, self.masked.clone()), mean_conf, self.budget)
 
     def outcome(self) -> DenoiseOutcome:
-        return DenoiseOutcome(self.ids, self.ids[:, self.span_pos], self.steps, self.canvas)
+        return DenoiseOutcome(self.ids, self.ids[:, self.span_pos], self.steps, self.canvas, self.committed_conf)
 
 
 def denoise(

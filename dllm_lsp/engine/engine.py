@@ -27,7 +27,8 @@ from .denoise import Cancelled, FixedLengthRun, run_alone
 from .denoiser import Canvas, Denoiser
 from .span_ends import SpanEnds
 from .token_cache import IncrementalEncoder
-from .types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState, device_slot_start
+from .types import (CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState, TokenConfidence,
+                    device_slot_start)
 from .variable_length import VariableLengthRun
 
 __all__ = ["Engine", "Cancelled", "CancelToken", "CanvasTooSmall", "RUNS"]
@@ -158,9 +159,11 @@ class Engine:
         with torch.inference_mode():
             candidates = self.decode_slots(outcome.canvas.widths, outcome.span_ids, None)
             committed = self.real_tokens(outcome.span_ids[0])
+            confidences = (None if outcome.confidence is None else
+                           self.slot_confidences(outcome.canvas.widths, outcome.span_ids[0], outcome.confidence[0]))
         latency_ms = (time.perf_counter() - t0) * 1000
         return InfillResult(candidates=candidates, steps=outcome.steps, tokens_committed=committed,
-                            latency_ms=latency_ms, slot_widths=outcome.canvas.widths)
+                            latency_ms=latency_ms, slot_widths=outcome.canvas.widths, confidences=confidences)
 
     def prepare(self) -> dict:
         """Run the model before the first request, then start its records afresh.
@@ -202,6 +205,35 @@ class Engine:
         special = self.denoiser.special
         skip = torch.tensor([special.mask_id, *special.end_ids], device=span.device)
         return int((~torch.isin(span, skip)).sum())
+
+    def slot_confidences(self, widths: tuple[int, ...], span: torch.Tensor,
+                         confidence: torch.Tensor) -> list[list[TokenConfidence]]:
+        """One candidate's span [S] and commit confidences [S] -> per slot, the tokens
+        `decode_slots` keeps (up to the first end), each with where it ends in the slot's text
+        and its confidence. Each token is decoded alone (one batch call), not the slot's prefix
+        up to it: a character two byte-level tokens share is counted on both sides, close enough
+        for a gate that reads which tokens made the text shown."""
+        special = self.denoiser.special
+        ends = set(special.end_ids)
+        tokens, scores = span.tolist(), confidence.float().tolist()
+        out: list[list[TokenConfidence]] = []
+        offset = 0
+        for width in widths:
+            kept = []
+            for i in range(offset, offset + width):
+                if tokens[i] in ends:
+                    break
+                if tokens[i] != special.mask_id:
+                    kept.append(i)
+            pieces = self.denoiser.tokenizer.decode_batch([[tokens[i]] for i in kept], skip_special_tokens=False) \
+                if kept else []
+            slot, end = [], 0
+            for i, piece in zip(kept, pieces):
+                end += len(piece)
+                slot.append(TokenConfidence(end, scores[i]))
+            out.append(slot)
+            offset += width
+        return out
 
     def decode_slots(self, widths: tuple[int, ...], span: torch.Tensor, masked: torch.Tensor | None) -> list[list[str]]:
         """[B, S] span tokens, slots of `widths` one after another -> [candidate][slot] text, cut

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 
 @dataclass(frozen=True)
@@ -145,6 +145,16 @@ class StepState:
     masked_left: int
 
 
+class TokenConfidence(NamedTuple):
+    """One token of a slot's text: where it ends in the slot's decoded text (characters, each
+    token decoded alone, so a character split over two tokens is counted approximately) and the
+    confidence it was committed with (the settings' kind: probability, margin or negative
+    entropy; a token the step budget's last greedy fill decided, its score in that fill)."""
+
+    end: int
+    confidence: float
+
+
 @dataclass
 class InfillResult:
     candidates: list[list[str]]          # [candidate][slot] decoded text, pads stripped
@@ -152,6 +162,10 @@ class InfillResult:
     tokens_committed: int                # real (non-pad) tokens in candidate 0
     latency_ms: float
     slot_widths: tuple[int, ...] = ()    # each slot's width when decoding ended (slots may grow)
+    # Candidate 0's tokens per slot with their commit confidences (what a confidence gate reads,
+    # pipeline.Completion.confidence); None where the decoding records none (DreamOn's
+    # variable-length loop, block diffusion).
+    confidences: list[list[TokenConfidence]] | None = None
 
     @property
     def text(self) -> str:

@@ -79,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--remask-below", type=float, default=None, metavar="C",
                    help="re-open committed tokens whose confidence was below C at the next step (the server's "
                         "`remaskBelow` option; default: never). docs/eval.md compares the settings")
+    h.add_argument("--min-confidence", type=float, default=DecodeOptions().min_confidence, metavar="C",
+                   help="editor mode: show nothing where the completion's tokens were committed less confidently "
+                        "than C on average (the server's `minConfidence`; default: off). Every mode reports how "
+                        "well confidence tells passing from failing completions and what each gate would keep")
     h.add_argument("--slot-start-tokens", type=int, default=DecodeOptions().slot_start_tokens, metavar="N",
                    help="with the length unknown, the slot starts N tokens wide and doubles while the model fills "
                         "it (the server's `slotStartTokens`; 0: full width from the start; default: the device's, "
@@ -111,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         # ablation flags are eval-only switches of the loop's rules.
         decode = DecodeOptions(steps=a.steps, threshold=a.threshold, confidence=a.confidence,
                                remask_below=a.remask_below, slot_start_tokens=a.slot_start_tokens,
-                               ends_balanced=a.ends_balanced)
+                               ends_balanced=a.ends_balanced, min_confidence=a.min_confidence)
         settings = replace(decode.decode_settings(), ends_in_order=a.ends_in_order, floor_from_left=a.floor_from_left)
         denoiser = load_model(a.model, a.device)
     except (ValueError, ModelLoadError) as exc:
@@ -121,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     log = None if a.json else (lambda msg: print(msg, file=sys.stderr))
     concurrency = a.concurrency or (GPU_CONCURRENCY if denoiser.device.type == "cuda" else 1)
     options = Options(planner=PlannerOptions(context_tokens=a.context, heal_whitespace=a.heal_whitespace,
-                                             companion_edits=a.companion_edits))
+                                             companion_edits=a.companion_edits), decode=decode)
     results = [evaluate(engine, tasks, m, settings, unknown, a.timeout, a.workers, log, concurrency, options)
                for m in modes]
     name = benchmark_name(path)
@@ -133,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {"steps": a.steps, "threshold": a.threshold, "confidence": a.confidence,
                      "remask_below": a.remask_below, "ends_in_order": a.ends_in_order,
                      "ends_balanced": a.ends_balanced, "heal_whitespace": a.heal_whitespace,
-                     "companion_edits": a.companion_edits,
+                     "companion_edits": a.companion_edits, "min_confidence": a.min_confidence,
                      "floor_from_left": a.floor_from_left, "slot_start_tokens": engine.start_tokens(settings),
                      "context": a.context, "timeout": a.timeout, "concurrency": concurrency},
         "modes": {r.mode: r.to_json() for r in results},
@@ -151,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(summary))
     else:
         print(table(name, results))
+        for r in results:
+            if r.confidence is not None:
+                print(f"{r.mode}: confidence tells passing from failing with AUROC {r.confidence['auroc_mean']} "
+                      f"(mean), {r.confidence['auroc_least']} (least)", file=sys.stderr)
         if "length_gap_points" in summary:
             print(f"\nlength gap (oracle - unknown): {summary['length_gap_points']} points")
     return 0

@@ -18,6 +18,7 @@ from dllm_lsp import pipeline
 from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import DecodeSettings, InfillRequest, InfillResult
 from dllm_lsp.options import Options
+from dllm_lsp.pipeline import Confidence, shown_confidence
 from dllm_lsp.syntax.snapshot import Snapshot
 
 from .execution import Outcome, run_programs
@@ -38,6 +39,7 @@ class ModeResult:
     failures: dict[str, int] = field(default_factory=dict)
     samples: list[dict] = field(default_factory=list)
     shown: int | None = None       # "editor": completions post-processing let through
+    confidence: dict | None = None  # how well confidence tells passing from failing (confidence_report)
 
     @property
     def pass_at_1(self) -> float:
@@ -51,9 +53,54 @@ class ModeResult:
         if self.shown is not None:
             out["shown"] = self.shown
             out["passed_when_shown"] = round(self.passed / self.shown, 4) if self.shown else None
+        if self.confidence is not None:
+            out["confidence"] = self.confidence
         if with_samples:
             out["samples"] = self.samples
         return out
+
+
+# The shares of the completions a confidence gate would keep, most confident first, that the
+# report lists (what threshold keeps them, and how many of them pass).
+GATE_KEEPS = (1.0, 0.9, 0.75, 0.5, 0.25)
+
+
+def auroc(scores: list[float], passed: list[bool]) -> float | None:
+    """The chance that a passing completion scores above a failing one (ties half): 0.5 is no
+    better than a coin, 1.0 a perfect gate. None without both kinds."""
+    ranked = sorted(zip(scores, passed))
+    positives = sum(passed)
+    negatives = len(passed) - positives
+    if not positives or not negatives:
+        return None
+    rank_sum, i = 0.0, 0
+    while i < len(ranked):          # average ranks over ties
+        j = i
+        while j < len(ranked) and ranked[j][0] == ranked[i][0]:
+            j += 1
+        rank_sum += sum(1 for _, p in ranked[i:j] if p) * (i + j + 1) / 2
+        i = j
+    return (rank_sum - positives * (positives + 1) / 2) / (positives * negatives)
+
+
+def confidence_report(confidences: list[Confidence | None], passed: list[bool]) -> dict | None:
+    """For the completions shown that carry a confidence: how well their mean and least token
+    confidence rank passing above failing ones (AUROC), and what a `minConfidence` gate on the
+    mean would keep (GATE_KEEPS: the threshold, completions kept, of them passing)."""
+    pairs = [(c, p) for c, p in zip(confidences, passed) if c is not None]
+    if not pairs:
+        return None
+    means = sorted((c.mean for c, _ in pairs), reverse=True)
+    gates = []
+    for keep in GATE_KEEPS:
+        threshold = means[max(1, round(keep * len(means))) - 1]
+        kept = [p for c, p in pairs if c.mean >= threshold]
+        gates.append({"keep": keep, "min_confidence": round(threshold, 4), "shown": len(kept), "passed": sum(kept)})
+    rounded = (lambda x: None if x is None else round(x, 4))
+    return {"with_confidence": len(pairs), "passed": sum(p for _, p in pairs),
+            "auroc_mean": rounded(auroc([c.mean for c, _ in pairs], [p for _, p in pairs])),
+            "auroc_least": rounded(auroc([c.least for c, _ in pairs], [p for _, p in pairs])),
+            "gates": gates}
 
 
 def slot_tokens(engine: Engine, task: Task, mode: str, unknown_tokens: int) -> int:
@@ -75,24 +122,28 @@ def evaluate(engine: Engine, tasks: list[Task], mode: str, settings: DecodeSetti
         settings = replace(settings, slot_start_tokens=0)   # the slot is the span's length: nothing to grow into
     t0 = time.perf_counter()
 
-    def infill(task: Task) -> tuple[InfillResult, str | None, str | None]:
-        """(result, the completion, the program it runs as); the completion is None where the
-        editor would show nothing, and then there is no program to run."""
+    def infill(task: Task) -> tuple[InfillResult, str | None, str | None, Confidence | None]:
+        """(result, the completion, the program it runs as, its confidence); the completion is
+        None where the editor would show nothing, and then there is no program to run."""
         if mode == "editor":
             return complete_in_editor(engine, task, settings, options)
         result = engine.infill(InfillRequest.single(task.prompt, task.suffix,
                                                     slot_tokens(engine, task, mode, unknown_tokens),
                                                     language="python"), settings)
-        return result, result.text, task.program(result.text)
+        confidence = (shown_confidence(result.text, result.text, result.confidences[0])
+                      if result.confidences else None)
+        return result, result.text, task.program(result.text), confidence
 
     results: list[InfillResult] = []
     completions: list[str | None] = []
     programs: list[str | None] = []
+    confidences: list[Confidence | None] = []
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        for result, completion, program in pool.map(infill, tasks):      # in task order, `concurrency` in flight
+        for result, completion, program, confidence in pool.map(infill, tasks):   # in task order, `concurrency` in flight
             results.append(result)
             completions.append(completion)
             programs.append(program)
+            confidences.append(confidence)
             if log and len(results) % 100 == 0:
                 log(f"{mode}: {len(results)}/{len(tasks)} infilled")
     steps = sum(r.steps for r in results)
@@ -114,22 +165,25 @@ def evaluate(engine: Engine, tasks: list[Task], mode: str, settings: DecodeSetti
         mode=mode, tasks=n, passed=sum(o.passed for o in outcomes), mean_steps=steps / n,
         tokens_per_step=committed / max(steps, 1), mean_latency_ms=latency / n,
         seconds=time.perf_counter() - t0, failures=dict(sorted(failures.items(), key=lambda kv: -kv[1])[:8]),
-        samples=[{"task_id": t.task_id, "completion": c, "passed": o.passed, "reason": o.reason}
-                 for t, c, o in zip(tasks, completions, outcomes)],
+        samples=[{"task_id": t.task_id, "completion": c, "passed": o.passed, "reason": o.reason,
+                  "confidence": None if k is None else k.to_json()}
+                 for t, c, o, k in zip(tasks, completions, outcomes, confidences)],
         shown=sum(c is not None for c in completions) if mode == "editor" else None,
+        confidence=confidence_report(confidences, [o.passed for o in outcomes]),
     )
 
 
 def complete_in_editor(engine: Engine, task: Task, settings: DecodeSettings,
-                       options: Options) -> tuple[InfillResult, str | None, str | None]:
+                       options: Options) -> tuple[InfillResult, str | None, str | None, Confidence | None]:
     """The task as a file in an editor (Task.in_editor), completed at its cursor as the server
-    completes: (result, the text shown, the program with it applied), or (result, None, None)
-    where the editor would show nothing (a failed task)."""
+    completes: (result, the text shown, the program with it applied, its confidence), or (result,
+    None, None, None) where the editor would show nothing (a failed task)."""
     document, cursor = task.in_editor()
     plan = replace(pipeline.plan(Snapshot.parse(document, "python"), cursor, options,
                                  model_context=engine.denoiser.max_context), decode=settings)
     result = plan.run(engine)
     completion = plan.finish(result)
     if completion is None:
-        return result, None, None
-    return result, completion.text, task.run_as(document[:completion.start] + completion.text + document[completion.end:])
+        return result, None, None, None
+    program = task.run_as(document[:completion.start] + completion.text + document[completion.end:])
+    return result, completion.text, program, completion.confidence

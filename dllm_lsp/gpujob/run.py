@@ -345,7 +345,11 @@ class Job:
                         k: v for k, v in json.loads(result.tail[-1]).items() if k in ("pass@1", "length_gap_points")}
                     editor = json.loads(result.tail[-1])["modes"].get("editor")
                     if editor:
-                        self.phase("eval")["summary"][name]["editor"] = {k: editor[k] for k in ("pass@1", "shown")}
+                        # How well the trained model's confidence tells passing from failing lines:
+                        # what a `minConfidence` default would be chosen from (eval.md).
+                        auroc = (editor.get("confidence") or {}).get("auroc_mean")
+                        self.phase("eval")["summary"][name]["editor"] = {
+                            **{k: editor[k] for k in ("pass@1", "shown")}, "confidence_auroc": auroc}
                 except ValueError:
                     pass
         return "done" if all(s == "done" for s in states) else "partial"

@@ -61,7 +61,7 @@ class CompletionService:
         self._shown: dict[str, Completion] = {}       # the last completion answered, per document
         self._prefetch: dict[str, Prefetch] = {}
         self.counters = {"typedThroughHits": 0, "prefetchStarted": 0, "prefetchHits": 0, "rebased": 0,
-                         "dropped": 0}
+                         "dropped": 0, "heldBack": 0}
 
     async def complete(self, uri: str, position: types.Position, workspace: Workspace, options: Options,
                        on_step: StepCallback | None = None) -> Completion | None:
@@ -129,7 +129,11 @@ class CompletionService:
         finally:
             if self._running.get(key) is token:
                 del self._running[key]
-        return completion_plan.finish(result)
+        completion = completion_plan.finish(result)
+        if completion is None and completion_plan.min_confidence is not None \
+                and completion_plan.finish(result, gate=False) is not None:
+            self.counters["heldBack"] += 1       # shown but for the confidence gate
+        return completion
 
     def _typed_through(self, uri: str, snapshot: Snapshot, offset: int) -> Completion | None:
         shown = self._shown.get(uri)

@@ -86,6 +86,10 @@ def test_thresholds_are_on_the_confidence_kinds_scale():
         Options().merged({"confidence": "entropy"})      # the default 0.9 means nothing for -entropy
     with pytest.raises(SettingsError, match="threshold must be within 0..1 with margin"):
         Options().merged({"confidence": "margin", "threshold": -0.5})
+    with pytest.raises(SettingsError, match="minConfidence must be within 0..1 with prob"):
+        Options().merged({"minConfidence": 1.5})
+    assert Options().merged({"confidence": "entropy", "threshold": -0.5,
+                             "minConfidence": -1.0}).decode.min_confidence == -1.0
 
 
 def test_the_planner_budget_derives_from_the_context_tokens():

@@ -168,3 +168,19 @@ def test_infill_ends_balanced_with_the_shipped_model():
     assert judge.allows(0, closed_end) and closed_end.startswith(open_end.rstrip("\n")), closed_end
     bad = run(*base, stdin=json.dumps({"id": 2, "prefix": "x", "language": 3}) + "\n")
     assert "language must be a string" in json.loads(bad.stdout)["error"]
+
+
+def test_complete_reports_its_confidence_and_says_when_the_gate_held_a_completion_back():
+    where = f"{EXAMPLE}:7:21"                 # the README's place: the shipped model writes `0` there
+    shown = run("complete", where, "--device", "cpu", "--json")
+    assert shown.returncode == 0, shown.stderr
+    out = json.loads(shown.stdout)
+    confidence = out["confidence"]
+    assert out["completion"] == "0" and 0 < confidence["least"] <= confidence["mean"] <= 1 and confidence["tokens"] >= 1
+    held = run("complete", where, "--device", "cpu", "--min-confidence", "1.0")
+    assert held.returncode == 0 and held.stdout == ""
+    assert "less sure of '0'" in held.stderr and "minConfidence 1.0" in held.stderr
+    low = run("complete", where, "--device", "cpu", "--min-confidence", str(confidence["mean"] / 2))
+    assert low.stdout.strip() == "0"
+    bad = run("complete", where, "--device", "cpu", "--min-confidence", "2")
+    assert bad.returncode != 0 and "minConfidence must be within 0..1" in bad.stderr

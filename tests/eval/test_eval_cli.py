@@ -5,7 +5,7 @@ import pytest
 from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import DecodeSettings
 from dllm_lsp.eval.cli import main
-from dllm_lsp.eval.infilling import evaluate
+from dllm_lsp.eval.infilling import GATE_KEEPS, auroc, evaluate
 from dllm_lsp.eval.tasks import Task, load_tasks, resolve_data, spread_subset
 from dllm_lsp.loader import load_model
 from dllm_lsp.options import DecodeOptions, Options, PlannerOptions
@@ -158,3 +158,33 @@ def test_the_shipped_model_in_the_editor_shows_far_more_with_healed_blanks():
                      options=Options(planner=PlannerOptions(heal_whitespace=False)))
     assert healed.shown >= 2 * max(typed.shown, 1), (healed.shown, typed.shown)
     assert healed.passed >= typed.passed
+
+
+def test_every_mode_reports_how_well_confidence_tells_passing_from_failing(data, tiny_model_dir, capsys, tmp_path):
+    out = tmp_path / "full.json"
+    report = eval_json(capsys, data, tiny_model_dir, out, "--modes", "unknown,editor", "--steps", "2")
+    unknown = report["modes"]["unknown"]["confidence"]
+    assert unknown["with_confidence"] == 3 and unknown["passed"] == report["modes"]["unknown"]["passed"]
+    assert [g["keep"] for g in unknown["gates"]] == list(GATE_KEEPS)
+    assert unknown["gates"][0]["shown"] == 3           # the lowest threshold keeps every completion
+    shown = [g["shown"] for g in unknown["gates"]]
+    assert shown == sorted(shown, reverse=True)
+    samples = json.loads(out.read_text())["modes"]["editor"]["samples"]
+    assert all((s["confidence"] is None) == (s["completion"] is None) for s in samples)
+
+
+def test_a_gate_above_every_confidence_shows_nothing(data, tiny_model_dir, capsys, tmp_path):
+    report = eval_json(capsys, data, tiny_model_dir, tmp_path / "full.json", "--modes", "editor", "--steps", "2",
+                       "--min-confidence", "1.0")
+    assert report["modes"]["editor"]["shown"] == 0 and report["settings"]["min_confidence"] == 1.0
+
+
+@pytest.mark.parametrize("scores, passed, expected", [
+    ([0.9, 0.8, 0.2, 0.1], [True, True, False, False], 1.0),
+    ([0.1, 0.2, 0.8, 0.9], [True, True, False, False], 0.0),
+    ([0.5, 0.5, 0.5, 0.5], [True, False, True, False], 0.5),     # ties count half
+    ([0.9, 0.3, 0.6], [True, True, False], 0.5),
+    ([0.4, 0.7], [True, True], None),                           # no failing completion to rank against
+])
+def test_auroc(scores, passed, expected):
+    assert auroc(scores, passed) == expected

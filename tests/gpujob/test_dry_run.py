@@ -68,7 +68,13 @@ def test_training_evaluation_and_benchmarks_left_their_files(job):
         result = json.loads((model / f"eval-{name}.json").read_text())
         assert result["tasks"] == 3 and set(result["modes"]) == {"unknown", "oracle", "editor"}
         assert 0 <= result["modes"]["editor"]["passed"] <= result["modes"]["editor"]["shown"] <= 3
-        assert state["phases"]["eval"]["summary"][name]["editor"]["shown"] == result["modes"]["editor"]["shown"]
+        editor = state["phases"]["eval"]["summary"][name]["editor"]
+        assert editor["shown"] == result["modes"]["editor"]["shown"]
+        # the first GPU model's answer to "does its confidence tell right from wrong?" (None: no pair to rank)
+        assert editor["confidence_auroc"] == (result["modes"]["editor"].get("confidence") or {}).get("auroc_mean")
+        unknown = result["modes"]["unknown"]
+        written = sum(bool(sample["completion"].strip()) for sample in unknown["samples"])   # an empty one has none
+        assert (unknown.get("confidence") or {"with_confidence": 0})["with_confidence"] == written
     ablation = {step["step"]: step for step in state["phases"]["eval"]["steps"]}["single-line-ends-balanced"]
     if ablation.get("state") != "skipped":       # the last of the box: it runs when time is left
         result = json.loads((model / "eval-single-line-ends-balanced.json").read_text())

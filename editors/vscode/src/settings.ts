@@ -24,6 +24,7 @@ export interface ServerOptionsPayload {
   remaskBelow: number | null;
   slotStartTokens: number | null;
   endsBalanced: boolean;
+  minConfidence: number | null;
   model: string;
   device: string;
   cache: "dual" | "reuse" | "none";
@@ -45,6 +46,7 @@ const SERVER_KEYS: (keyof ServerOptionsPayload)[] = [
   "remaskBelow",
   "slotStartTokens",
   "endsBalanced",
+  "minConfidence",
   "model",
   "device",
   "cache",
