@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 import functools
 import json
 import logging
@@ -23,6 +24,7 @@ from .loader import ModelLoadError, load_model
 from .options import Options, SettingsError
 from .server import auth, create_server
 from .server.model_host import ModelHost, local_engine
+from .server.positions import line_end, line_starts
 from .serving import require_ray
 from .server.tcp import serve_tcp
 from .server.transport import replace_lone_surrogates
@@ -178,12 +180,23 @@ def parse_location(spec: str) -> tuple[Path, int, int]:
 
 
 def offset_for(text: str, line: int, col: int) -> int:
-    lines = text.split("\n")
-    if line > len(lines):
-        raise UserError(f"line {line} is past the end of the file ({len(lines)} lines)")
-    if col - 1 > len(lines[line - 1]):
-        raise UserError(f"column {col} is past the end of line {line} ({len(lines[line - 1])} characters)")
-    return sum(len(l) + 1 for l in lines[: line - 1]) + col - 1
+    """The string offset of 1-based `line`, `col`: lines end where LSP ends them (\\r\\n, \\r or
+    \\n, as the server counts them), columns count characters (code points) before the line end."""
+    starts = line_starts(text)
+    if line > len(starts):
+        raise UserError(f"line {line} is past the end of the file ({len(starts)} lines)")
+    start = starts[line - 1]
+    length = line_end(text, start) - start
+    if col - 1 > length:
+        raise UserError(f"column {col} is past the end of line {line} ({length} characters)")
+    return start + col - 1
+
+
+def line_col(text: str, offset: int) -> dict:
+    """1-based line and column of a string offset, counted as `offset_for` counts them."""
+    starts = line_starts(text)
+    line = bisect.bisect_right(starts, offset)
+    return {"line": line, "col": offset - starts[line - 1] + 1}
 
 
 def cli_options(args) -> Options:
@@ -233,11 +246,9 @@ def complete(args) -> int:
     why = None if refused is None else no_completion_reason(plan, refused, held_back)
     if args.json:
         span = plan.span
-        start_line = text.count("\n", 0, span.replace_start) + 1
-        start_col = span.replace_start - (text.rfind("\n", 0, span.replace_start) + 1) + 1
         reply = {
             "file": str(path), "line": line, "col": col, "language": language,
-            "completion": completion, "replace_from": {"line": start_line, "col": start_col},
+            "completion": completion, "replace_from": line_col(text, span.replace_start),
             "kind": span.kind, "model": engine.denoiser.name, "steps": result.steps,
             "latency_ms": round(result.latency_ms, 2),
         }
@@ -246,7 +257,7 @@ def complete(args) -> int:
             reply["confidence"] = shown.confidence.to_json()
         if found is not None and found.companion is not None:
             reply["companion"] = {"import": found.companion.statement,
-                                  "line": text.count("\n", 0, found.companion.offset) + 1}
+                                  "line": line_col(text, found.companion.offset)["line"]}
         if why is not None:
             reply["reason"] = why
             reply["model_text"] = refused

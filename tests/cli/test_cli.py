@@ -113,6 +113,24 @@ def test_a_byte_order_mark_is_no_column_of_line_one(tmp_path, tiny_model_dir):
     assert proc.returncode == 1 and "past the end of line 1 (5 characters)" in proc.stderr
 
 
+def test_complete_counts_lines_and_columns_as_the_server_does(tmp_path, tiny_model_dir):
+    """Lines end at \\r\\n, \\r or \\n (LSP's line ends): a Windows file, or one with old Mac line
+    ends, is completed at the same line and column as its \\n twin, never past a line's end."""
+    placed = []
+    for name, eol in (("lf.py", b"\n"), ("crlf.py", b"\r\n"), ("cr.py", b"\r")):
+        path = tmp_path / name
+        path.write_bytes(b"x = 1" + eol + b"y = x +" + eol)
+        proc = run("complete", f"{path}:2:8", "--model", str(tiny_model_dir), "--device", "cpu", "--json")
+        assert proc.returncode == 0, proc.stderr
+        reply = json.loads(proc.stdout)
+        placed.append((reply["line"], reply["col"], reply["replace_from"], reply["kind"]))
+        past = run("complete", f"{path}:1:7", "--model", str(tiny_model_dir), "--device", "cpu")
+        assert past.returncode == 1 and "past the end of line 1 (5 characters)" in past.stderr
+        beyond = run("complete", f"{path}:4:1", "--model", str(tiny_model_dir), "--device", "cpu")
+        assert beyond.returncode == 1 and "(3 lines)" in beyond.stderr
+    assert placed[0] == placed[1] == placed[2] == (2, 8, {"line": 2, "col": 8}, placed[0][3])
+
+
 def test_complete_refuses_binary_files(tmp_path, tiny_model_dir):
     binary = tmp_path / "blob.py"
     binary.write_bytes(b"\x00\x01\x02binary")
