@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="show nothing when the completion's tokens were committed less confidently than C "
                                "on average (the server's minConfidence, off by default; --json reports the "
                                "confidence either way)")
+    complete.add_argument("--alternatives", type=int, default=None, metavar="N",
+                          help="--json: also up to N-1 sampled alternatives to the completion (the server's "
+                               "alternatives option)")
     complete.add_argument("--json", action="store_true", help="print a JSON object instead of the text")
 
     infill = sub.add_parser("infill", help='JSONL in ({"id","prefix","suffix"}), JSONL out')

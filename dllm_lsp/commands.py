@@ -206,7 +206,8 @@ def cli_options(args) -> Options:
     given = {"model": args.model, "device": args.device, "steps": steps,
              "ends_balanced": getattr(args, "ends_balanced", None),
              "companion_edits": getattr(args, "companion_edits", None),
-             "min_confidence": getattr(args, "min_confidence", None)}
+             "min_confidence": getattr(args, "min_confidence", None),
+             "alternatives": getattr(args, "alternatives", None)}
     try:
         return Options().merged({k: v for k, v in given.items() if v is not None})
     except SettingsError as exc:
@@ -255,6 +256,8 @@ def complete(args) -> int:
         shown = found or held_back
         if shown is not None and shown.confidence is not None:
             reply["confidence"] = shown.confidence.to_json()
+        if found is not None and found.alternatives:
+            reply["alternatives"] = [other.text for other in found.alternatives]
         if found is not None and found.companion is not None:
             reply["companion"] = {"import": found.companion.statement,
                                   "line": line_col(text, found.companion.offset)["line"]}

@@ -126,10 +126,20 @@ class DecodeOptions:
         "model confidence barely tells passing lines from failing ones "
         "([eval.md](eval.md#a-confidence-gate))"))
 
+    alternatives: int = attrs.field(default=1, validator=_in(1, 8), metadata=doc(
+        "suggestions per completion: the model's most likely one and up to N-1 sampled alternatives, "
+        "decoded together in one batch; the distinct ones that post-processing lets through are offered "
+        "for the editor to cycle through (VS Code: Alt+]). Each costs about one more request's span rows a "
+        "step: little on a GPU, about that much on a CPU ([protocol.md](protocol.md#alternatives))"))
+    temperature: float = attrs.field(default=0.8, validator=_in(0.05, 5.0), metadata=doc(
+        "sampling temperature of the alternatives (the first suggestion is always the greedy one)"))
+
     def decode_settings(self) -> DecodeSettings:
+        sampled = self.alternatives > 1
         return DecodeSettings(steps=self.steps, threshold=self.threshold, confidence=self.confidence,
                               remask_below=self.remask_below, slot_start_tokens=self.slot_start_tokens,
-                              ends_balanced=self.ends_balanced)
+                              ends_balanced=self.ends_balanced, n=self.alternatives,
+                              temperature=self.temperature if sampled else 0.0, greedy_first=sampled)
 
 
 @attrs.frozen

@@ -75,6 +75,14 @@ class Completion:
     result: InfillResult
     companion: CompanionEdit | None = None   # multi-site: an import the completion needs
     confidence: Confidence | None = None     # None where the decoding records no confidences
+    # Other texts for the same range (`alternatives` option: sampled candidates that post-processing
+    # and the gate let through, none equal to another), for the editor to cycle through.
+    alternatives: tuple[Completion, ...] = ()
+
+    def moved(self, start: int, end: int, snapshot: Snapshot) -> Completion:
+        """The completion placed on a newer snapshot. Alternatives are dropped: a move follows
+        the text shown (typed through, or mapped through an edit), which the others are not."""
+        return replace(self, start=start, end=end, snapshot=snapshot, alternatives=())
 
     @property
     def typed_prefix(self) -> str:
@@ -117,23 +125,40 @@ class CompletionPlan:
         return unheal(self.span, strip_markers(result.text))
 
     def finish(self, result: InfillResult, gate: bool = True) -> Completion | None:
-        """The completion to show for `result` (a result of this plan's request), or None.
-        `gate=False`: also one the model was less sure of than `min_confidence` (what was held back)."""
+        """The completion to show for `result` (a result of this plan's request), or None: its
+        first candidate's, with the other candidates' as `alternatives` (sampled; the first is
+        greedy). `gate=False`: also one the model was less sure of than `min_confidence` (what was
+        held back). Without a first completion there are no alternatives: the editor's first
+        suggestion is the model's most likely one or nothing."""
         full = result
         if self.companion is not None:
             result = self.companion.main_result(result)
-        text = finish(self.span, result.text)
+        first = self._candidate(result, 0, gate)
+        if first is None:
+            return None
+        edit = self.companion.edit(full, self.snapshot, first.text) if self.companion is not None else None
+        alternatives, seen = [], {first.text}
+        for index in range(1, len(result.candidates)):
+            other = self._candidate(result, index, gate)
+            if other is not None and other.text not in seen:
+                seen.add(other.text)
+                alternatives.append(other)
+        return replace(first, companion=edit, alternatives=tuple(alternatives))
+
+    def _candidate(self, result: InfillResult, index: int, gate: bool) -> Completion | None:
+        """Candidate `index` of `result` (cursor slot first) post-processed and gated, or None."""
+        raw = result.candidates[index][0]
+        text = finish(self.span, raw)
         if text is None:
             return None
         confidence = None
-        if result.confidences is not None and result.confidences:
-            confidence = shown_confidence(text, result.text, result.confidences[0])
+        if result.confidences:
+            confidence = shown_confidence(text, raw, result.confidences[index][0])
         if (gate and self.min_confidence is not None and confidence is not None
                 and confidence.mean < self.min_confidence):
             return None
-        edit = self.companion.edit(full, self.snapshot, text) if self.companion is not None else None
-        return Completion(text, self.span.replace_start, self.span.replace_end, self.snapshot, self.span, result, edit,
-                          confidence)
+        return Completion(text, self.span.replace_start, self.span.replace_end, self.snapshot, self.span, result,
+                          None, confidence)
 
 
 def plan(snapshot: Snapshot, offset: int, options: Options = Options(),

@@ -1,6 +1,8 @@
 """`dllm-lsp bench`: end-to-end completion latency of a model (engine only)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from dllm_lsp.engine.types import GROWING_SLOT_START, DecodeSettings, InfillRequest
@@ -24,24 +26,34 @@ def return_tail(text: str, start: int) -> tuple[str, str, int]:
     return text[:cut] + "        return ", text[cut + len(RETURN_LINE):], cut
 
 
+ALTERNATIVES = 4      # the line tail once more with this many suggestions (the `alternatives` option)
+
+
 def run_latency_bench(engine, runs: int = 20, steps: int = 8) -> dict:
     """Each case twice, runs interleaved so both see the same machine: with a growing slot
     (starting at GROWING_SLOT_START tokens, the server's default on a CPU) and with the slot at
     full width from the first step (`<case>_full_width`, the default on a GPU). Both on every
-    device: on a GPU this pair is what would move its default (`device_slot_start`)."""
+    device: on a GPU this pair is what would move its default (`device_slot_start`). The line
+    tail also with ALTERNATIVES suggestions (`line_tail_alternatives_4`: the greedy one and
+    sampled others in one batch, growing slot): what the `alternatives` option costs."""
     text = synthetic_python(400)
     prefix, suffix, _ = return_tail(text, len(text) // 2)
-    layouts = {"": GROWING_SLOT_START, "_full_width": 0}
+    growing = DecodeSettings(steps=steps, slot_start_tokens=GROWING_SLOT_START)
+    layouts = {"": growing, "_full_width": replace(growing, slot_start_tokens=0)}
+    several = f"_alternatives_{ALTERNATIVES}"
     cases = {}
     for name, (tokens, single_line) in CASES.items():
         request = InfillRequest.single(prefix, suffix, tokens, single_line)
-        samples: dict[str, list[float]] = {suffix_: [] for suffix_ in layouts}
+        variants = dict(layouts)
+        if name == "line_tail":
+            variants[several] = replace(growing, n=ALTERNATIVES, temperature=0.8, greedy_first=True)
+        samples: dict[str, list[float]] = {suffix_: [] for suffix_ in variants}
         last = {}
-        for suffix_, first in layouts.items():   # warm-up (allocations, prefix cache)
-            engine.infill(request, DecodeSettings(steps=steps, slot_start_tokens=first))
+        for settings in variants.values():   # warm-up (allocations, prefix cache)
+            engine.infill(request, settings)
         for run in range(runs):
-            for suffix_, first in layouts.items():
-                result = engine.infill(request, DecodeSettings(steps=steps, seed=run, slot_start_tokens=first))
+            for suffix_, settings in variants.items():
+                result = engine.infill(request, replace(settings, seed=run))
                 samples[suffix_].append(result.latency_ms)
                 last[suffix_] = result
         for suffix_, result in last.items():
@@ -51,6 +63,8 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8) -> dict:
                 "completion": result.text,
             }
         cases[name]["p50_vs_full_width"] = round(cases[name]["p50_ms"] / cases[name + "_full_width"]["p50_ms"], 3)
+        if several in variants:
+            cases[name + several]["p50_vs_one"] = round(cases[name + several]["p50_ms"] / cases[name]["p50_ms"], 3)
     return {
         "benchmark": "completion latency (engine, warm prefix cache)",
         "model": engine.denoiser.describe(),

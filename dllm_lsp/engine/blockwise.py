@@ -42,7 +42,7 @@ from dllm_lsp.kernels.unmask_select import unmask_select
 
 from .denoise import (
     CallRun, DenoiseOutcome, ModelCall, StepCallback, StepRows, choose_commits, collapse_after_pad,
-    confidence_of, EndGate, hold_back_early_ends, propose, run_alone,
+    confidence_of, EndGate, greedy_rows, hold_back_early_ends, propose, run_alone,
 )
 from .denoiser import Canvas, SpecialTokens
 from .span_ends import SpanEnds
@@ -200,17 +200,19 @@ class _Loop:
             for row in range(batch):    # earlier slots differ between candidates: their prefixes do too
                 prefix = _prefix(ids, ranges, k, span[row], offsets, widths, special)
                 out, conf = yield from self.fill(prefix, suffix, widths[k], 1, single_line[k],
-                                                 lambda p, m, c, r=row: report(p, m, c, rows=slice(r, r + 1)), gate)
+                                                 lambda p, m, c, r=row: report(p, m, c, rows=slice(r, r + 1)), gate,
+                                                 first_candidate=row == 0)
                 span[row, seg], masked[row, seg], confidence[row, seg] = out[0], False, conf[0]
         full = canvas.ids.to(port.device)[None].repeat(batch, 1)
         full[:, canvas.span_positions().to(port.device)] = span
         return DenoiseOutcome(full, span, self.steps, canvas, confidence)
 
     def fill(self, prefix: list[int], suffix: list[int], width: int, batch: int, single_line: bool,
-             report: Callable[..., None], gate: EndGate | None = None
+             report: Callable[..., None], gate: EndGate | None = None, first_candidate: bool = False
              ) -> Generator[ModelCall, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """Decode one span of `width` tokens after `context_ids(prefix, suffix)` -> (tokens [batch,
-        width], the confidence each was committed with [batch, width])."""
+        width], the confidence each was committed with [batch, width]). `first_candidate`: the
+        rows are candidate 0's alone (a later slot decoded row by row), greedy under `greedy_first`."""
         port, settings, device = self.port, self.settings, self.port.device
         special = port.special
         context = port.context_ids(prefix, suffix)
@@ -243,7 +245,7 @@ class _Loop:
                     if not todo.any():
                         break
                     yield from self._step(state, seq, t0, todo, masked, committed, slot_of, collapse,
-                                          settings.steps - step, report, gate)
+                                          settings.steps - step, report, gate, first_candidate)
                 left = masked & active
                 if left.any():
                     # The step budget ran out with holes left (ends held back): fill them greedily.
@@ -277,7 +279,7 @@ class _Loop:
         return rows
 
     def _step(self, state: "_Block", seq, t0, todo, masked, committed, slot_of, collapse, steps_left, report,
-              gate: EndGate | None) -> Calls:
+              gate: EndGate | None, first_candidate: bool = False) -> Calls:
         settings, special = self.settings, self.port.special
         logits = yield state.call(seq, self._block_rows(todo, state.start, t0), greedy=False)
         self.steps += 1
@@ -285,7 +287,8 @@ class _Loop:
         if gate is not None:
             # The rows are the block's positions `todo` selects, in span order: the same row-major order.
             gate.refuse_at_frontier(logits, seq[:, t0:t0 + width], todo, slot_of, (width,))
-        token, score = propose(logits, settings, self.generator)       # one per row of `todo`, row-major
+        greedy = int(todo.sum()) if first_candidate and settings.greedy_first else greedy_rows(settings, todo)
+        token, score = propose(logits, settings, self.generator, greedy)   # one per row of `todo`, row-major
         conf = torch.full(todo.shape, -math.inf, device=seq.device)
         proposal = torch.full(todo.shape, special.mask_id, dtype=torch.long, device=seq.device)
         conf[todo] = score

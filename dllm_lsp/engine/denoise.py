@@ -66,12 +66,28 @@ def confidence_of(kind: str, prob: torch.Tensor, margin: torch.Tensor, entropy: 
     return -entropy
 
 
-def propose(logits: torch.Tensor, settings: DecodeSettings,
-            generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+def propose(logits: torch.Tensor, settings: DecodeSettings, generator: torch.Generator | None,
+            greedy_rows: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [R, V] -> (token [R], confidence [R] as float32) under `settings`' sampling and
-    confidence kind (top-1 probability, top-2 margin or negative entropy)."""
+    confidence kind (top-1 probability, top-2 margin or negative entropy). The first
+    `greedy_rows` rows are decided greedily whatever the temperature (candidate 0's, when the
+    other candidates are sampled alternatives to it: `DecodeSettings.greedy_first`)."""
+    if greedy_rows and settings.temperature > 0:
+        first = unmask_select(logits[:greedy_rows], 0.0, None)
+        rest = unmask_select(logits[greedy_rows:], settings.temperature, generator)
+        token = torch.cat([first.token, rest.token])
+        parts = [torch.cat([getattr(first, name), getattr(rest, name)]) for name in ("prob", "margin", "entropy")]
+        return token, confidence_of(settings.confidence, *parts).float()
     sel = unmask_select(logits, settings.temperature, generator)
     return sel.token, confidence_of(settings.confidence, sel.prob, sel.margin, sel.entropy).float()
+
+
+def greedy_rows(settings: DecodeSettings, undecided: torch.Tensor) -> int:
+    """How many of a step's rows (`undecided` [B, S], row-major) are candidate 0's and decided
+    greedily: with `greedy_first` and sampled candidates, its undecided positions; else none."""
+    if not settings.greedy_first or settings.temperature <= 0 or undecided.shape[0] < 2:
+        return 0
+    return int(undecided[0].sum())
 
 
 def commit_count_floor(masked_left: torch.Tensor, steps_left: int) -> torch.Tensor:
@@ -346,7 +362,7 @@ class FixedLengthRun:
         logits[..., special.mask_id] = -math.inf           # a mask is never an answer
         self.steps += 1
         self.step_index += 1
-        token, score = propose(logits, settings, self.generator)
+        token, score = propose(logits, settings, self.generator, greedy_rows(settings, masked))
         # Back to [B, S]: decided rows get no proposal (the mask id) and no confidence.
         conf = torch.full(masked.shape, -math.inf, device=masked.device)
         conf[masked] = score

@@ -160,7 +160,8 @@ class Engine:
             candidates = self.decode_slots(outcome.canvas.widths, outcome.span_ids, None)
             committed = self.real_tokens(outcome.span_ids[0])
             confidences = (None if outcome.confidence is None else
-                           self.slot_confidences(outcome.canvas.widths, outcome.span_ids[0], outcome.confidence[0]))
+                           [self.slot_confidences(outcome.canvas.widths, span, conf)
+                            for span, conf in zip(outcome.span_ids, outcome.confidence)])
         latency_ms = (time.perf_counter() - t0) * 1000
         return InfillResult(candidates=candidates, steps=outcome.steps, tokens_committed=committed,
                             latency_ms=latency_ms, slot_widths=outcome.canvas.widths, confidences=confidences)

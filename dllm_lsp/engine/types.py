@@ -87,6 +87,7 @@ class DecodeSettings:
     max_per_step: int | None = None     # cap on commits per step (None: no cap)
     temperature: float = 0.0            # 0: greedy; >0: Gumbel-max sampling
     n: int = 1                          # candidates decoded together in one batch
+    greedy_first: bool = False          # with temperature > 0: candidate 0 greedy, the others sampled (alternatives)
     seed: int = 0
     pad_collapse_threshold: float = 0.5  # a pad committed this confidently ends its slot
     remask_below: float | None = None   # re-open committed tokens whose confidence fell below this
@@ -162,10 +163,10 @@ class InfillResult:
     tokens_committed: int                # real (non-pad) tokens in candidate 0
     latency_ms: float
     slot_widths: tuple[int, ...] = ()    # each slot's width when decoding ended (slots may grow)
-    # Candidate 0's tokens per slot with their commit confidences (what a confidence gate reads,
-    # pipeline.Completion.confidence); None where the decoding records none (DreamOn's
-    # variable-length loop, block diffusion).
-    confidences: list[list[TokenConfidence]] | None = None
+    # [candidate][slot] each slot's tokens with their commit confidences (what a confidence gate
+    # reads, pipeline.Completion.confidence); None where the decoding records none (DreamOn's
+    # variable-length loop).
+    confidences: list[list[list[TokenConfidence]]] | None = None
 
     @property
     def text(self) -> str:

@@ -111,6 +111,8 @@ def _candidates(denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings, on
     steps = 0
     for candidate in range(settings.n):
         one = replace(settings, n=1, seed=settings.seed + candidate)
+        if candidate == 0 and settings.greedy_first:
+            one = replace(one, temperature=0.0)      # the alternatives are sampled, the first is greedy
         layout, used = yield from _run_one(denoiser, canvas, one, on_step if candidate == 0 else None, cache)
         finals.append(layout)
         steps = max(steps, used)      # denoising steps per candidate

@@ -130,7 +130,7 @@ def evaluate(engine: Engine, tasks: list[Task], mode: str, settings: DecodeSetti
         result = engine.infill(InfillRequest.single(task.prompt, task.suffix,
                                                     slot_tokens(engine, task, mode, unknown_tokens),
                                                     language="python"), settings)
-        confidence = (shown_confidence(result.text, result.text, result.confidences[0])
+        confidence = (shown_confidence(result.text, result.text, result.confidences[0][0])
                       if result.confidences else None)
         return result, result.text, task.program(result.text), confidence
 

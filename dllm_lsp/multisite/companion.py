@@ -179,7 +179,7 @@ class CompanionSlot:
     def main_result(self, result: InfillResult) -> InfillResult:
         """The result as the plain cursor request would have had it (companion slot removed)."""
         return replace(result, candidates=[c[1:] for c in result.candidates],
-                       confidences=None if result.confidences is None else result.confidences[1:])
+                       confidences=None if result.confidences is None else [c[1:] for c in result.confidences])
 
     def main_state(self, state: StepState) -> StepState:
         """A streamed step without the companion slot, for progress reports."""

@@ -142,7 +142,7 @@ class CompletionService:
         moved = rebase(shown.text, shown.start, shown.end, shown.snapshot.text, snapshot.text)
         if moved is None or moved.typed_through == 0 or moved.end != offset:
             return None
-        completion = dataclasses.replace(shown, start=moved.start, end=moved.end, snapshot=snapshot)
+        completion = shown.moved(moved.start, moved.end, snapshot)
         self._shown[uri] = completion
         return completion
 
@@ -163,7 +163,7 @@ class CompletionService:
                 self._shown.pop(uri, None)
                 return None
             self.counters["rebased"] += 1
-            completion = dataclasses.replace(completion, start=moved.start, end=moved.end, snapshot=current)
+            completion = completion.moved(moved.start, moved.end, current)
         self._shown[uri] = completion
         return completion
 

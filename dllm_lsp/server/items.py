@@ -15,33 +15,39 @@ from .positions import range_in_text
 
 
 def inline_list(uri: str, completion: Completion | None, codec: PositionCodec) -> types.InlineCompletionList:
+    """The completion, then its alternatives (same range), as the items a client cycles through."""
     if completion is None:
         return types.InlineCompletionList(items=[])
     text = completion.snapshot.text
-    item = types.InlineCompletionItem(insert_text=completion.text,
-                                      range=range_in_text(text, completion.start, completion.end, codec))
-    if completion.companion is not None:   # multi-site: accepting the item adds the import
+    at = range_in_text(text, completion.start, completion.end, codec)
+    items = [types.InlineCompletionItem(insert_text=found.text, range=at)
+             for found in (completion, *completion.alternatives)]
+    if completion.companion is not None:   # multi-site: accepting the first item adds the import
         statement = completion.companion.statement
-        item.command = types.Command(title=f"Add {statement}", command=APPLY_COMMAND, arguments=[uri, statement])
-    return types.InlineCompletionList(items=[item])
+        items[0].command = types.Command(title=f"Add {statement}", command=APPLY_COMMAND, arguments=[uri, statement])
+    return types.InlineCompletionList(items=items)
 
 
 def completion_list(completion: Completion | None, codec: PositionCodec) -> types.CompletionList:
     # Incomplete: the next keystroke asks again, since the completion depends on every character.
     if completion is None:
         return types.CompletionList(is_incomplete=True, items=[])
-    text, found = completion.snapshot.text, completion.text
-    first_line = found.splitlines()[0] if found else ""
-    item = types.CompletionItem(
-        label=first_line.strip() or found.strip(),
-        kind=types.CompletionItemKind.Snippet if "\n" in found else types.CompletionItemKind.Text,
-        detail=f"dllm · {completion.result.steps} steps · {completion.result.latency_ms:.0f} ms",
-        text_edit=types.TextEdit(range=range_in_text(text, completion.start, completion.end, codec), new_text=found),
-        filter_text=completion.typed_prefix or None,
-        sort_text="0",
-        insert_text_format=types.InsertTextFormat.PlainText,
-    )
-    if completion.companion is not None:   # multi-site: the import the completion needs
-        at = range_in_text(text, completion.companion.offset, completion.companion.offset, codec)
-        item.additional_text_edits = [types.TextEdit(range=at, new_text=completion.companion.text)]
-    return types.CompletionList(is_incomplete=True, items=[item])
+    text = completion.snapshot.text
+    at = range_in_text(text, completion.start, completion.end, codec)
+    items = []
+    for rank, found in enumerate((completion, *completion.alternatives)):
+        first_line = found.text.splitlines()[0] if found.text else ""
+        items.append(types.CompletionItem(
+            label=first_line.strip() or found.text.strip(),
+            kind=types.CompletionItemKind.Snippet if "\n" in found.text else types.CompletionItemKind.Text,
+            detail=f"dllm · {completion.result.steps} steps · {completion.result.latency_ms:.0f} ms"
+                   + ("" if rank == 0 else " · alternative"),
+            text_edit=types.TextEdit(range=at, new_text=found.text),
+            filter_text=completion.typed_prefix or None,
+            sort_text=str(rank),
+            insert_text_format=types.InsertTextFormat.PlainText,
+        ))
+    if completion.companion is not None:   # multi-site: the import the first completion needs
+        place = range_in_text(text, completion.companion.offset, completion.companion.offset, codec)
+        items[0].additional_text_edits = [types.TextEdit(range=place, new_text=completion.companion.text)]
+    return types.CompletionList(is_incomplete=True, items=items)

@@ -155,7 +155,11 @@ def test_bench_measures_growing_slots_beside_full_width_slots(tiny_model_dir, tm
     assert proc.returncode == 0, proc.stderr
     figures = json.loads(out.read_text())
     cases = figures["cases"]
-    assert set(cases) == {"line_tail", "line_tail_full_width", "block_body", "block_body_full_width"}
+    assert set(cases) == {"line_tail", "line_tail_full_width", "line_tail_alternatives_4", "block_body",
+                          "block_body_full_width"}
+    several = cases["line_tail_alternatives_4"]       # the first suggestion is the greedy one
+    assert several["completion"] == cases["line_tail"]["completion"] and several["samples"] == 2
+    assert several["p50_vs_one"] == round(several["p50_ms"] / cases["line_tail"]["p50_ms"], 3)
     start = figures["settings"]["slot_start_tokens"]
     assert figures["settings"]["device_default_slot_start"] == start        # growing is the CPU's default
     for name in ("line_tail", "block_body"):
@@ -202,3 +206,16 @@ def test_complete_reports_its_confidence_and_says_when_the_gate_held_a_completio
     assert low.stdout.strip() == "0"
     bad = run("complete", where, "--device", "cpu", "--min-confidence", "2")
     assert bad.returncode != 0 and "minConfidence must be within 0..1" in bad.stderr
+
+
+def test_complete_json_lists_sampled_alternatives_after_the_greedy_completion(tiny_model_dir):
+    where = f"{EXAMPLE}:3:12"
+    alone = json.loads(run("complete", where, "--model", str(tiny_model_dir), "--device", "cpu", "--json").stdout)
+    proc = run("complete", where, "--model", str(tiny_model_dir), "--device", "cpu", "--json", "--alternatives", "8")
+    assert proc.returncode == 0, proc.stderr
+    several = json.loads(proc.stdout)
+    assert several["completion"] == alone["completion"] and "alternatives" not in alone
+    assert several["alternatives"] and several["completion"] not in several["alternatives"]
+    assert len(set(several["alternatives"])) == len(several["alternatives"])
+    bad = run("complete", where, "--model", str(tiny_model_dir), "--device", "cpu", "--alternatives", "9")
+    assert bad.returncode == 1 and "alternatives must be within 1..8" in bad.stderr

@@ -1,6 +1,8 @@
 """Commit confidences: the loop records the confidence each token was committed with, the engine
-hands candidate 0's per slot with where each token ends in the slot's text (InfillResult.confidences),
-which the completion pipeline's confidence gate reads (tests/planner/test_confidence_gate.py)."""
+hands each candidate's per slot with where each token ends in the slot's text
+(InfillResult.confidences), which the completion pipeline's confidence gate reads
+(tests/postprocess/test_confidence_gate.py). And alternatives: with `greedy_first`, candidate 0 is
+the greedy completion whatever the other candidates sample."""
 from __future__ import annotations
 
 import pytest
@@ -41,17 +43,18 @@ def engine(tiny_model_dir) -> Engine:
     return Engine(load_model(tiny_model_dir, "cpu"))
 
 
-def check_slots(result, tokenizer_decode=None) -> None:
-    """Every slot's tokens end inside its text, in order, the last at its end (the test tokenizer
-    is byte-level over ASCII text), with a probability each."""
-    assert result.confidences is not None
-    assert len(result.confidences) == len(result.candidates[0])
-    for text, tokens in zip(result.candidates[0], result.confidences):
-        ends = [t.end for t in tokens]
-        assert ends == sorted(ends)
-        if text.isascii():
-            assert (ends[-1] if ends else 0) == len(text)
-        assert all(0.0 < t.confidence <= 1.0 for t in tokens)
+def check_slots(result) -> None:
+    """Every candidate's slots' tokens end inside their text, in order, the last at its end (the
+    test tokenizer is byte-level over ASCII text), with a probability each."""
+    assert result.confidences is not None and len(result.confidences) == len(result.candidates)
+    for texts, slots in zip(result.candidates, result.confidences):
+        assert len(slots) == len(texts)
+        for text, tokens in zip(texts, slots):
+            ends = [t.end for t in tokens]
+            assert ends == sorted(ends)
+            if text.isascii():
+                assert (ends[-1] if ends else 0) == len(text)
+            assert all(0.0 < t.confidence <= 1.0 for t in tokens)
 
 
 def test_the_engine_reports_each_slots_tokens_with_their_confidences(engine):
@@ -59,7 +62,7 @@ def test_the_engine_reports_each_slots_tokens_with_their_confidences(engine):
                             slots=[Slot(10), Slot(6)])
     result = engine.infill(request, DecodeSettings(steps=4, threshold=0.9))
     check_slots(result)
-    assert sum(map(len, result.confidences)) == result.tokens_committed
+    assert sum(map(len, result.confidences[0])) == result.tokens_committed
 
 
 def test_growing_slots_keep_their_tokens_confidences(engine):
@@ -67,3 +70,16 @@ def test_growing_slots_keep_their_tokens_confidences(engine):
     result = engine.infill(InfillRequest.single("total = 0\nfor i in range(10):\n    total += ", "\n", 16),
                            DecodeSettings(steps=3, threshold=0.9, slot_start_tokens=2))
     check_slots(result)
+
+
+@pytest.mark.parametrize("slot_start", [0, 2])
+def test_alternatives_are_sampled_beside_the_greedy_completion(engine, slot_start):
+    request = InfillRequest.single("def area(width, height):\n    return ", "\n\n\nprint(area(2, 3))\n", 12)
+    greedy = engine.infill(request, DecodeSettings(steps=4, slot_start_tokens=slot_start))
+    several = engine.infill(request, DecodeSettings(steps=4, slot_start_tokens=slot_start, n=4, temperature=1.0,
+                                                    greedy_first=True))
+    assert several.candidates[0] == greedy.candidates[0]          # the first stays the greedy one
+    assert any(c != greedy.candidates[0] for c in several.candidates[1:])
+    check_slots(several)
+    sampled = engine.infill(request, DecodeSettings(steps=4, slot_start_tokens=slot_start, n=4, temperature=1.0))
+    assert sampled.candidates != several.candidates                # without greedy_first every candidate samples

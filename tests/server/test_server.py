@@ -17,7 +17,8 @@ from .lsp_harness import (
 URI = "file:///tmp/example.py"
 SOURCE = "import os\n\n\ndef area(width, height):\n    return \n\n\nprint(area(2, 3))\n"
 DEFAULTS = {"steps": 8, "threshold": 0.9, "maxSpanTokens": 64, "maxLineTokens": 32, "languages": {},
-            "streamIntervalMs": 50, "confidence": "prob", "remaskBelow": None, "companionEdits": False}
+            "streamIntervalMs": 50, "confidence": "prob", "remaskBelow": None, "companionEdits": False,
+            "alternatives": 1, "minConfidence": None}
 
 # One server for the module (starting one costs seconds on a busy 2-core machine); every test
 # starts from the default options. Tests that need their own server start it themselves.
@@ -81,6 +82,22 @@ async def test_classic_completion_carries_a_text_edit(server):
     assert result.items, "one completion item expected"
     edit = result.items[0].text_edit
     assert edit.new_text and edit.range.start == types.Position(line=4, character=11)
+
+
+async def test_alternatives_are_offered_after_the_greedy_completion(server):
+    client, _, _ = server
+    open_doc(client, URI, SOURCE)
+    alone = await client.text_document_inline_completion_async(inline_params(URI, 4, 11))
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"dllm": {"alternatives": 8}}))
+    several = await client.text_document_inline_completion_async(inline_params(URI, 4, 11))
+    texts = [item.insert_text for item in several.items]
+    assert texts[0] == alone.items[0].insert_text and len(texts) > 1 and len(set(texts)) == len(texts)
+    assert all(item.range == several.items[0].range for item in several.items)
+    classic = await client.text_document_completion_async(
+        types.CompletionParams(text_document=types.TextDocumentIdentifier(uri=URI),
+                               position=types.Position(line=4, character=11)))
+    assert [item.text_edit.new_text for item in classic.items] == texts
+    assert [item.sort_text for item in classic.items] == [str(rank) for rank in range(len(texts))]
 
 
 async def test_incremental_changes_are_applied(server):

@@ -25,6 +25,8 @@ export interface ServerOptionsPayload {
   slotStartTokens: number | null;
   endsBalanced: boolean;
   minConfidence: number | null;
+  alternatives: number;
+  temperature: number;
   model: string;
   device: string;
   cache: "dual" | "reuse" | "none";
@@ -47,6 +49,8 @@ const SERVER_KEYS: (keyof ServerOptionsPayload)[] = [
   "slotStartTokens",
   "endsBalanced",
   "minConfidence",
+  "alternatives",
+  "temperature",
   "model",
   "device",
   "cache",
