@@ -72,6 +72,7 @@ class Traffic:
     def __init__(self, client: RawClient, seed: int, encoding: str) -> None:
         self.client, self.rng, self.encoding = client, random.Random(seed), encoding
         self.docs: dict[str, list] = {}               # uri -> [text, version, language]
+        self.closed_versions: dict[str, int] = {}     # uri -> its last version when it was closed
         self.asked: dict[int, tuple] = {}             # id -> (method, uri, version, params, position valid)
         self.answers: dict[int, dict] = {}
         self.checked_ranges = 0
@@ -173,9 +174,13 @@ class Traffic:
     def open(self, uri: str) -> None:
         language = {"py": "python", "js": "javascript", "rs": "rust", "cbl": "cobol"}[uri.rsplit(".", 1)[1]]
         text = self.awkward(self.rng.choice(SEEDS[language]))
-        self.docs[uri] = [text, 1, language]
+        # A reopened document goes on from its last version, so that an answer to a request made
+        # before the reopen is never checked against the new text (it failed once: a range of the
+        # old text judged on the new one, both version 1).
+        version = self.docs[uri][1] + 1 if uri in self.docs else self.closed_versions.get(uri, 0) + 1
+        self.docs[uri] = [text, version, language]
         self.client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": language,
-                                                                     "version": 1, "text": text}})
+                                                                     "version": version, "text": text}})
 
     def change(self, uri: str, full: bool) -> None:
         text, version, language = self.docs[uri]
@@ -241,7 +246,7 @@ class Traffic:
             self.client.notify("$/cancelRequest", {"id": rng.choice(recent[-5:])})
         elif r < 0.91:
             self.client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
-            del self.docs[uri]
+            self.closed_versions[uri] = self.docs.pop(uri)[1]
         elif r < 0.93:
             settings = rng.choice([{"steps": rng.randint(-2, 12)}, {"threshold": rng.random() * 2},
                                    {"maxLineTokens": rng.choice([0, 1, 8, 10 ** 9])}, {"bogus": 1},
