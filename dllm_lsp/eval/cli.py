@@ -83,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="editor mode: show nothing where the completion's tokens were committed less confidently "
                         "than C on average (the server's `minConfidence`; default: off). Every mode reports how "
                         "well confidence tells passing from failing completions and what each gate would keep")
+    h.add_argument("--alternatives", type=int, default=DecodeOptions().alternatives, metavar="N",
+                   help="editor mode: offer up to N-1 sampled alternatives beside the completion, as the server's "
+                        "`alternatives` option does, and report how many tasks pass with the first or any of them")
     h.add_argument("--slot-start-tokens", type=int, default=DecodeOptions().slot_start_tokens, metavar="N",
                    help="with the length unknown, the slot starts N tokens wide and doubles while the model fills "
                         "it (the server's `slotStartTokens`; 0: full width from the start; default: the device's, "
@@ -115,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         # ablation flags are eval-only switches of the loop's rules.
         decode = DecodeOptions(steps=a.steps, threshold=a.threshold, confidence=a.confidence,
                                remask_below=a.remask_below, slot_start_tokens=a.slot_start_tokens,
-                               ends_balanced=a.ends_balanced, min_confidence=a.min_confidence)
+                               ends_balanced=a.ends_balanced, min_confidence=a.min_confidence,
+                               alternatives=a.alternatives)
         settings = replace(decode.decode_settings(), ends_in_order=a.ends_in_order, floor_from_left=a.floor_from_left)
         denoiser = load_model(a.model, a.device)
     except (ValueError, ModelLoadError) as exc:
@@ -137,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {"steps": a.steps, "threshold": a.threshold, "confidence": a.confidence,
                      "remask_below": a.remask_below, "ends_in_order": a.ends_in_order,
                      "ends_balanced": a.ends_balanced, "heal_whitespace": a.heal_whitespace,
-                     "companion_edits": a.companion_edits, "min_confidence": a.min_confidence,
+                     "companion_edits": a.companion_edits, "min_confidence": a.min_confidence, "alternatives": a.alternatives,
                      "floor_from_left": a.floor_from_left, "slot_start_tokens": engine.start_tokens(settings),
                      "context": a.context, "timeout": a.timeout, "concurrency": concurrency},
         "modes": {r.mode: r.to_json() for r in results},

@@ -40,6 +40,7 @@ class ModeResult:
     samples: list[dict] = field(default_factory=list)
     shown: int | None = None       # "editor": completions post-processing let through
     confidence: dict | None = None  # how well confidence tells passing from failing (confidence_report)
+    alternatives: dict | None = None  # "editor" with `alternatives` > 1: what the other suggestions add
 
     @property
     def pass_at_1(self) -> float:
@@ -55,6 +56,8 @@ class ModeResult:
             out["passed_when_shown"] = round(self.passed / self.shown, 4) if self.shown else None
         if self.confidence is not None:
             out["confidence"] = self.confidence
+        if self.alternatives is not None:
+            out["alternatives"] = self.alternatives
         if with_samples:
             out["samples"] = self.samples
         return out
@@ -120,11 +123,11 @@ def evaluate(engine: Engine, tasks: list[Task], mode: str, settings: DecodeSetti
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     if mode == "oracle":
         settings = replace(settings, slot_start_tokens=0)   # the slot is the span's length: nothing to grow into
+    if mode != "editor":     # alternatives are the editor's: the benchmark's own modes score the greedy text
+        settings = replace(settings, n=1, temperature=0.0, greedy_first=False)
     t0 = time.perf_counter()
 
-    def infill(task: Task) -> tuple[InfillResult, str | None, str | None, Confidence | None]:
-        """(result, the completion, the program it runs as, its confidence); the completion is
-        None where the editor would show nothing, and then there is no program to run."""
+    def infill(task: Task) -> Filled:
         if mode == "editor":
             return complete_in_editor(engine, task, settings, options)
         result = engine.infill(InfillRequest.single(task.prompt, task.suffix,
@@ -132,20 +135,18 @@ def evaluate(engine: Engine, tasks: list[Task], mode: str, settings: DecodeSetti
                                                     language="python"), settings)
         confidence = (shown_confidence(result.text, result.text, result.confidences[0][0])
                       if result.confidences else None)
-        return result, result.text, task.program(result.text), confidence
+        return Filled(result, result.text, task.program(result.text), confidence)
 
-    results: list[InfillResult] = []
-    completions: list[str | None] = []
-    programs: list[str | None] = []
-    confidences: list[Confidence | None] = []
+    filled: list[Filled] = []
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        for result, completion, program, confidence in pool.map(infill, tasks):   # in task order, `concurrency` in flight
-            results.append(result)
-            completions.append(completion)
-            programs.append(program)
-            confidences.append(confidence)
-            if log and len(results) % 100 == 0:
-                log(f"{mode}: {len(results)}/{len(tasks)} infilled")
+        for one in pool.map(infill, tasks):   # in task order, `concurrency` in flight
+            filled.append(one)
+            if log and len(filled) % 100 == 0:
+                log(f"{mode}: {len(filled)}/{len(tasks)} infilled")
+    results = [f.result for f in filled]
+    completions = [f.completion for f in filled]
+    programs = [f.program for f in filled]
+    confidences = [f.confidence for f in filled]
     steps = sum(r.steps for r in results)
     committed = sum(r.tokens_committed for r in results)
     latency = sum(r.latency_ms for r in results)
@@ -165,25 +166,58 @@ def evaluate(engine: Engine, tasks: list[Task], mode: str, settings: DecodeSetti
         mode=mode, tasks=n, passed=sum(o.passed for o in outcomes), mean_steps=steps / n,
         tokens_per_step=committed / max(steps, 1), mean_latency_ms=latency / n,
         seconds=time.perf_counter() - t0, failures=dict(sorted(failures.items(), key=lambda kv: -kv[1])[:8]),
-        samples=[{"task_id": t.task_id, "completion": c, "passed": o.passed, "reason": o.reason,
-                  "confidence": None if k is None else k.to_json()}
-                 for t, c, o, k in zip(tasks, completions, outcomes, confidences)],
+        samples=[{"task_id": t.task_id, "completion": f.completion, "passed": o.passed, "reason": o.reason,
+                  "confidence": None if f.confidence is None else f.confidence.to_json(),
+                  **({"alternatives": list(f.alternatives)} if settings.n > 1 else {})}
+                 for t, f, o in zip(tasks, filled, outcomes)],
         shown=sum(c is not None for c in completions) if mode == "editor" else None,
         confidence=confidence_report(confidences, [o.passed for o in outcomes]),
+        alternatives=alternatives_report(filled, outcomes, timeout, workers) if settings.n > 1 else None,
     )
 
 
-def complete_in_editor(engine: Engine, task: Task, settings: DecodeSettings,
-                       options: Options) -> tuple[InfillResult, str | None, str | None, Confidence | None]:
+@dataclass
+class Filled:
+    """One task infilled: the result, the completion shown (None: nothing, and then no program),
+    the program it runs as, its confidence, and the programs of its alternatives (editor mode)."""
+
+    result: InfillResult
+    completion: str | None
+    program: str | None
+    confidence: Confidence | None = None
+    alternatives: tuple[str, ...] = ()
+    alternative_programs: tuple[str, ...] = ()
+
+
+def alternatives_report(filled: list[Filled], outcomes: list[Outcome], timeout: float, workers: int) -> dict:
+    """What the alternatives add: how many tasks offered any and how many in all, and how many
+    tasks pass with the first suggestion or one of the others (what a user who cycles through
+    them and accepts the right one gets: pass@1 of the first against pass@N of the offered)."""
+    programs = [p for f in filled for p in f.alternative_programs]
+    ran = iter(run_programs(programs, timeout, workers))
+    passed_any = 0
+    for f, outcome in zip(filled, outcomes):
+        others = [next(ran).passed for _ in f.alternative_programs]
+        passed_any += outcome.passed or any(others)
+    return {"tasks_with_alternatives": sum(bool(f.alternatives) for f in filled),
+            "alternatives_shown": sum(len(f.alternatives) for f in filled),
+            "passed_first": sum(o.passed for o in outcomes), "passed_any": passed_any}
+
+
+def complete_in_editor(engine: Engine, task: Task, settings: DecodeSettings, options: Options) -> Filled:
     """The task as a file in an editor (Task.in_editor), completed at its cursor as the server
-    completes: (result, the text shown, the program with it applied, its confidence), or (result,
-    None, None, None) where the editor would show nothing (a failed task)."""
+    completes: the text shown with the program it makes and the alternatives offered beside it,
+    or no completion where the editor would show nothing (a failed task)."""
     document, cursor = task.in_editor()
     plan = replace(pipeline.plan(Snapshot.parse(document, "python"), cursor, options,
                                  model_context=engine.denoiser.max_context), decode=settings)
     result = plan.run(engine)
     completion = plan.finish(result)
     if completion is None:
-        return result, None, None, None
-    program = task.run_as(document[:completion.start] + completion.text + document[completion.end:])
-    return result, completion.text, program, completion.confidence
+        return Filled(result, None, None)
+
+    def program(found) -> str:
+        return task.run_as(document[:found.start] + found.text + document[found.end:])
+
+    return Filled(result, completion.text, program(completion), completion.confidence,
+                  tuple(a.text for a in completion.alternatives), tuple(map(program, completion.alternatives)))

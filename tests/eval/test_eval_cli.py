@@ -188,3 +188,19 @@ def test_a_gate_above_every_confidence_shows_nothing(data, tiny_model_dir, capsy
 ])
 def test_auroc(scores, passed, expected):
     assert auroc(scores, passed) == expected
+
+
+def test_the_editor_mode_reports_what_alternatives_add(data, tiny_model_dir, capsys, tmp_path):
+    out = tmp_path / "full.json"
+    report = eval_json(capsys, data, tiny_model_dir, out, "--modes", "unknown,editor", "--steps", "2",
+                       "--alternatives", "4")
+    editor, unknown = report["modes"]["editor"], report["modes"]["unknown"]
+    assert "alternatives" not in unknown and report["settings"]["alternatives"] == 4
+    offered = editor["alternatives"]
+    assert offered["passed_first"] == editor["passed"] <= offered["passed_any"] <= 3
+    samples = json.loads(out.read_text())["modes"]["editor"]["samples"]
+    assert sum(len(s["alternatives"]) for s in samples) == offered["alternatives_shown"] <= 3 * 3
+    assert sum(bool(s["alternatives"]) for s in samples) == offered["tasks_with_alternatives"]
+    for sample in samples:
+        assert sample["completion"] not in sample["alternatives"]
+        assert sample["completion"] is not None or sample["alternatives"] == []
