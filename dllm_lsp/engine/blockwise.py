@@ -38,11 +38,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from dllm_lsp.kernels.unmask_select import unmask_select
-
 from .denoise import (
     CallRun, DenoiseOutcome, ModelCall, StepCallback, StepRows, choose_commits, collapse_after_pad,
-    confidence_of, EndGate, greedy_rows, hold_back_early_ends, propose, run_alone,
+    EndGate, greedy_rows, hold_back_early_ends, propose, propose_greedy, run_alone,
 )
 from .denoiser import Canvas, SpecialTokens
 from .span_ends import SpanEnds
@@ -253,9 +251,9 @@ class _Loop:
                     self.steps += 1
                     if gate is not None:
                         gate.refuse_at_frontier(best, seq[:, t0:total], left, slot_of, (width,))
-                    sel = unmask_select(best, 0.0, None)
-                    seq[:, t0:total][left] = sel.token      # a view: the writes land in seq
-                    committed[left] = confidence_of(settings.confidence, sel.prob, sel.margin, sel.entropy).float()
+                    token, score = propose_greedy(best, settings.confidence)
+                    seq[:, t0:total][left] = token      # a view: the writes land in seq
+                    committed[left] = score
                     masked &= ~left
             if newlines is not None:
                 # End of line: a row whose span has a line break is finished (the rest becomes pad).

@@ -73,13 +73,22 @@ def propose(logits: torch.Tensor, settings: DecodeSettings, generator: torch.Gen
     `greedy_rows` rows are decided greedily whatever the temperature (candidate 0's, when the
     other candidates are sampled alternatives to it: `DecodeSettings.greedy_first`)."""
     if greedy_rows and settings.temperature > 0:
-        first = unmask_select(logits[:greedy_rows], 0.0, None)
-        rest = unmask_select(logits[greedy_rows:], settings.temperature, generator)
-        token = torch.cat([first.token, rest.token])
-        parts = [torch.cat([getattr(first, name), getattr(rest, name)]) for name in ("prob", "margin", "entropy")]
-        return token, confidence_of(settings.confidence, *parts).float()
-    sel = unmask_select(logits, settings.temperature, generator)
-    return sel.token, confidence_of(settings.confidence, sel.prob, sel.margin, sel.entropy).float()
+        token, score = propose_greedy(logits[:greedy_rows], settings.confidence)
+        rest, rest_score = _select(logits[greedy_rows:], settings.confidence, settings.temperature, generator)
+        return torch.cat([token, rest]), torch.cat([score, rest_score])
+    return _select(logits, settings.confidence, settings.temperature, generator)
+
+
+def propose_greedy(logits: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [R, V] -> (the top token [R], its confidence of `kind` [R] as float32): a greedy
+    fill's choice, scored as a step's commits are."""
+    return _select(logits, kind, 0.0, None)
+
+
+def _select(logits: torch.Tensor, kind: str, temperature: float,
+            generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    sel = unmask_select(logits, temperature, generator)
+    return sel.token, confidence_of(kind, sel.prob, sel.margin, sel.entropy).float()
 
 
 def greedy_rows(settings: DecodeSettings, undecided: torch.Tensor) -> int:
@@ -348,11 +357,10 @@ class FixedLengthRun:
         if self.needs_greedy_fill:
             # The last pass of a window; the run ends after it unless a slot grows.
             logits[..., self.special.mask_id] = -math.inf
-            sel = unmask_select(logits, 0.0, None)
+            token, score = propose_greedy(logits, self.settings.confidence)
             span_now = self.ids[:, self.span_pos]
-            span_now[masked] = sel.token
-            self.committed_conf[masked] = confidence_of(self.settings.confidence, sel.prob, sel.margin,
-                                                        sel.entropy).float()
+            span_now[masked] = token
+            self.committed_conf[masked] = score
             self.ids[:, self.span_pos] = span_now
             self.masked[:] = False
             self.steps += 1

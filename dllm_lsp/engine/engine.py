@@ -214,18 +214,11 @@ class Engine:
         and its confidence. Each token is decoded alone (one batch call), not the slot's prefix
         up to it: a character two byte-level tokens share is counted on both sides, close enough
         for a gate that reads which tokens made the text shown."""
-        special = self.denoiser.special
-        ends = set(special.end_ids)
         tokens, scores = span.tolist(), confidence.float().tolist()
         out: list[list[TokenConfidence]] = []
         offset = 0
         for width in widths:
-            kept = []
-            for i in range(offset, offset + width):
-                if tokens[i] in ends:
-                    break
-                if tokens[i] != special.mask_id:
-                    kept.append(i)
+            kept = self._kept(tokens, offset, width)
             pieces = self.denoiser.tokenizer.decode_batch([[tokens[i]] for i in kept], skip_special_tokens=False) \
                 if kept else []
             slot, end = [], 0
@@ -239,23 +232,28 @@ class Engine:
     def decode_slots(self, widths: tuple[int, ...], span: torch.Tensor, masked: torch.Tensor | None) -> list[list[str]]:
         """[B, S] span tokens, slots of `widths` one after another -> [candidate][slot] text, cut
         at the first pad, masks left out."""
-        special = self.denoiser.special
-        ends = set(special.end_ids)
         out: list[list[str]] = []
         rows = span.tolist()
         mask_rows = masked.tolist() if masked is not None else None
         for b, row in enumerate(rows):
             texts, offset = [], 0
             for width in widths:
-                kept: list[int] = []
-                for i, token in enumerate(row[offset:offset + width]):
-                    if mask_rows is not None and mask_rows[b][offset + i]:
-                        continue
-                    if token in ends:
-                        break
-                    if token != special.mask_id:
-                        kept.append(token)
-                texts.append(self.denoiser.decode(kept))
+                kept = self._kept(row, offset, width, mask_rows[b] if mask_rows is not None else None)
+                texts.append(self.denoiser.decode([row[i] for i in kept]))
                 offset += width
             out.append(texts)
         return out
+
+    def _kept(self, row: list[int], offset: int, width: int, masked: list[bool] | None = None) -> list[int]:
+        """The positions of the slot at `offset` whose tokens are its text: up to its first end,
+        masks (and positions `masked` flags, still undecided) left out."""
+        special = self.denoiser.special
+        kept = []
+        for i in range(offset, offset + width):
+            if masked is not None and masked[i]:
+                continue
+            if row[i] in special.end_ids:
+                break
+            if row[i] != special.mask_id:
+                kept.append(i)
+        return kept
