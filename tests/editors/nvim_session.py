@@ -19,7 +19,8 @@ INIT_LUA = Path(__file__).resolve().parent / "nvim" / "init.lua"
 
 class NvimSession:
     def __init__(self, nvim: Path, workdir: Path, file: str, model: Path, native: bool = True,
-                 width: int = 100, height: int = 24, tcp: str | None = None, token: str | None = None):
+                 width: int = 100, height: int = 24, tcp: str | None = None, token: str | None = None,
+                 server_options: dict | None = None):
         self.nvim, self.workdir, self.file = nvim, workdir, file
         self.socket = workdir / "nvim.sock"
         self.tmux_name = f"dllm-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -32,6 +33,7 @@ class NvimSession:
             "DLLM_NVIM_NATIVE": "1" if native else "0",
             "DLLM_TEST_TCP": tcp or "",
             "DLLM_TEST_TOKEN": token or "",
+            "DLLM_TEST_SERVER_OPTIONS": json.dumps(server_options) if server_options else "",
             "TERM": "xterm-256color",
             "COLORTERM": "truecolor",
             "XDG_STATE_HOME": str(workdir / "state"),   # nvim's LSP log stays with the test

@@ -31,10 +31,11 @@ def expected(editor_model):
     return ghost
 
 
-def open_session(version, tmp_path, model, file_text=BEFORE, name="demo.txt", tcp=None, token=None):
+def open_session(version, tmp_path, model, file_text=BEFORE, name="demo.txt", tcp=None, token=None,
+                 server_options=None):
     nvim = tools.nvim(version)
     (tmp_path / name).write_text(file_text, encoding="utf-8")
-    session = NvimSession(nvim, tmp_path, name, model, tcp=tcp, token=token)
+    session = NvimSession(nvim, tmp_path, name, model, tcp=tcp, token=token, server_options=server_options)
     session.wait(lambda s: s["attached"] and s["status"] and s["status"].get("loaded"), timeout=90,
                  what="the dllm client to attach and the model to load")
     return session
@@ -100,6 +101,35 @@ def test_accept_a_word_then_a_line(version, tmp_path, editor_model, expected):
         state = nv.wait(lambda s: s["lines"][1] != LINE + first_word, what="one line to be inserted")
         taken = line(shown)
         assert "\n".join(state["lines"][1:]).startswith(LINE + first_word + taken)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_cycle_through_alternatives_then_accept_one(version, tmp_path, editor_model, expected):
+    """With the server option `alternatives: 3` the answer holds more than one suggestion: the first
+    drawn is the greedy one (as without alternatives), Alt-] shows the next with its "(2/N)" hint,
+    wrapping around, Alt-[ goes back, and Tab inserts the one shown."""
+    with open_session(version, tmp_path, editor_model, server_options={"alternatives": 3}) as nv:
+        type_on_line_2(nv)
+        nv.wait(lambda s: s["ghost"] == expected, what=f"the greedy suggestion {expected!r} first")
+        assert nv.state()["hint"] is None   # no hint before the user cycles
+        nv.keys("M-]")
+        state = nv.wait(lambda s: (s["hint"] or "").startswith("(2/"), what="the second suggestion")
+        count = int(state["hint"][3:-1])
+        assert 2 <= count <= 3, state["hint"]
+        shown = [expected, state["ghost"]]
+        for index in range(3, count + 1):
+            nv.keys("M-]")
+            state = nv.wait(lambda s: s["hint"] == f"({index}/{count})", what=f"suggestion {index}")
+            shown.append(state["ghost"])
+        assert len(set(shown)) == count and all(shown), shown   # the server offers distinct ones
+        nv.keys("M-]")
+        nv.wait(lambda s: s["hint"] == f"(1/{count})" and s["ghost"] == expected, what="back to the first")
+        nv.keys("M-[")
+        nv.wait(lambda s: s["hint"] == f"({count}/{count})" and s["ghost"] == shown[-1], what="the last")
+        nv.keys("Tab")
+        state = nv.wait(lambda s: s["lines"][1] != LINE, what="the suggestion shown to be inserted")
+        assert "\n".join(state["lines"][1:]).rstrip("\n") == (LINE + shown[-1]).rstrip("\n")
+        assert state["ghost"] is None
 
 
 @pytest.mark.parametrize("version", VERSIONS)

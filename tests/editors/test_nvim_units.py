@@ -1,6 +1,7 @@
 """The Neovim plugin's pure pieces, run in both Neovims (no server): how much "accept a word" and
 "accept a line" take, multi-line ghost text drawn as inline text plus virtual lines and read back,
-and the part of a suggestion still to insert."""
+the "(2/3)" hint of cycling left out of the text read back, and the part of a suggestion still to
+insert."""
 from __future__ import annotations
 
 import json
@@ -27,5 +28,8 @@ def test_plugin_units(version):
     assert got["drawn"] == {"count": 1, "pos": "inline", "virt_lines": 2}
     assert got["read"] == " # doc\n    y = x\n    return y"
     assert got["cleared"] is True
+    assert got["hinted"] == {"read": " # doc\n    return x", "hint": "(2/3)"}
+    assert got["hinted_one_line"] == {"read": " x", "hint": "(1/2)"}
+    assert got["no_hint"] is True
     assert got["remainder"] == "ue + 1"
     assert got["mismatch"] is True

@@ -17,7 +17,9 @@ require('dllm').setup({
   cmd = (env.DLLM_TEST_TCP or '') == '' and { env.DLLM_TEST_PYTHON, '-m', 'dllm_lsp', 'serve', '--stdio' } or nil,
   tcp = (env.DLLM_TEST_TCP or '') ~= '' and env.DLLM_TEST_TCP or nil,
   token = (env.DLLM_TEST_TOKEN or '') ~= '' and env.DLLM_TEST_TOKEN or nil,
-  server = { model = env.DLLM_TEST_MODEL, device = 'cpu' },
+  -- DLLM_TEST_SERVER_OPTIONS: more server options, a JSON object (e.g. {"alternatives": 3}).
+  server = vim.tbl_extend('force', { model = env.DLLM_TEST_MODEL, device = 'cpu' },
+    (env.DLLM_TEST_SERVER_OPTIONS or '') ~= '' and vim.json.decode(env.DLLM_TEST_SERVER_OPTIONS) or {}),
   native = env.DLLM_NVIM_NATIVE ~= '0',
   debounce_ms = 50,
 })
@@ -34,6 +36,7 @@ _G.dllm_test_state = function()
   return vim.json.encode({
     attached = #clients > 0,
     ghost = dllm.ghost_text(bufnr) or vim.NIL,
+    hint = require('dllm.ghost').hint(bufnr) or vim.NIL,
     mode = vim.api.nvim_get_mode().mode,
     lines = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false),
     cursor = vim.api.nvim_win_get_cursor(0),

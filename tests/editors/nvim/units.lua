@@ -23,6 +23,13 @@ out.drawn = { count = #marks, pos = marks[1][4].virt_text_pos, virt_lines = #(ma
 out.read = ghost.read(buf)
 ghost.clear(buf)
 out.cleared = ghost.read(buf) == nil
+-- With the "(2/3)" hint of cycling: drawn after the last line, left out of the text read back.
+ghost.draw(buf, 0, 9, ' # doc\n    return x', 'Comment', ' (2/3)')
+out.hinted = { read = ghost.read(buf), hint = ghost.hint(buf) }
+ghost.draw(buf, 0, 9, ' x', 'Comment', ' (1/2)')
+out.hinted_one_line = { read = ghost.read(buf), hint = ghost.hint(buf) }
+ghost.clear(buf)
+out.no_hint = ghost.hint(buf) == nil
 
 -- What is still to insert: the typed part of the range is skipped; a replaced ')' after the cursor
 -- is not drawn twice; a suggestion the buffer no longer agrees with gives nil.

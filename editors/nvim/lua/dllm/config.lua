@@ -24,6 +24,9 @@ M.defaults = {
     accept = '<Tab>',
     accept_line = '<M-l>',
     accept_word = '<M-w>',
+    -- The server's other suggestions for the same place (server option `alternatives` > 1).
+    next = '<M-]>',
+    prev = '<M-[>',
     dismiss = '<C-]>',
     trigger = '<M-\\>',
   },

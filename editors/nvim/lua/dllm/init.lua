@@ -68,6 +68,8 @@ local function map_keys(keymaps)
   imap(keymaps.accept, function() return M.accept() end, 'dllm: accept the suggestion')
   imap(keymaps.accept_line, function() return M.accept_line() end, 'dllm: accept one line')
   imap(keymaps.accept_word, function() return M.accept_word() end, 'dllm: accept one word')
+  imap(keymaps.next, function() return M.next() end, 'dllm: show the next suggestion')
+  imap(keymaps.prev, function() return M.prev() end, 'dllm: show the previous suggestion')
   imap(keymaps.dismiss, function() return M.dismiss() end, 'dllm: dismiss the suggestion')
   imap(keymaps.trigger, function()
     M.trigger()
@@ -85,6 +87,10 @@ function M.setup(user_opts)
   stream.after_completion = refresh_status
   if vim.fn.hlexists('ComplHint') == 0 or vim.tbl_isempty(vim.api.nvim_get_hl(0, { name = 'ComplHint' })) then
     vim.api.nvim_set_hl(0, 'ComplHint', { link = 'Comment', default = true })
+  end
+  if vim.fn.hlexists('ComplHintMore') == 0 then
+    -- The "(2/3)" hint while cycling; Neovim 0.12 defines it, 0.11 does not.
+    vim.api.nvim_set_hl(0, 'ComplHintMore', { link = 'MoreMsg', default = true })
   end
 
   vim.lsp.config('dllm', {
@@ -143,6 +149,23 @@ function M.accept_word()
     return native.accept('word')
   end
   return suggest.accept('word')
+end
+
+--- Shows the server's next suggestion for the same place (its alternatives, with the server option
+--- `alternatives` > 1), wrapping around. Returns false when there is no other.
+function M.next()
+  if use_native() then
+    return native.cycle(1)
+  end
+  return suggest.cycle(1)
+end
+
+--- Shows the previous suggestion. Returns false when there is no other.
+function M.prev()
+  if use_native() then
+    return native.cycle(-1)
+  end
+  return suggest.cycle(-1)
 end
 
 function M.dismiss()

@@ -2,6 +2,7 @@
 -- streamed refinements through it, the dllm client's textDocument/inlineCompletion requests are sent
 -- as dllm/inlineCompletion with a partialResultToken, and each `$/progress` report is handed to
 -- Neovim's handler as if it were an answer (it redraws on every call); the final answer follows.
+local ghost = require('dllm.ghost')
 local partial = require('dllm.partial')
 local stream = require('dllm.stream')
 local util = require('dllm.util')
@@ -126,6 +127,18 @@ function M.accept(kind, bufnr)
       vim.api.nvim_win_set_cursor(win, { row + #lines - 1, (#lines == 1 and col or 0) + #lines[#lines] })
     end,
   })
+end
+
+--- Shows Neovim's next (`delta` 1) or previous (-1) suggestion of the answer (it draws the "(2/3)"
+--- hint). Returns false when no suggestion is shown.
+function M.cycle(delta, bufnr)
+  bufnr = util.buf(bufnr)
+  local _, where = ghost.read(bufnr)
+  if not where or not where.native then
+    return false
+  end
+  vim.lsp.inline_completion.select({ bufnr = bufnr, count = delta })
+  return true
 end
 
 return M

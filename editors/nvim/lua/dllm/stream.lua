@@ -23,17 +23,23 @@ function M.progress_handler(err, params, ctx, config)
   return vim.lsp.handlers['$/progress'](err, params, ctx, config)
 end
 
-local function first_item(result)
+--- Every item of an inline completion answer as {text, range}, in the server's order (the first is
+--- the greedy suggestion, the others are its alternatives).
+local function items_of(result)
   if type(result) ~= 'table' then
-    return nil
+    return {}
   end
-  local items = result.items or result
-  local item = items[1]
-  if not item then
-    return nil
+  local items = {}
+  for _, item in ipairs(result.items or result) do
+    local text = type(item.insertText) == 'string' and item.insertText or (item.insertText or {}).value
+    items[#items + 1] = { text = text or '', range = item.range }
   end
-  local text = type(item.insertText) == 'string' and item.insertText or (item.insertText or {}).value
-  return { text = text or '', range = item.range }
+  return items
+end
+M.items = items_of
+
+local function first_item(result)
+  return items_of(result)[1]
 end
 M.first_item = first_item
 

@@ -1,6 +1,6 @@
 -- Inline suggestions drawn by the plugin itself (Neovim 0.11, or 0.12 with native = false):
 -- requests on typing (debounced), streamed refinements redrawn as they arrive, accept whole / line /
--- word, typing through a suggestion keeps it.
+-- word, typing through a suggestion keeps it, the server's alternatives cycled through.
 local config = require('dllm.config')
 local ghost = require('dllm.ghost')
 local partial = require('dllm.partial')
@@ -10,7 +10,10 @@ local util = require('dllm.util')
 local M = {}
 
 ---@class dllm.BufState
----@field item? {text: string, range?: table, encoding: string} the suggestion (whole insert text)
+---@field item? {text: string, range?: table, encoding: string} the suggestion drawn (whole insert text)
+---@field items? table[] every suggestion of the last answer: the greedy one, then its alternatives
+---@field index? integer which of `items` is `item`
+---@field cycled? boolean the user has cycled: the index hint is drawn
 ---@field cancel? fun() cancels the running request
 ---@field done? boolean the request has answered
 ---@field timer? uv.uv_timer_t
@@ -77,8 +80,20 @@ local function render(bufnr)
     ghost.clear(bufnr)
     return false
   end
-  ghost.draw(bufnr, row, col, rest, config.options.hl_group)
+  -- As Neovim 0.12 does: the "(2/3)" hint once the user cycles, not before.
+  local hint = st.cycled and st.items and #st.items > 1 and (' (%d/%d)'):format(st.index, #st.items) or nil
+  ghost.draw(bufnr, row, col, rest, config.options.hl_group, hint)
   return true
+end
+
+--- Shows `items` (an answer, or one streamed state of its first item), the first one drawn.
+local function show(bufnr, items, encoding)
+  local st = state(bufnr)
+  for _, item in ipairs(items) do
+    item.encoding = encoding
+  end
+  st.items, st.index, st.item, st.cycled = items, 1, items[1], false
+  render(bufnr)
 end
 
 function M.dismiss(bufnr)
@@ -87,7 +102,7 @@ function M.dismiss(bufnr)
   if st.cancel then
     st.cancel()
   end
-  st.cancel, st.item, st.done = nil, nil, nil
+  st.cancel, st.item, st.items, st.index, st.done = nil, nil, nil, nil, nil
   ghost.clear(bufnr)
 end
 
@@ -112,11 +127,9 @@ function M.request(bufnr)
   st.done = false
   st.cancel = stream.request(client, bufnr, params, function(item)
     if current() then
-      item.encoding = client.offset_encoding
-      st.item = item
-      render(bufnr)
+      show(bufnr, { item }, client.offset_encoding)
     end
-  end, function(err, _, item)
+  end, function(err, result)
     st.done = true
     st.cancel = nil
     if err then
@@ -126,13 +139,29 @@ function M.request(bufnr)
       return
     end
     if current() then
-      if item then
-        item.encoding = client.offset_encoding
-      end
-      st.item = item
-      render(bufnr)
+      show(bufnr, stream.items(result), client.offset_encoding)
     end
   end)
+end
+
+--- Draws the next (`delta` 1) or previous (-1) of the answer's suggestions that still fits what is
+--- typed, wrapping around. Returns false when there is no other to show.
+function M.cycle(delta, bufnr)
+  bufnr = util.buf(bufnr)
+  local st = state(bufnr)
+  local items = st.items
+  if not st.done or not items or #items < 2 or not M.remainder(bufnr, st.item) then
+    return false
+  end
+  local n = #items
+  for step = 1, n - 1 do
+    local index = (st.index - 1 + delta * step) % n + 1
+    if M.remainder(bufnr, items[index]) then
+      st.index, st.item, st.cycled = index, items[index], true
+      return render(bufnr)
+    end
+  end
+  return false
 end
 
 --- On each keystroke in insert mode: keep a suggestion the user is typing through, else ask again.
@@ -142,7 +171,7 @@ local function on_change(bufnr)
     return
   end
   ghost.clear(bufnr)
-  st.item = nil
+  st.item, st.items = nil, nil
   if not config.options.auto_trigger then
     return
   end
@@ -215,7 +244,7 @@ function M.accept(kind, bufnr)
     if st.cancel then
       st.cancel()
     end
-    st.item, st.cancel = nil, nil
+    st.item, st.items, st.cancel = nil, nil, nil
     ghost.clear(bufnr)
     if not item.range then
       insert_at_cursor(bufnr, rest)
