@@ -1,7 +1,7 @@
 """VS Code end to end: code-server 4.100.3 (VS Code 1.100) with the built .vsix, driven in
 Chromium by playwright-core: open a file, type, wait for the ghost text (compared with what the
 server answers for the same text), accept it with Tab, check the saved file; the "Fill holes"
-refactoring; next edits after a rename. One code-server serves the module; each test opens its
+refactoring; next edits after a rename; the server's alternatives cycled with Alt+] / Alt+[. One code-server serves the module; each test opens its
 own browser window (and so its own extension host and language server)."""
 from __future__ import annotations
 
@@ -121,3 +121,28 @@ def test_tcp_server_manual_trigger_and_toggle(tmp_path, editor_model):
     assert seen["statusBarOff"].endswith("(off)"), seen
     assert seen["ghostWhenOff"] is None, seen
     assert "(off)" not in seen["statusBarOn"], seen
+
+
+def test_alternatives_cycle_with_alt_brackets(tmp_path, editor_model):
+    """dllm.alternatives: 3: the ghost text is the greedy suggestion first (the one without
+    alternatives); VS Code's Alt+] shows the server's other items in turn and comes back round,
+    Alt+[ goes back one, and Tab inserts the suggestion shown."""
+    text = BEFORE.replace("fox \n", f"fox {TYPED}\n")
+    expected = ghost_of(server_completion(editor_model, text, 1, len(LINE)), LINE, len(LINE))
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "demo.txt").write_text(BEFORE, encoding="utf-8")
+    with CodeServer(workspace, editor_model, tmp_path / "home", {"dllm.alternatives": 3}) as vscode:
+        seen = play(vscode, tmp_path, editor_model, {
+            "kind": "cycle", "file": "demo.txt", "line": 2, "column": len("the quick brown fox ") + 1,
+            "typed": TYPED, "expectGhost": expected, "presses": 3, "timeoutMs": 60000,
+        })
+    shown = seen["shown"]
+    # At most 3 items: after at most 3 presses Alt+] is back at the first, and no two items in a
+    # row of the cycle are the same text (the server offers distinct ones).
+    assert shown[0] == expected and len(set(shown)) >= 2, seen
+    count = shown.index(expected, 1)
+    assert count in (2, 3) and shown[count:] == shown[:len(shown) - count], seen
+    assert seen["back"] == shown[-2], seen
+    saved = (workspace / "demo.txt").read_text(encoding="utf-8")
+    assert saved == "alpha beta gamma\n" + LINE + seen["back"] + "\n", seen

@@ -36,8 +36,8 @@ type Next = (
 class Stream {
   latest?: StreamReport;
   final?: InlineResult;
-  /** The text last handed to VS Code. */
-  shownText?: string;
+  /** shownKey of what the provider last returned for this stream. */
+  shown?: string;
   done = false;
   failed?: unknown;
   readonly cts = new vscode.CancellationTokenSource();
@@ -158,7 +158,9 @@ export class StreamingInlineCompletions implements vscode.Disposable {
           this.events.onStreamingSupport(true);
         }
         this.events.onLatency(Date.now() - stream.started);
-        const changed = finalText(result) !== stream.latest?.text;
+        // Redraw when the answer differs from the last report drawn: another text, or alternatives
+        // besides it (a report carries the first suggestion only; VS Code cycles what it was given).
+        const changed = shownKey(true, result, undefined) !== shownKey(false, undefined, stream.latest);
         stream.done = true;
         progress.dispose();
         stream.changed();
@@ -203,13 +205,9 @@ export class StreamingInlineCompletions implements vscode.Disposable {
       } finally {
         this.retriggerPending = false;
         // Reports that came while this ran: show the newest one too.
-        if (this.current === stream && stream.shownText !== this.latestText(stream)) this.retrigger(stream);
+        if (this.current === stream && stream.shown !== shownKeyOf(stream)) this.retrigger(stream);
       }
     })();
-  }
-
-  private latestText(stream: Stream): string | undefined {
-    return finalTextOf(stream);
   }
 
   private async itemsOf(
@@ -217,7 +215,7 @@ export class StreamingInlineCompletions implements vscode.Disposable {
     stream: Stream,
     position: vscode.Position,
   ): Promise<vscode.InlineCompletionItem[] | vscode.InlineCompletionList | null | undefined> {
-    stream.shownText = this.latestText(stream);
+    stream.shown = shownKeyOf(stream);
     if (stream.done) {
       if (stream.final === undefined || stream.final === null) return null;
       return client.protocol2CodeConverter.asInlineCompletionResult(stream.final);
@@ -229,15 +227,17 @@ export class StreamingInlineCompletions implements vscode.Disposable {
   }
 }
 
-function finalTextOf(stream: { done: boolean; final?: InlineResult; latest?: StreamReport }): string | undefined {
-  return stream.done ? finalText(stream.final) : stream.latest?.text;
+/** What the provider gives VS Code for this stream now, as one string to compare: the texts of
+ *  the final answer's items (the suggestion and its alternatives), or the latest report's text. */
+function shownKeyOf(stream: { done: boolean; final?: InlineResult; latest?: StreamReport }): string | undefined {
+  return shownKey(stream.done, stream.final, stream.latest);
 }
 
-function finalText(result: InlineResult): string | undefined {
-  if (!result) return undefined;
-  const items = Array.isArray(result) ? result : result.items;
-  const first = items[0]?.insertText;
-  return typeof first === "string" ? first : first?.value;
+function shownKey(done: boolean, final: InlineResult, latest: StreamReport | undefined): string | undefined {
+  if (!done) return latest?.text === undefined ? undefined : JSON.stringify([latest.text]);
+  if (!final) return undefined;
+  const items = Array.isArray(final) ? final : final.items;
+  return JSON.stringify(items.map((item) => (typeof item.insertText === "string" ? item.insertText : item.insertText.value)));
 }
 
 function errorCode(err: unknown): number | undefined {

@@ -210,6 +210,37 @@ async function clickStatusBar(page) {
   });
 }
 
+// The server's alternatives (dllm.alternatives > 1): the greedy suggestion first, then VS Code's
+// own Alt+] / Alt+[ cycle through the items of the answer; Tab inserts the one shown.
+async function cycle(page, out) {
+  await goTo(page, scenario.line, scenario.column);
+  await page.keyboard.type(scenario.typed, { delay: 40 });
+  await waitGhost(page, scenario.expectGhost, scenario.timeoutMs);
+  const shown = [scenario.expectGhost];
+  for (let i = 0; i < scenario.presses; i++) {
+    const before = await ghostText(page);
+    await page.keyboard.press("Alt+BracketRight");
+    const ghost = await waitFor(async () => {
+      const g = await ghostText(page);
+      return g && g !== before ? g : null;
+    }, 20000, `Alt+] to show another suggestion than ${JSON.stringify(before)}`);
+    note(`Alt+] ghost ${JSON.stringify(ghost)}`);
+    shown.push(ghost);
+  }
+  out.shown = shown;
+  const before = await ghostText(page);
+  await page.keyboard.press("Alt+BracketLeft");
+  out.back = await waitFor(async () => {
+    const g = await ghostText(page);
+    return g && g !== before ? g : null;
+  }, 20000, "Alt+[ to show the previous suggestion");
+  await page.keyboard.press("Tab");
+  await waitFor(async () => (await ghostText(page)) === null, 10000, "the ghost text to go after Tab");
+  await page.keyboard.press("Control+S");
+  await page.waitForTimeout(800);
+  out.accepted = true;
+}
+
 // Completion over TCP, the manual trigger (Alt+\) and the on/off toggle of the status-bar item.
 async function triggerAndToggle(page, out) {
   await goTo(page, scenario.line, scenario.column);
@@ -259,6 +290,7 @@ async function triggerAndToggle(page, out) {
     else if (scenario.kind === "fillHoles") await fillHoles(page, out);
     else if (scenario.kind === "nextEdits") await nextEdits(page, out);
     else if (scenario.kind === "triggerAndToggle") await triggerAndToggle(page, out);
+    else if (scenario.kind === "cycle") await cycle(page, out);
     out.ok = true;
   } catch (err) {
     out.error = String(err && err.stack || err);
