@@ -71,6 +71,11 @@ class PlannerOptions:
         "token healing: the spaces and tabs typed before the cursor on its line go to the model, which "
         "writes them itself; a prefix that ends in blanks made the shipped model write junk "
         "([planner.md](planner.md#token-healing))"))
+    heal_typed_word: bool = attrs.field(default=True, metadata=doc(
+        "token healing for a word typed halfway: the model writes the whole word, and until it has "
+        "written the typed part only tokens that agree with it are proposed; off, the model writes the "
+        "word unaided and a completion that does not begin with the typed part is not shown "
+        "([eval.md](eval.md#a-word-typed-halfway))"))
     hole_marker: str = attrs.field(default="TODO", validator=_non_empty, metadata=doc(
         'the marker comment "Fill holes" treats as a hole, besides each language\'s placeholders'))
     languages: dict[str, bool] = attrs.field(factory=dict, metadata=doc(
@@ -80,7 +85,8 @@ class PlannerOptions:
         """`context_tokens`: the budget in force (`context_tokens` capped by the model's positions)."""
         budget = self.context_tokens if context_tokens is None else context_tokens
         return PlannerSettings(max_span_tokens=self.max_span_tokens, max_line_tokens=self.max_line_tokens,
-                               context_chars=budget * CHARS_PER_TOKEN, heal_whitespace=self.heal_whitespace)
+                               context_chars=budget * CHARS_PER_TOKEN, heal_whitespace=self.heal_whitespace,
+                               heal_typed_word=self.heal_typed_word)
 
     def language_enabled(self, language_id: str) -> bool:
         return self.languages.get(language_id, self.languages.get("*", True))

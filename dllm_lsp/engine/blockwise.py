@@ -44,6 +44,7 @@ from .denoise import (
 )
 from .denoiser import Canvas, SpecialTokens
 from .span_ends import SpanEnds
+from .span_starts import SpanStarts, StartGate
 from .types import CacheSettings, DecodeSettings
 
 
@@ -100,9 +101,9 @@ class BlockwiseRun(CallRun):
 
     def __init__(self, port: BlockDiffusionPort, canvas: Canvas, settings: DecodeSettings,
                  on_step: StepCallback | None = None, cache: CacheSettings = CacheSettings(),
-                 ends: SpanEnds | None = None) -> None:
+                 ends: SpanEnds | None = None, starts: SpanStarts | None = None) -> None:
         # `cache` is accepted for the engine's run signature and ignored: the block cache is always exact.
-        super().__init__(_Loop(port, settings, ends).decode(canvas, on_step))
+        super().__init__(_Loop(port, settings, ends, starts).decode(canvas, on_step))
 
     @staticmethod
     def planned_rows(port: BlockDiffusionPort, canvas: Canvas, settings: DecodeSettings) -> StepRows:
@@ -117,11 +118,12 @@ class BlockwiseRun(CallRun):
 @torch.no_grad()
 def decode_blockwise(port: BlockDiffusionPort, canvas: Canvas, settings: DecodeSettings,
                      should_stop: Callable[[], bool] = lambda: False, on_step: StepCallback | None = None,
-                     cache: CacheSettings = CacheSettings(), ends: SpanEnds | None = None) -> DenoiseOutcome:
+                     cache: CacheSettings = CacheSettings(), ends: SpanEnds | None = None,
+                     starts: SpanStarts | None = None) -> DenoiseOutcome:
     """Fill every slot of `canvas` block by block, `settings.n` candidates, one request alone; the
     outcome is laid out on `canvas` (span tokens in its slots), as the masked-diffusion loop
     returns it. `cache` is accepted for the engine's loop signature and ignored."""
-    return run_alone(lambda: BlockwiseRun(port, canvas, settings, on_step, ends=ends), should_stop)
+    return run_alone(lambda: BlockwiseRun(port, canvas, settings, on_step, ends=ends, starts=starts), should_stop)
 
 
 def _covered(start: int, bs: int, t0: int, width: int) -> tuple[int, int]:
@@ -155,10 +157,12 @@ Calls = Generator[ModelCall, torch.Tensor, Any]
 
 
 class _Loop:
-    def __init__(self, port: BlockDiffusionPort, settings: DecodeSettings, ends: SpanEnds | None = None) -> None:
+    def __init__(self, port: BlockDiffusionPort, settings: DecodeSettings, ends: SpanEnds | None = None,
+                 starts: SpanStarts | None = None) -> None:
         self.port = port
         self.settings = settings
         self.ends = ends
+        self.starts = starts
         self.generator = (torch.Generator(device=port.device).manual_seed(settings.seed)
                           if settings.temperature > 0 else None)
         special = port.special
@@ -192,25 +196,28 @@ class _Loop:
             gate = EndGate.for_run(self.ends, self.settings, port, only_slot=k)
             if k == 0 or batch == 1:
                 prefix = _prefix(ids, ranges, k, span[0], offsets, widths, special)
-                out, conf = yield from self.fill(prefix, suffix, widths[k], batch, single_line[k], report, gate)
+                out, conf = yield from self.fill(prefix, suffix, widths[k], batch, single_line[k], report, gate,
+                                                 starts=StartGate.for_run(self.starts, batch, only_slot=k))
                 span[:, seg], masked[:, seg], confidence[:, seg] = out, False, conf
                 continue
             for row in range(batch):    # earlier slots differ between candidates: their prefixes do too
                 prefix = _prefix(ids, ranges, k, span[row], offsets, widths, special)
                 out, conf = yield from self.fill(prefix, suffix, widths[k], 1, single_line[k],
                                                  lambda p, m, c, r=row: report(p, m, c, rows=slice(r, r + 1)), gate,
-                                                 first_candidate=row == 0)
+                                                 first_candidate=row == 0,
+                                                 starts=StartGate.for_run(self.starts, 1, only_slot=k))
                 span[row, seg], masked[row, seg], confidence[row, seg] = out[0], False, conf[0]
         full = canvas.ids.to(port.device)[None].repeat(batch, 1)
         full[:, canvas.span_positions().to(port.device)] = span
         return DenoiseOutcome(full, span, self.steps, canvas, confidence)
 
     def fill(self, prefix: list[int], suffix: list[int], width: int, batch: int, single_line: bool,
-             report: Callable[..., None], gate: EndGate | None = None, first_candidate: bool = False
-             ) -> Generator[ModelCall, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+             report: Callable[..., None], gate: EndGate | None = None, first_candidate: bool = False,
+             starts: StartGate | None = None) -> Generator[ModelCall, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """Decode one span of `width` tokens after `context_ids(prefix, suffix)` -> (tokens [batch,
         width], the confidence each was committed with [batch, width]). `first_candidate`: the
-        rows are candidate 0's alone (a later slot decoded row by row), greedy under `greedy_first`."""
+        rows are candidate 0's alone (a later slot decoded row by row), greedy under `greedy_first`.
+        `starts`: the slot must begin with a typed word (span_starts.py)."""
         port, settings, device = self.port, self.settings, self.port.device
         special = port.special
         context = port.context_ids(prefix, suffix)
@@ -243,7 +250,12 @@ class _Loop:
                     if not todo.any():
                         break
                     yield from self._step(state, seq, t0, todo, masked, committed, slot_of, collapse,
-                                          settings.steps - step, report, gate, first_candidate)
+                                          settings.steps - step, report, gate, first_candidate, starts)
+                # A typed start still being written takes one step a token, past the budget if need
+                # be (at most one per character typed): the greedy fill would guess what follows it blind.
+                while starts is not None and starts.pending and (masked & active).any():
+                    yield from self._step(state, seq, t0, masked & active, masked, committed, slot_of, collapse,
+                                          1, report, gate, first_candidate, starts)
                 left = masked & active
                 if left.any():
                     # The step budget ran out with holes left (ends held back): fill them greedily.
@@ -251,8 +263,12 @@ class _Loop:
                     self.steps += 1
                     if gate is not None:
                         gate.refuse_at_frontier(best, seq[:, t0:total], left, slot_of, (width,))
+                    if starts is not None:
+                        starts.restrict(best, left, masked, slot_of, 1)
                     token, score = propose_greedy(best, settings.confidence)
                     seq[:, t0:total][left] = token      # a view: the writes land in seq
+                    if starts is not None:
+                        starts.record(seq[:, t0:total])
                     committed[left] = score
                     masked &= ~left
             if newlines is not None:
@@ -277,7 +293,7 @@ class _Loop:
         return rows
 
     def _step(self, state: "_Block", seq, t0, todo, masked, committed, slot_of, collapse, steps_left, report,
-              gate: EndGate | None, first_candidate: bool = False) -> Calls:
+              gate: EndGate | None, first_candidate: bool = False, starts: StartGate | None = None) -> Calls:
         settings, special = self.settings, self.port.special
         logits = yield state.call(seq, self._block_rows(todo, state.start, t0), greedy=False)
         self.steps += 1
@@ -285,12 +301,16 @@ class _Loop:
         if gate is not None:
             # The rows are the block's positions `todo` selects, in span order: the same row-major order.
             gate.refuse_at_frontier(logits, seq[:, t0:t0 + width], todo, slot_of, (width,))
+        if starts is not None:
+            starts.restrict(logits, todo, masked, slot_of, 1)
         greedy = int(todo.sum()) if first_candidate and settings.greedy_first else greedy_rows(settings, todo)
         token, score = propose(logits, settings, self.generator, greedy)   # one per row of `todo`, row-major
         conf = torch.full(todo.shape, -math.inf, device=seq.device)
         proposal = torch.full(todo.shape, special.mask_id, dtype=torch.long, device=seq.device)
         conf[todo] = score
         proposal[todo] = token
+        if starts is not None:
+            conf = starts.hold_back(conf, proposal, slot_of)    # the typed start: in order
         if settings.ends_in_order:
             commit = choose_commits(hold_back_early_ends(conf, proposal, todo, slot_of, self.end_ids, 1),
                                     todo, settings, steps_left=steps_left)
@@ -301,6 +321,9 @@ class _Loop:
             commit |= ends_now
         else:
             commit = choose_commits(conf, todo, settings, steps_left=steps_left)
+        if starts is not None:
+            commit |= starts.forced(todo.shape, todo.device)
+            starts.record(proposal)
         span = seq[:, t0:t0 + width]
         span = torch.where(commit, proposal, span)
         committed[commit] = conf[commit]

@@ -9,7 +9,8 @@ Each step: logits at every span position, pick a token and a confidence per stil
 position, commit those above the threshold (at least enough to finish within the step
 budget, the extra ones from the left; at most `max_per_step`), and end a slot at its first
 committed pad, which may only be decided in order (see hold_back_early_ends), and only where
-the span has closed the brackets and strings it opened (see EndGate).
+the span has closed the brackets and strings it opened (see EndGate). A slot that must begin
+with a typed word decides its first positions in order until it has written it (StartGate).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from dllm_lsp.kernels.unmask_select import unmask_select
 
 from .denoiser import Canvas, Denoiser
 from .span_ends import SpanEnds
+from .span_starts import SpanStarts, StartGate
 from .types import CacheSettings, DecodeSettings
 
 
@@ -231,13 +233,14 @@ class FixedLengthRun:
 
     def __init__(self, denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings,
                  on_step: StepCallback | None = None, cache: CacheSettings = CacheSettings(),
-                 ends: SpanEnds | None = None) -> None:
+                 ends: SpanEnds | None = None, starts: SpanStarts | None = None) -> None:
         device = denoiser.device
         self.denoiser, self.settings, self.on_step, self.cache = denoiser, settings, on_step, cache
         self.special = special = denoiser.special
         self.batch = settings.n
         self.end_ids = torch.tensor(special.end_ids or (-1,), device=device)
         self.gate = EndGate.for_run(ends, settings, denoiser)
+        self.starts = StartGate.for_run(starts, self.batch)
         self.pad_fill = special.end_ids[0] if special.end_ids else special.mask_id
         self.generator = (torch.Generator(device=device).manual_seed(settings.seed)
                           if settings.temperature > 0 else None)
@@ -251,7 +254,8 @@ class FixedLengthRun:
                    torch.ones(self.batch, n_span, dtype=torch.bool, device=device),
                    torch.zeros(self.batch, n_span, device=device))
 
-    def _open(self, canvas: Canvas, ids: torch.Tensor, masked: torch.Tensor, committed_conf: torch.Tensor) -> None:
+    def _open(self, canvas: Canvas, ids: torch.Tensor, masked: torch.Tensor, committed_conf: torch.Tensor,
+              pinned: torch.Tensor | None = None) -> None:
         """Lay the run out on `canvas` (the first, or a widened one) and open its model session."""
         device = self.denoiser.device
         self.canvas = canvas
@@ -260,6 +264,7 @@ class FixedLengthRun:
         self.n_span = self.span_pos.numel()
         self.n_slots = len(canvas.slot_ranges)
         self.ids, self.masked, self.committed_conf = ids, masked, committed_conf
+        self.pinned = pinned if pinned is not None else torch.zeros_like(masked)   # a typed start's positions
         self.session = self.denoiser.open_session(canvas, self.batch, self.cache, ids)   # its context work starts here
         self.step_index = 0             # loop iterations in this window (the step budget counts these)
 
@@ -269,15 +274,22 @@ class FixedLengthRun:
 
     @property
     def needs_greedy_fill(self) -> bool:
-        """The step budget ran out with holes left (remasking, or ends held back)."""
-        return self.step_index >= self.settings.steps and bool(self.masked.any())
+        """The step budget ran out with holes left (remasking, or ends held back), and no slot
+        is still writing a typed start (that takes its steps, StartGate)."""
+        return self.step_index >= self.settings.steps and bool(self.masked.any()) and not self._writing_start
+
+    @property
+    def _writing_start(self) -> bool:
+        # A typed start is written one token a step, past the budget if need be (at most one step
+        # per character typed): a greedy fill would guess the tokens after it without it.
+        return self.starts is not None and self.starts.pending
 
     def wants_logits(self) -> bool:
         """Whether this run needs another forward pass (a step, the final greedy fill, or the
         first step after a slot grew)."""
         if self.filled:
             return False
-        if self.step_index < self.settings.steps and self.masked.any():
+        if (self.step_index < self.settings.steps or self._writing_start) and self.masked.any():
             return True
         if self.needs_greedy_fill:
             return True
@@ -316,7 +328,7 @@ class FixedLengthRun:
         new_span[masked] = special.mask_id
         ids = wide.ids.to(self.denoiser.device)[None].repeat(self.batch, 1)
         ids[:, wide.span_positions().to(ids.device)] = new_span
-        self._open(wide, ids, masked, conf)
+        self._open(wide, ids, masked, conf, relayout(self.pinned, widths, new_widths, False))
         self.budget += self.settings.steps
         return True
 
@@ -354,6 +366,9 @@ class FixedLengthRun:
         if self.gate is not None:
             self.gate.refuse_at_frontier(logits, self.ids[:, self.span_pos], masked, self.slot_of,
                                          self.canvas.widths)
+        starts = self.starts
+        if starts is not None:
+            starts.restrict(logits, masked, masked, self.slot_of, self.n_slots)
         if self.needs_greedy_fill:
             # The last pass of a window; the run ends after it unless a slot grows.
             logits[..., self.special.mask_id] = -math.inf
@@ -361,6 +376,8 @@ class FixedLengthRun:
             span_now = self.ids[:, self.span_pos]
             span_now[masked] = token
             self.committed_conf[masked] = score
+            if starts is not None:
+                starts.record(span_now)
             self.ids[:, self.span_pos] = span_now
             self.masked[:] = False
             self.steps += 1
@@ -377,6 +394,8 @@ class FixedLengthRun:
         proposal = torch.full_like(masked, special.mask_id, dtype=torch.long)
         proposal[masked] = token
         slot_of, end_ids, n_slots = self.slot_of, self.end_ids, self.n_slots
+        if starts is not None:
+            conf = starts.hold_back(conf, proposal, slot_of)    # a slot writing its typed start: in order
         if settings.ends_in_order:
             commit = choose_commits(hold_back_early_ends(conf, proposal, masked, slot_of, end_ids, n_slots),
                                     masked, settings, steps_left=settings.steps - step)
@@ -389,13 +408,19 @@ class FixedLengthRun:
             commit |= ends_now
         else:
             commit = choose_commits(conf, masked, settings, steps_left=settings.steps - step)
+        if starts is not None:
+            forced = starts.forced(masked.shape, masked.device)
+            commit |= forced
+            self.pinned |= forced
+            starts.record(proposal)
         span_now = self.ids[:, self.span_pos]
         span_now = torch.where(commit, proposal, span_now)
         self.committed_conf = torch.where(commit, conf, self.committed_conf)
         masked &= ~commit
         if settings.remask_below is not None and step + 1 < settings.steps:
             # Error correction: re-open committed tokens the model has since lost faith in.
-            reopen = ~masked & ~commit & (self.committed_conf < settings.remask_below)
+            # A typed start's tokens stay: the gate has taken them off what is left to write.
+            reopen = ~masked & ~commit & ~self.pinned & (self.committed_conf < settings.remask_below)
             span_now = torch.where(reopen, torch.full_like(span_now, special.mask_id), span_now)
             masked |= reopen
         span_now, self.masked = collapse_after_pad(

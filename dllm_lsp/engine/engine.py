@@ -26,6 +26,7 @@ from .canvas import CanvasTooSmall, build_canvas
 from .denoise import Cancelled, FixedLengthRun, run_alone
 from .denoiser import Canvas, Denoiser
 from .span_ends import SpanEnds
+from .span_starts import SpanStarts, TokenIndex
 from .token_cache import IncrementalEncoder
 from .types import (CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState, TokenConfidence,
                     device_slot_start)
@@ -92,6 +93,7 @@ class Engine:
         self._encoders: dict[str, IncrementalEncoder] = {}
         self._alone_seconds = 0.0                # requests run under the model lock
         self.prepared: dict | None = None        # what `prepare` measured, once it ran
+        self._token_index: TokenIndex | None = None
 
     def encode_piece(self, text: str, role: str) -> list[int]:
         """Encode one canvas piece ("prefix", "suffix", "middle1", ...) reusing the tokens of the
@@ -143,9 +145,11 @@ class Engine:
         should_stop = (lambda: cancel.cancelled) if cancel is not None else (lambda: False)
 
         ends = SpanEnds.for_request(request) if settings.ends_balanced else None   # a scan of the prefix: only when asked
+        starts = SpanStarts.for_request(request, self.token_index()) if any(
+            slot.starts_with for slot in request.slots) else None
 
         def make_run():
-            return run(self.denoiser, canvas, settings, step_cb, cache, ends)
+            return run(self.denoiser, canvas, settings, step_cb, cache, ends, starts=starts)
 
         if self.batching:
             outcome = self.scheduler.run(make_run, should_stop, rows=run.planned_rows(self.denoiser, canvas, settings))
@@ -165,6 +169,17 @@ class Engine:
         latency_ms = (time.perf_counter() - t0) * 1000
         return InfillResult(candidates=candidates, steps=outcome.steps, tokens_committed=committed,
                             latency_ms=latency_ms, slot_widths=outcome.canvas.widths, confidences=confidences)
+
+    def token_index(self) -> TokenIndex:
+        """The model's tokens indexed by text (span_starts.py), built at the first request that
+        needs it: the vocabulary decoded once (one batch call; about a second for 152k tokens)."""
+        with self._lock:
+            if self._token_index is None:
+                special = self.denoiser.special
+                exclude = tuple(t for t in (special.mask_id, special.pad_id, special.eos_id, special.bos_id,
+                                            special.expand_id, special.delete_id) if t is not None)
+                self._token_index = TokenIndex.of(self.denoiser.tokenizer, exclude)
+            return self._token_index
 
     def prepare(self) -> dict:
         """Run the model before the first request, then start its records afresh.

@@ -11,6 +11,9 @@ class Slot:
 
     max_tokens: int
     single_line: bool = False
+    # The text the slot's content must begin with: the partial word typed before the cursor,
+    # which the prefix leaves out (engine/span_starts.py). "" for none.
+    starts_with: str = ""
 
 
 @dataclass
@@ -37,8 +40,8 @@ class InfillRequest:
 
     @classmethod
     def single(cls, prefix: str, suffix: str, max_tokens: int, single_line: bool = False,
-               language: str | None = None) -> "InfillRequest":
-        return cls([prefix, suffix], [Slot(max_tokens, single_line)], language)
+               language: str | None = None, starts_with: str = "") -> "InfillRequest":
+        return cls([prefix, suffix], [Slot(max_tokens, single_line, starts_with)], language)
 
     @property
     def prefix(self) -> str:

@@ -27,6 +27,7 @@ import torch
 from .denoise import CallRun, DenoiseOutcome, ModelCall, StepCallback, StepRows, choose_commits, propose, run_alone
 from .denoiser import Canvas, Denoiser, SpecialTokens
 from .span_ends import SpanEnds
+from .span_starts import SpanStarts
 from .types import CacheSettings, DecodeSettings
 
 INITIAL_MASKS = 8   # masks a slot starts with (DreamOn's demo starts from 4 and lets the model grow it)
@@ -76,9 +77,10 @@ class VariableLengthRun(CallRun):
 
     def __init__(self, denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings,
                  on_step: StepCallback | None = None, cache: CacheSettings = CacheSettings(),
-                 ends: SpanEnds | None = None) -> None:
-        # `ends` is accepted for the engine's run signature and not applied: DreamOn deletes
-        # positions anywhere in a span, so there is no frontier where "the text so far" is known.
+                 ends: SpanEnds | None = None, starts: SpanStarts | None = None) -> None:
+        # `ends` and `starts` are accepted for the engine's run signature and not applied: DreamOn
+        # deletes and inserts positions anywhere in a span, so there is no frontier where "the text
+        # so far" is known (a typed word's start is left to post-processing, as before).
         super().__init__(_candidates(denoiser, canvas, settings, on_step, cache))
 
     @staticmethod

@@ -55,6 +55,14 @@ def main(argv: list[str] | None = None) -> int:
                    default=PlannerOptions().heal_whitespace,
                    help="editor mode: the blanks typed before the cursor go to the model (the server's "
                         "`healWhitespace`, on by default; docs/planner.md)")
+    h.add_argument("--heal-typed-word", action=argparse.BooleanOptionalAction,
+                   default=PlannerOptions().heal_typed_word,
+                   help="editor mode: a word typed halfway is the start the model must write, only agreeing "
+                        "tokens proposed until it is written (the server's `healTypedWord`, on by default; "
+                        "docs/eval.md)")
+    h.add_argument("--typed", type=int, default=0, metavar="N",
+                   help="editor mode: the user has typed the first N characters of the line's text before "
+                        "asking (the cursor may sit inside a word; default 0: at the line's start)")
     h.add_argument("--companion-edits", action=argparse.BooleanOptionalAction,
                    default=PlannerOptions().companion_edits,
                    help="editor mode: fill the companion import slot in the same run, as the server does by "
@@ -109,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.concurrency is not None and a.concurrency < 1:
             raise ValueError("--concurrency must be at least 1")
+        if a.typed < 0:
+            raise ValueError("--typed must be at least 0")
         bad = [m for m in modes if m not in MODES]
         if bad or not modes:
             raise ValueError(f"--modes takes {' and/or '.join(MODES)}, not {a.modes!r}")
@@ -129,8 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     log = None if a.json else (lambda msg: print(msg, file=sys.stderr))
     concurrency = a.concurrency or (GPU_CONCURRENCY if denoiser.device.type == "cuda" else 1)
     options = Options(planner=PlannerOptions(context_tokens=a.context, heal_whitespace=a.heal_whitespace,
-                                             companion_edits=a.companion_edits), decode=decode)
-    results = [evaluate(engine, tasks, m, settings, unknown, a.timeout, a.workers, log, concurrency, options)
+                                             heal_typed_word=a.heal_typed_word, companion_edits=a.companion_edits),
+                      decode=decode)
+    results = [evaluate(engine, tasks, m, settings, unknown, a.timeout, a.workers, log, concurrency, options,
+                        typed_chars=a.typed)
                for m in modes]
     name = benchmark_name(path)
     by_mode = {r.mode: r for r in results}
@@ -141,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {"steps": a.steps, "threshold": a.threshold, "confidence": a.confidence,
                      "remask_below": a.remask_below, "ends_in_order": a.ends_in_order,
                      "ends_balanced": a.ends_balanced, "heal_whitespace": a.heal_whitespace,
+                     "heal_typed_word": a.heal_typed_word, "typed": a.typed,
                      "companion_edits": a.companion_edits, "min_confidence": a.min_confidence, "alternatives": a.alternatives,
                      "floor_from_left": a.floor_from_left, "slot_start_tokens": engine.start_tokens(settings),
                      "context": a.context, "timeout": a.timeout, "concurrency": concurrency},

@@ -29,6 +29,7 @@ class PlannerSettings:
     min_snippet_overlap: int = 2    # a chunk must share this many identifiers with the cursor's surroundings
     prefix_quantum: int = 256       # the prefix start moves in steps of this many characters (cache reuse)
     heal_whitespace: bool = True    # the blanks typed before the span go to the model (token healing, below)
+    heal_typed_word: bool = True    # a word typed halfway: the slot must start with it (engine/span_starts.py)
 
     def __post_init__(self) -> None:
         for name in ("max_span_tokens", "max_line_tokens", "context_chars", "snippet_lines", "prefix_quantum"):
@@ -69,15 +70,17 @@ def plan_span(
 
     max_tokens = settings.max_line_tokens if shape.single_line else settings.max_span_tokens
     healed = healed_blanks(text, shape) if settings.heal_whitespace else ""
+    typed = text[shape.replace_start: offset]
     request = InfillRequest.single(snippets + text[start: shape.replace_start - len(healed)], text[offset:end],
-                                   max_tokens, shape.single_line, language_name(snapshot.language_id))
+                                   max_tokens, shape.single_line, language_name(snapshot.language_id),
+                                   starts_with=healed + typed if typed and settings.heal_typed_word else "")
     return SpanPlan(
         request=request,
         snapshot=snapshot,
         kind=shape.kind,
         replace_start=shape.replace_start,
         replace_end=offset,
-        typed_prefix=text[shape.replace_start: offset],
+        typed_prefix=typed,
         healed=healed,
         single_line=shape.single_line,
         indent=shape.indent,

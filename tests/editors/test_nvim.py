@@ -132,6 +132,36 @@ def test_cycle_through_alternatives_then_accept_one(version, tmp_path, editor_mo
         assert state["ghost"] is None
 
 
+# Characters of 2, 3 and 4 UTF-8 bytes before the cursor; the last is 2 UTF-16 units (a surrogate
+# pair): the server's ranges (UTF-16 by default) and Neovim's byte columns disagree by different
+# amounts on this line.
+# The cursor is mid-word, so the server's range starts before it, at "jum".
+WIDE_BEFORE = "alpha beta gamma\nthe naïve café ☕ 𝛼 fox \n"
+WIDE_TYPED = "jum"
+WIDE_LINE = "the naïve café ☕ 𝛼 fox " + WIDE_TYPED
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_ghost_text_after_wide_characters(version, tmp_path, editor_model):
+    """The suggestion is drawn and inserted at the cursor when the line holds characters of
+    several UTF-8 / UTF-16 widths before it and the server's range starts before the cursor
+    (positions converted both ways)."""
+    text = WIDE_BEFORE.replace("fox \n", f"fox {WIDE_TYPED}\n")
+    answer = server_completion(editor_model, text, 1, len(WIDE_LINE))
+    assert answer["replace_from"]["col"] - 1 == len(WIDE_LINE) - len(WIDE_TYPED), answer
+    expected = ghost_of(answer, WIDE_LINE, len(WIDE_LINE))
+    assert expected.strip(), f"the model completes nothing here, nothing to check: {answer}"
+    with open_session(version, tmp_path, editor_model, file_text=WIDE_BEFORE) as nv:
+        nv.keys("G", "A")
+        nv.wait(lambda s: s["mode"].startswith("i"), what="insert mode")
+        nv.type(WIDE_TYPED)
+        state = nv.wait(lambda s: s["ghost"] == expected, what=f"ghost text {expected!r}")
+        assert state["lines"][1] == WIDE_LINE
+        nv.keys("Tab")
+        state = nv.wait(lambda s: s["lines"][1] != WIDE_LINE, what="the suggestion to be inserted")
+        assert "\n".join(state["lines"][1:]).rstrip("\n") == (WIDE_LINE + expected).rstrip("\n")
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_checkhealth_reports_server_model_device(version, tmp_path, editor_model):
     with open_session(version, tmp_path, editor_model) as nv:

@@ -83,17 +83,21 @@ def test_canonical_solutions_pass_and_empty_ones_mostly_fail():
     assert sum(o.passed for o in run_programs([t.program("") for t in tasks], 20, 2)) <= 2
 
 
-@pytest.mark.parametrize("data", ["single-line", "multi-line", "random-span-light"])
-def test_every_task_opens_in_an_editor_where_its_middle_goes(data):
-    """The editor mode's document: the middle's indentation typed where it starts a line, its
-    line opened where it ends one; writing the rest of the middle at the cursor gives back the
+@pytest.mark.parametrize("data, typed_chars", [("single-line", 0), ("multi-line", 0), ("random-span-light", 0),
+                                               ("single-line", 3), ("multi-line", 2)])
+def test_every_task_opens_in_an_editor_where_its_middle_goes(data, typed_chars):
+    """The editor mode's document: the middle's indentation typed where it starts a line (and with
+    `typed_chars`, that many characters of its text after it, all but the line's last at most),
+    its line opened where it ends one; writing the rest of the middle at the cursor gives back the
     benchmark's own program, for every task of the file."""
     typed_some = 0
     for task in load_tasks(resolve_data(data)):
-        document, cursor = task.in_editor()
+        document, cursor = task.in_editor(typed_chars)
         typed = document[len(task.prompt):cursor]
         assert document.startswith(task.prompt) and task.canonical_solution.startswith(typed)
-        assert typed.strip(" \t") == ""
+        text = typed.lstrip(" \t")
+        first_line = task.canonical_solution[len(typed) - len(text):].split("\n", 1)[0]
+        assert len(text) == min(typed_chars, max(len(first_line) - 1, 0))
         rest = task.canonical_solution[len(typed):]
         if document[cursor:] != task.suffix:             # the middle's line is open: its newline is there
             assert rest.endswith("\n") and document[cursor:] == "\n" + task.suffix

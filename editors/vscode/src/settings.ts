@@ -16,6 +16,7 @@ export interface ServerOptionsPayload {
   contextTokens: number;
   companionEdits: boolean;
   healWhitespace: boolean;
+  healTypedWord: boolean;
   holeMarker: string;
   languages: Record<string, boolean>;
   steps: number;
@@ -40,6 +41,7 @@ const SERVER_KEYS: (keyof ServerOptionsPayload)[] = [
   "contextTokens",
   "companionEdits",
   "healWhitespace",
+  "healTypedWord",
   "holeMarker",
   "languages",
   "steps",

@@ -1,0 +1,212 @@
+"""Where a span must start: with the partial word the user typed before the cursor.
+
+Mid-word, the planner ends the request's prefix before the word and asks for the whole word
+(`return nai|` asks for ` naive`, planner/shapes.py: a tokenizer writes ` naive` as one token,
+so a prefix ending in ` nai` would ask the model to go on from a token it saw only as the start
+of other words). Post-processing then shows the model's text only if it begins with what was
+typed. Left to itself the model rarely does: the shipped CPU preview, on HumanEval's single
+lines with their first two characters typed, began with them on a minority of the lines
+(docs/eval.md, "A word typed halfway"), and every other keystroke inside a word showed nothing.
+
+This is token healing for the typed word. `Slot.starts_with` holds the text the slot must begin
+with (the typed word, after any blanks the prefix also left out); while a candidate's slot has
+not written it, the loop decides that slot's positions in order: its first undecided position
+(the frontier) may only take a token that agrees with what is still to write (a start of it, or
+a token that begins with all of it: ` na`, ` nai`, ` naive`), the frontier is committed in that
+step whatever its confidence, and unless its token finishes the start, the slot's later positions
+wait. A whole-word token settles it in the first step, beside the rest of that step's commits; a
+start written in pieces takes a step a piece, past the step budget if need be (the budget's
+greedy fill would guess the tokens after it blind). A rest that no token agrees with (a
+character the tokenizer splits into bytes) ends the rule for that slot: the model writes it
+unaided and post-processing judges, as before.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from collections import OrderedDict, defaultdict
+from dataclasses import dataclass
+
+import torch
+from tokenizers import Tokenizer
+
+from .types import InfillRequest
+
+_MASKS_KEPT = 64     # agreeing-token masks kept per index: typing asks for the same few again and again
+
+
+class TokenIndex:
+    """Each token's text as it reads inside a sequence, indexed by text for "which tokens agree
+    with this string". Built once per model (`TokenIndex.of`)."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self.size = len(texts)
+        by_text: dict[str, list[int]] = defaultdict(list)
+        self._text_of: dict[int, str] = {}
+        for token, text in enumerate(texts):
+            # Empty: special tokens, and pieces that decode to nothing; U+FFFD: a piece of a
+            # character's bytes, which agrees with no text on its own.
+            if text and "\ufffd" not in text:
+                by_text[text].append(token)
+                self._text_of[token] = text
+        self._by_text = dict(by_text)
+        self._sorted = sorted(self._by_text)
+        self._masks: OrderedDict[tuple[str, str], torch.Tensor] = OrderedDict()
+
+    @classmethod
+    def of(cls, tokenizer: Tokenizer, exclude: tuple[int, ...] = ()) -> "TokenIndex":
+        """The index of `tokenizer`'s tokens. Each token is decoded after a plain
+        one and that one's text taken off: a tokenizer that drops a word's leading space at the
+        start of a text (SentencePiece's `▁`) keeps it there. Special tokens (the tokenizer's
+        and `exclude`, the model's mask and ends) agree with nothing."""
+        n = tokenizer.get_vocab_size(with_added_tokens=True)
+        anchor = tokenizer.encode("a", add_special_tokens=False).ids[:1]
+        head = tokenizer.decode(anchor, skip_special_tokens=False) if anchor else ""
+        pieces = tokenizer.decode_batch([anchor + [token] for token in range(n)], skip_special_tokens=False)
+        texts = [piece[len(head):] if piece.startswith(head) else "" for piece in pieces]
+        special = set(exclude)
+        special.update(token for token, added in tokenizer.get_added_tokens_decoder().items() if added.special)
+        for token in special:
+            if 0 <= token < n:
+                texts[token] = ""
+        return cls(texts)
+
+    def agreeing(self, rest: str) -> list[int]:
+        """Tokens whose text is a start of `rest` (shorter) or begins with all of it."""
+        found = [token for k in range(1, len(rest)) for token in self._by_text.get(rest[:k], ())]
+        lo = bisect.bisect_left(self._sorted, rest)
+        hi = bisect.bisect_left(self._sorted, rest + "\U0010ffff")
+        for text in self._sorted[lo:hi]:
+            found.extend(self._by_text[text])
+        return found
+
+    def mask(self, rest: str, device: torch.device | str) -> torch.Tensor:
+        """[size] bool on `device`: the tokens `agreeing` with `rest`."""
+        key = (rest, str(device))
+        cached = self._masks.get(key)
+        if cached is not None:
+            self._masks.move_to_end(key)
+            return cached
+        flags = torch.zeros(self.size, dtype=torch.bool)
+        agree = self.agreeing(rest)
+        if agree:
+            flags[torch.tensor(agree)] = True
+        flags = flags.to(device)
+        self._masks[key] = flags
+        if len(self._masks) > _MASKS_KEPT:
+            self._masks.popitem(last=False)
+        return flags
+
+    def text(self, token: int) -> str:
+        """The token's text (as `of` decoded it); "" for a special token or a byte piece."""
+        return self._text_of.get(token, "")
+
+
+@dataclass(frozen=True)
+class SpanStarts:
+    """A request's rule: per slot, the text it must begin with ("" for none)."""
+
+    starts: tuple[str, ...]
+    index: TokenIndex
+
+    @classmethod
+    def for_request(cls, request: InfillRequest, index: TokenIndex) -> "SpanStarts | None":
+        starts = tuple(slot.starts_with for slot in request.slots)
+        return cls(starts, index) if any(starts) else None
+
+
+class StartGate:
+    """One run's state of a `SpanStarts` rule: what each candidate's slot has still to write.
+
+    A step asks three things, in order, with the undecided positions `masked` [B, S] of its start:
+    `restrict` (the frontier rows of pending slots keep only agreeing tokens; it remembers those
+    frontiers for the step), `hold_back` (the pending slots' later positions get no commit) and
+    `forced` (the frontiers, committed whatever their confidence); after the commit `record` takes
+    the committed tokens off what is left to write. A slot whose start is written asks nothing
+    more: once every slot's is, the gate costs nothing.
+    """
+
+    def __init__(self, starts: SpanStarts, batch: int, only_slot: int | None = None) -> None:
+        self.index = starts.index
+        slots = starts.starts if only_slot is None else (starts.starts[only_slot],)
+        self.rest = [list(slots) for _ in range(batch)]      # [B][slot]: what is still to write
+        self._frontiers: list[tuple[int, int, int]] = []      # this step's (candidate, position, slot)
+
+    @classmethod
+    def for_run(cls, starts: SpanStarts | None, batch: int, only_slot: int | None = None) -> "StartGate | None":
+        """The gate of a run with `batch` candidates, or None: no rule. `only_slot`: the run
+        decodes that slot of the request alone (the block-wise loop), as its slot 0."""
+        if starts is None or (only_slot is not None and not starts.starts[only_slot]):
+            return None
+        return cls(starts, batch, only_slot)
+
+    @property
+    def pending(self) -> bool:
+        return any(rest for row in self.rest for rest in row)
+
+    def restrict(self, logits: torch.Tensor, selected: torch.Tensor, masked: torch.Tensor,
+                 slot_of: torch.Tensor, n_slots: int) -> None:
+        """logits [R, V] at the rows `selected` [B, S] picks (row-major): at each pending slot's
+        frontier (its first position in `masked`), only tokens that agree with what is left."""
+        self._frontiers = []
+        if not self.pending:
+            return
+        n_span = masked.shape[1]
+        index = torch.arange(n_span, device=masked.device).expand_as(masked)
+        first = torch.full((masked.shape[0], n_slots), n_span, dtype=torch.long, device=masked.device)
+        first.scatter_reduce_(1, slot_of.expand_as(masked), torch.where(masked, index, n_span), reduce="amin")
+        firsts, chosen = first.tolist(), selected.tolist()
+        rows = (selected.flatten().cumsum(0) - 1).tolist()
+        for b, row in enumerate(self.rest):
+            for slot, rest in enumerate(row):
+                if not rest:
+                    continue
+                position = firsts[b][slot]
+                if position >= n_span or not chosen[b][position]:
+                    row[slot] = ""           # no undecided position to write it in: the rule gives up
+                    continue
+                # The logits may have more columns than the tokenizer has tokens (padded
+                # embeddings: never an agreeing token) or fewer (tokens the model cannot write).
+                allowed = self.index.mask(rest, logits.device)[:logits.shape[-1]]
+                if not bool(allowed.any()):
+                    row[slot] = ""           # no token agrees (a character split into bytes)
+                    continue
+                line = logits[rows[b * n_span + position]]
+                line[:allowed.shape[0]].masked_fill_(~allowed, -math.inf)
+                line[allowed.shape[0]:] = -math.inf
+                self._frontiers.append((b, position, slot))
+
+    def hold_back(self, conf: torch.Tensor, proposal: torch.Tensor, slot_of: torch.Tensor) -> torch.Tensor:
+        """conf [B, S] with the positions after this step's frontiers, in their slots, at -inf,
+        where the frontier's token (`proposal` [B, S]) does not finish the start: what follows an
+        unfinished start waits for it, what follows a finished one is decided as usual (the step
+        proposed it beside the frontier's token, as every parallel step does)."""
+        if not self._frontiers:
+            return conf
+        tokens = proposal.tolist()
+        index = torch.arange(conf.shape[1], device=conf.device)
+        out = conf
+        for b, position, slot in self._frontiers:
+            if self.index.text(tokens[b][position]).startswith(self.rest[b][slot]):
+                continue
+            if out is conf:
+                out = conf.clone()
+            out[b, (slot_of == slot) & (index > position)] = -math.inf
+        return out
+
+    def forced(self, shape: torch.Size, device: torch.device) -> torch.Tensor:
+        """[B, S] bool: this step's frontiers, committed whatever their confidence."""
+        out = torch.zeros(shape, dtype=torch.bool, device=device)
+        for b, position, _ in self._frontiers:
+            out[b, position] = True
+        return out
+
+    def record(self, proposal: torch.Tensor) -> None:
+        """After the commit: each frontier's token (`proposal` [B, S]) taken off what is left."""
+        if not self._frontiers:
+            return
+        tokens = proposal.tolist()
+        for b, position, slot in self._frontiers:
+            rest, text = self.rest[b][slot], self.index.text(tokens[b][position])
+            self.rest[b][slot] = "" if text.startswith(rest) else rest[len(text):]
+        self._frontiers = []

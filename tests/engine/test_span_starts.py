@@ -1,0 +1,110 @@
+"""A slot that must begin with the word typed halfway (engine/span_starts.py): the token index
+(which tokens agree with a text, for byte-level and SentencePiece-style tokenizers) and every
+loop that applies the rule, driven by real tiny random models, which left alone would never
+begin with the made-up words asked of them."""
+from __future__ import annotations
+
+import pytest
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from dllm_lsp.checkpoints.block_tiny import write_tiny_block_checkpoint
+from dllm_lsp.checkpoints.tiny import write_tiny_checkpoint
+from dllm_lsp.engine.engine import Engine
+from dllm_lsp.engine.span_starts import TokenIndex
+from dllm_lsp.engine.types import DecodeSettings, InfillRequest, Slot
+from dllm_lsp.loader import load_model
+
+PREFIX = "def area(width, height):\n    return"
+SUFFIX = "\n\n\nprint(area(2, 3))\n"
+START = " zqxj"   # no tiny model writes this unaided
+
+
+def agrees(text: str, rest: str) -> bool:
+    return bool(text) and (rest.startswith(text) or text.startswith(rest))
+
+
+@pytest.fixture(scope="module")
+def embedded(tiny_model_dir):
+    return load_model(tiny_model_dir, "cpu")
+
+
+def test_the_index_finds_exactly_the_agreeing_tokens(embedded):
+    tokenizer = embedded.tokenizer
+    index = TokenIndex.of(tokenizer, exclude=(embedded.special.mask_id, *embedded.special.end_ids))
+    for rest in (" ret", " r", "return", " area(", "("):
+        found = set(index.agreeing(rest))
+        assert found, rest
+        for token in range(tokenizer.get_vocab_size()):
+            text = tokenizer.decode([token])
+            if "\ufffd" in text or token in (embedded.special.mask_id, *embedded.special.end_ids):
+                assert token not in found
+            else:
+                assert (token in found) == agrees(text, rest), (rest, token, text)
+        mask = index.mask(rest, "cpu")
+        assert mask.nonzero().flatten().tolist() == sorted(found)
+    assert index.agreeing("\u2603\u2603") == []     # nothing agrees with a character the vocabulary lacks
+
+
+def test_the_index_keeps_the_space_a_sentencepiece_decoder_drops_at_the_start():
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.decoder = decoders.Metaspace()
+    tokenizer.train_from_iterator(["return naive name nail " * 40],
+                                  trainers.BpeTrainer(vocab_size=80, special_tokens=["<unk>", "<mask>"]))
+    naive = tokenizer.token_to_id("▁naive")
+    assert naive is not None and tokenizer.decode([naive]) == "naive"   # alone, the decoder drops the space
+    index = TokenIndex.of(tokenizer)
+    assert index.text(naive) == " naive"
+    assert naive in index.agreeing(" nai") and naive not in index.agreeing("nai")
+    assert index.text(tokenizer.token_to_id("<mask>")) == ""          # special tokens agree with nothing
+
+
+@pytest.mark.parametrize("settings", [
+    DecodeSettings(steps=4),
+    DecodeSettings(steps=4, n=3, temperature=1.0, greedy_first=True),     # alternatives: every candidate
+    DecodeSettings(steps=4, slot_start_tokens=4),                          # slots that grow
+    DecodeSettings(steps=6, remask_below=0.99),                           # remasking leaves the start alone
+    DecodeSettings(steps=1),                                               # the budget's greedy fill
+], ids=["greedy", "alternatives", "growing", "remask", "one-step"])
+def test_every_candidate_begins_with_the_typed_start(embedded, settings):
+    request = InfillRequest.single(PREFIX, SUFFIX, 12, single_line=True, language="python", starts_with=START)
+    for batching in (True, False):
+        result = Engine(embedded, batching=batching).infill(request, settings)
+        assert all(texts[0].startswith(START) for texts in result.candidates), result.candidates
+    free = Engine(embedded).infill(InfillRequest.single(PREFIX, SUFFIX, 12, single_line=True), settings)
+    assert not free.candidates[0][0].startswith(START)
+
+
+def test_each_slot_keeps_its_own_start(embedded):
+    request = InfillRequest(pieces=["def f(a, b):\n    x =", "\n    y = ", "\n    return x + y\n"],
+                            slots=[Slot(8, True, " qq"), Slot(8, True)])
+    texts = Engine(embedded).infill(request, DecodeSettings(steps=4, n=2, temperature=1.0)).candidates
+    assert all(t[0].startswith(" qq") for t in texts)
+    assert all(not t[1].startswith(" qq") for t in texts)
+
+
+def test_a_start_no_token_agrees_with_is_left_to_the_model(embedded):
+    request = InfillRequest.single(PREFIX, SUFFIX, 8, single_line=True, starts_with=" \u2603")
+    result = Engine(embedded).infill(request, DecodeSettings(steps=4))
+    assert result.candidates and not result.candidates[0][0].startswith(" \u2603")
+
+
+@pytest.mark.parametrize("layout", ["llada", "dream", "open-dcoder"])
+def test_masked_diffusion_checkpoints_begin_with_it(tmp_path, layout):
+    model = load_model(str(write_tiny_checkpoint(tmp_path / layout, layout, seed=1)), "cpu")
+    request = InfillRequest.single(PREFIX, SUFFIX, 8, single_line=True, starts_with=START)
+    result = Engine(model).infill(request, DecodeSettings(steps=4, n=2, temperature=0.8))
+    assert all(texts[0].startswith(START) for texts in result.candidates), result.candidates
+
+
+@pytest.mark.parametrize("layout", ["sdar", "fast-dllm-v2"])
+def test_the_block_loop_begins_with_it(tmp_path, layout):
+    model = load_model(str(write_tiny_block_checkpoint(tmp_path / layout, layout, seed=3)), "cpu")
+    one = InfillRequest.single(PREFIX, SUFFIX, 8, single_line=True, starts_with=START)
+    # Two slots, two candidates: the second slot is decoded candidate by candidate.
+    two = InfillRequest(pieces=["def f(a, b):\n    x =", "\n    y =", "\n    return x + y\n"],
+                        slots=[Slot(8, True), Slot(8, True, START)])
+    for request, slot in ((one, 0), (two, 1)):
+        for settings in (DecodeSettings(steps=4), DecodeSettings(steps=2, n=2, temperature=0.8)):
+            result = Engine(model).infill(request, settings)
+            assert all(texts[slot].startswith(START) for texts in result.candidates), result.candidates
