@@ -35,6 +35,8 @@ EVAL_MODES = ("--modes", "unknown,oracle,editor")
 # After them, in what the eval box has left: the decode rules the CPU preview could not settle,
 # on the GPU's model (name -> benchmark, extra `eval` arguments). docs/eval.md#ends-only-where-balanced
 ABLATIONS = {"single-line-ends-balanced": ("single-line", ("--ends-balanced", "--modes", "unknown")),
+             # The cursor inside a word, as most keystrokes leave it (the typed word healed): eval.md
+             "single-line-editor-typed-2": ("single-line", ("--modes", "editor", "--typed", "2")),
              # companionEdits is off because it cost the CPU preview; does the GPU's model gain from it?
              "single-line-editor-companion": ("single-line", ("--modes", "editor", "--companion-edits"))}
 
