@@ -22,6 +22,7 @@ def test_prepare_seeds_the_step_cost_and_leaves_no_records(tiny):
     assert engine.scheduler.cost.fit() is None and engine.prepared is None
     prepared = engine.prepare()
     assert prepared == engine.prepared and prepared["warmupMs"] > 0 and prepared["probeSteps"] >= 4
+    assert prepared["tokenIndexMs"] >= 0 and engine._token_index is not None   # built before the first word typed
     coeffs = engine.scheduler.cost.fit()       # known before any request: from the probe's two sizes
     assert coeffs is not None and coeffs.per_row > 0
     assert prepared["stepCostMs"]["perRow"] == round(coeffs.per_row * 1000, 4)
