@@ -353,8 +353,12 @@ def infill_line(engine, raw: str, number: int, default_max: int, settings, reque
     language = item.get("language")
     if language is not None and not isinstance(language, str):
         return {"id": ident, "error": "language must be a string (an LSP languageId such as \"python\")"}
+    starts_with = item.get("starts_with", "")
+    if not isinstance(starts_with, str) or "\n" in starts_with or "\r" in starts_with:
+        return {"id": ident, "error": "starts_with must be a string without line breaks (a word typed halfway)"}
     try:
-        request = request_cls.single(prefix, suffix, max_tokens, language=language_name(language or ""))
+        request = request_cls.single(prefix, suffix, max_tokens, language=language_name(language or ""),
+                                     starts_with=starts_with)
         result = engine.infill(request, settings)
     except ValueError as exc:
         return {"id": ident, "error": str(exc)}

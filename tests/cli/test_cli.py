@@ -39,11 +39,15 @@ def test_infill_jsonl_round_trip_keeps_order_and_survives_bad_lines(tiny_model_d
         json.dumps({"id": "zero", "prefix": "y = ", "suffix": "", "max_tokens": 0}),
         # a lone UTF-16 surrogate, as JSON may carry it: the tokenizer cannot take it, U+FFFD can
         '{"id": "lone", "prefix": "s = \'\\ud800", "suffix": "\'\\n"}',
+        json.dumps({"id": "start", "prefix": "def f(x):\n    return", "suffix": "\n", "starts_with": " zqxj"}),
+        json.dumps({"id": "two-lines", "prefix": "x = ", "starts_with": "a\nb"}),
     ]
     proc = run("infill", "--model", str(tiny_model_dir), "--device", "cpu", stdin="\n".join(lines) + "\n")
     assert proc.returncode == 0, proc.stderr
     out = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert [o["id"] for o in out] == ["a", None, 7, "bad", "zero", "lone"]
+    assert [o["id"] for o in out] == ["a", None, 7, "bad", "zero", "lone", "start", "two-lines"]
+    assert out[6]["completion"].startswith(" zqxj")       # the random model would never write it unaided
+    assert "starts_with" in out[7]["error"]
     assert "error" not in out[5] and out[5]["steps"] >= 1
     assert set(out[0]) == {"id", "completion", "steps", "latency_ms"} and out[0]["completion"]
     assert "not JSON" in out[1]["error"]
