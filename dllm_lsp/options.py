@@ -71,10 +71,11 @@ class PlannerOptions:
         "token healing: the spaces and tabs typed before the cursor on its line go to the model, which "
         "writes them itself; a prefix that ends in blanks made the shipped model write junk "
         "([planner.md](planner.md#token-healing))"))
-    heal_typed_word: bool = attrs.field(default=True, metadata=doc(
-        "token healing for a word typed halfway: the model writes the whole word, and until it has "
-        "written the typed part only tokens that agree with it are proposed; off, the model writes the "
-        "word unaided and a completion that does not begin with the typed part is not shown "
+    heal_typed: bool = attrs.field(default=True, metadata=doc(
+        "what was typed on the line and left out of the prefix (a word typed halfway, the blanks "
+        "before the cursor) is written first: until it is, only tokens that agree with it are "
+        "proposed, and typed blanks are followed by text; off, the model writes it unaided and a "
+        "completion that does not begin with a typed word is not shown "
         "([eval.md](eval.md#a-word-typed-halfway))"))
     hole_marker: str = attrs.field(default="TODO", validator=_non_empty, metadata=doc(
         'the marker comment "Fill holes" treats as a hole, besides each language\'s placeholders'))
@@ -86,7 +87,7 @@ class PlannerOptions:
         budget = self.context_tokens if context_tokens is None else context_tokens
         return PlannerSettings(max_span_tokens=self.max_span_tokens, max_line_tokens=self.max_line_tokens,
                                context_chars=budget * CHARS_PER_TOKEN, heal_whitespace=self.heal_whitespace,
-                               heal_typed_word=self.heal_typed_word)
+                               heal_typed=self.heal_typed)
 
     def language_enabled(self, language_id: str) -> bool:
         return self.languages.get(language_id, self.languages.get("*", True))

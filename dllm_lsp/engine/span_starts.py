@@ -51,7 +51,7 @@ class TokenIndex:
                 self._text_of[token] = text
         self._by_text = dict(by_text)
         self._sorted = sorted(self._by_text)
-        self._masks: OrderedDict[tuple[str, str], torch.Tensor] = OrderedDict()
+        self._masks: OrderedDict[tuple[str, str, bool], torch.Tensor] = OrderedDict()
 
     @classmethod
     def of(cls, tokenizer: Tokenizer, exclude: tuple[int, ...] = ()) -> "TokenIndex":
@@ -71,24 +71,27 @@ class TokenIndex:
                 texts[token] = ""
         return cls(texts)
 
-    def agreeing(self, rest: str) -> list[int]:
-        """Tokens whose text is a start of `rest` (shorter) or begins with all of it."""
+    def agreeing(self, rest: str, beyond: bool = False) -> list[int]:
+        """Tokens whose text is a start of `rest` (shorter) or begins with all of it; `beyond`:
+        a token that finishes `rest` must carry text after it (not `rest` alone, nor more blanks
+        or a line break)."""
         found = [token for k in range(1, len(rest)) for token in self._by_text.get(rest[:k], ())]
         lo = bisect.bisect_left(self._sorted, rest)
         hi = bisect.bisect_left(self._sorted, rest + "\U0010ffff")
         for text in self._sorted[lo:hi]:
-            found.extend(self._by_text[text])
+            if not beyond or text[len(rest):].strip():
+                found.extend(self._by_text[text])
         return found
 
-    def mask(self, rest: str, device: torch.device | str) -> torch.Tensor:
+    def mask(self, rest: str, device: torch.device | str, beyond: bool = False) -> torch.Tensor:
         """[size] bool on `device`: the tokens `agreeing` with `rest`."""
-        key = (rest, str(device))
+        key = (rest, str(device), beyond)
         cached = self._masks.get(key)
         if cached is not None:
             self._masks.move_to_end(key)
             return cached
         flags = torch.zeros(self.size, dtype=torch.bool)
-        agree = self.agreeing(rest)
+        agree = self.agreeing(rest, beyond)
         if agree:
             flags[torch.tensor(agree)] = True
         flags = flags.to(device)
@@ -130,6 +133,10 @@ class StartGate:
         self.index = starts.index
         slots = starts.starts if only_slot is None else (starts.starts[only_slot],)
         self.rest = [list(slots) for _ in range(batch)]      # [B][slot]: what is still to write
+        # A start that ends in blanks (typed before the cursor) is followed by text in the token
+        # that finishes it: ` x`, not ` ` and then an end, nor ` \n` (the user typed the blank to
+        # go on writing on this line).
+        self.beyond = [start[-1:] in (" ", "\t") for start in slots]
         self._frontiers: list[tuple[int, int, int]] = []      # this step's (candidate, position, slot)
 
     @classmethod
@@ -167,7 +174,7 @@ class StartGate:
                     continue
                 # The logits may have more columns than the tokenizer has tokens (padded
                 # embeddings: never an agreeing token) or fewer (tokens the model cannot write).
-                allowed = self.index.mask(rest, logits.device)[:logits.shape[-1]]
+                allowed = self.index.mask(rest, logits.device, self.beyond[slot])[:logits.shape[-1]]
                 if not bool(allowed.any()):
                     row[slot] = ""           # no token agrees (a character split into bytes)
                     continue

@@ -55,10 +55,11 @@ def main(argv: list[str] | None = None) -> int:
                    default=PlannerOptions().heal_whitespace,
                    help="editor mode: the blanks typed before the cursor go to the model (the server's "
                         "`healWhitespace`, on by default; docs/planner.md)")
-    h.add_argument("--heal-typed-word", action=argparse.BooleanOptionalAction,
-                   default=PlannerOptions().heal_typed_word,
-                   help="editor mode: a word typed halfway is the start the model must write, only agreeing "
-                        "tokens proposed until it is written (the server's `healTypedWord`, on by default; "
+    h.add_argument("--heal-typed", action=argparse.BooleanOptionalAction,
+                   default=PlannerOptions().heal_typed,
+                   help="editor mode: what was typed and left out of the prefix (a word typed halfway, "
+                        "the blanks before the cursor) is the start the model must write, only agreeing "
+                        "tokens proposed until it is written (the server's `healTyped`, on by default; "
                         "docs/eval.md)")
     h.add_argument("--typed", type=int, default=0, metavar="N",
                    help="editor mode: the user has typed the first N characters of the line's text before "
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     log = None if a.json else (lambda msg: print(msg, file=sys.stderr))
     concurrency = a.concurrency or (GPU_CONCURRENCY if denoiser.device.type == "cuda" else 1)
     options = Options(planner=PlannerOptions(context_tokens=a.context, heal_whitespace=a.heal_whitespace,
-                                             heal_typed_word=a.heal_typed_word, companion_edits=a.companion_edits),
+                                             heal_typed=a.heal_typed, companion_edits=a.companion_edits),
                       decode=decode)
     results = [evaluate(engine, tasks, m, settings, unknown, a.timeout, a.workers, log, concurrency, options,
                         typed_chars=a.typed)
@@ -153,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {"steps": a.steps, "threshold": a.threshold, "confidence": a.confidence,
                      "remask_below": a.remask_below, "ends_in_order": a.ends_in_order,
                      "ends_balanced": a.ends_balanced, "heal_whitespace": a.heal_whitespace,
-                     "heal_typed_word": a.heal_typed_word, "typed": a.typed,
+                     "heal_typed": a.heal_typed, "typed": a.typed,
                      "companion_edits": a.companion_edits, "min_confidence": a.min_confidence, "alternatives": a.alternatives,
                      "floor_from_left": a.floor_from_left, "slot_start_tokens": engine.start_tokens(settings),
                      "context": a.context, "timeout": a.timeout, "concurrency": concurrency},

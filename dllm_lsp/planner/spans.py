@@ -29,7 +29,7 @@ class PlannerSettings:
     min_snippet_overlap: int = 2    # a chunk must share this many identifiers with the cursor's surroundings
     prefix_quantum: int = 256       # the prefix start moves in steps of this many characters (cache reuse)
     heal_whitespace: bool = True    # the blanks typed before the span go to the model (token healing, below)
-    heal_typed_word: bool = True    # a word typed halfway: the slot must start with it (engine/span_starts.py)
+    heal_typed: bool = True         # what the prefix left out (blanks, a word typed halfway) starts the slot
 
     def __post_init__(self) -> None:
         for name in ("max_span_tokens", "max_line_tokens", "context_chars", "snippet_lines", "prefix_quantum"):
@@ -71,9 +71,11 @@ def plan_span(
     max_tokens = settings.max_line_tokens if shape.single_line else settings.max_span_tokens
     healed = healed_blanks(text, shape) if settings.heal_whitespace else ""
     typed = text[shape.replace_start: offset]
+    # What was typed and left out of the prefix is the slot's required start (engine/span_starts.py):
+    # the model writes the healed blanks and the word typed halfway itself, but only as typed.
     request = InfillRequest.single(snippets + text[start: shape.replace_start - len(healed)], text[offset:end],
                                    max_tokens, shape.single_line, language_name(snapshot.language_id),
-                                   starts_with=healed + typed if typed and settings.heal_typed_word else "")
+                                   starts_with=healed + typed if settings.heal_typed else "")
     return SpanPlan(
         request=request,
         snapshot=snapshot,

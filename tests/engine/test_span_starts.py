@@ -43,6 +43,10 @@ def test_the_index_finds_exactly_the_agreeing_tokens(embedded):
         mask = index.mask(rest, "cpu")
         assert mask.nonzero().flatten().tolist() == sorted(found)
     assert index.agreeing("\u2603\u2603") == []     # nothing agrees with a character the vocabulary lacks
+    # Typed blanks are followed by text in the token that finishes them: not the blank alone, no line break.
+    followed = index.agreeing(" ", beyond=True)
+    assert followed and all(tokenizer.decode([t])[1:].strip() for t in followed)
+    assert set(followed) < set(index.agreeing(" "))
 
 
 def test_the_index_keeps_the_space_a_sentencepiece_decoder_drops_at_the_start():
@@ -73,6 +77,14 @@ def test_every_candidate_begins_with_the_typed_start(embedded, settings):
         assert all(texts[0].startswith(START) for texts in result.candidates), result.candidates
     free = Engine(embedded).infill(InfillRequest.single(PREFIX, SUFFIX, 12, single_line=True), settings)
     assert not free.candidates[0][0].startswith(START)
+
+
+def test_typed_blanks_are_followed_by_text(embedded):
+    """A start that ends in a blank (typed before the cursor, left out of the prefix) is followed
+    by text on its line: never the blank alone, nor the blank and a line break."""
+    request = InfillRequest.single(PREFIX, SUFFIX, 12, single_line=True, starts_with=" ")
+    result = Engine(embedded).infill(request, DecodeSettings(steps=4, n=3, temperature=1.0, greedy_first=True))
+    assert all(t[0].startswith(" ") and t[0].split("\n")[0].strip() for t in result.candidates), result.candidates
 
 
 def test_each_slot_keeps_its_own_start(embedded):

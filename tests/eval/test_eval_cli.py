@@ -169,7 +169,7 @@ def test_the_shipped_model_mid_word_shows_far_more_with_the_typed_word_healed():
     settings = DecodeOptions(steps=16).decode_settings()
     healed = evaluate(engine, tasks, "editor", settings, 32, options=Options(), typed_chars=2)
     unaided = evaluate(engine, tasks, "editor", settings, 32, typed_chars=2,
-                       options=Options(planner=PlannerOptions(heal_typed_word=False)))
+                       options=Options(planner=PlannerOptions(heal_typed=False)))
     assert healed.shown >= 2 * max(unaided.shown, 1), (healed.shown, unaided.shown)
     assert healed.passed >= unaided.passed
 

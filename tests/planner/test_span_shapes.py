@@ -155,8 +155,8 @@ def test_span_chosen(language_id, source, kind, typed, single_line, max_tokens, 
     assert (plan.kind, plan.typed_prefix, plan.single_line) == (kind, typed, single_line)
     assert (plan.replace_start, plan.replace_end) == (cursor - len(typed), cursor)
     assert len(plan.request.slots) == 1
-    # A word typed halfway is what the slot must begin with (after the blanks the prefix left out).
-    assert plan.request.slots[0].starts_with == (plan.healed + typed if typed else "")
+    # What the prefix left out (the healed blanks, a word typed halfway) is what the slot must begin with.
+    assert plan.request.slots[0].starts_with == plan.healed + typed
     assert plan.request.slots[0].max_tokens == max_tokens
     assert plan.request.slots[0].single_line == single_line
     assert plan.indent == indent
@@ -233,5 +233,5 @@ def test_a_word_typed_halfway_is_the_slots_start_unless_switched_off():
     plan = plan_span(snapshot, cursor, PlannerSettings())
     assert plan.request.prefix.endswith("return") and plan.healed == " "
     assert plan.request.slots[0].starts_with == " nai"
-    off = plan_span(snapshot, cursor, PlannerSettings(heal_typed_word=False))
+    off = plan_span(snapshot, cursor, PlannerSettings(heal_typed=False))
     assert off.request.slots[0].starts_with == "" and off.typed_prefix == "nai"

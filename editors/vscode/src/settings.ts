@@ -16,7 +16,7 @@ export interface ServerOptionsPayload {
   contextTokens: number;
   companionEdits: boolean;
   healWhitespace: boolean;
-  healTypedWord: boolean;
+  healTyped: boolean;
   holeMarker: string;
   languages: Record<string, boolean>;
   steps: number;
@@ -41,7 +41,7 @@ const SERVER_KEYS: (keyof ServerOptionsPayload)[] = [
   "contextTokens",
   "companionEdits",
   "healWhitespace",
-  "healTypedWord",
+  "healTyped",
   "holeMarker",
   "languages",
   "steps",
