@@ -1,15 +1,16 @@
-"""Where a span must start: with the partial word the user typed before the cursor.
+"""Where a span must start: with what the user typed before the cursor and the prefix left out.
 
 Mid-word, the planner ends the request's prefix before the word and asks for the whole word
 (`return nai|` asks for ` naive`, planner/shapes.py: a tokenizer writes ` naive` as one token,
 so a prefix ending in ` nai` would ask the model to go on from a token it saw only as the start
 of other words). Post-processing then shows the model's text only if it begins with what was
 typed. Left to itself the model rarely does: the shipped CPU preview, on HumanEval's single
-lines with their first two characters typed, began with them on a minority of the lines
-(docs/eval.md, "A word typed halfway"), and every other keystroke inside a word showed nothing.
+lines with their first two characters typed, showed something on a fifth of them (docs/eval.md,
+"A word typed halfway"), and most keystrokes inside a word showed nothing. The blanks typed
+before the cursor are left out of the prefix the same way (planner/spans.healed_blanks).
 
-This is token healing for the typed word. `Slot.starts_with` holds the text the slot must begin
-with (the typed word, after any blanks the prefix also left out); while a candidate's slot has
+This is token healing for what was typed. `Slot.starts_with` holds the text the slot must begin
+with (the blanks the prefix left out, then the word typed halfway); while a candidate's slot has
 not written it, the loop decides that slot's positions in order: its first undecided position
 (the frontier) may only take a token that agrees with what is still to write (a start of it, or
 a token that begins with all of it: ` na`, ` nai`, ` naive`), the frontier is committed in that
@@ -18,7 +19,9 @@ wait. A whole-word token settles it in the first step, beside the rest of that s
 start written in pieces takes a step a piece, past the step budget if need be (the budget's
 greedy fill would guess the tokens after it blind). A rest that no token agrees with (a
 character the tokenizer splits into bytes) ends the rule for that slot: the model writes it
-unaided and post-processing judges, as before.
+unaided and post-processing judges, as before. A start that ends in blanks must be finished by a
+token with text after them: the user typed the blank to go on writing on that line, and an empty
+answer shows nothing.
 """
 from __future__ import annotations
 
