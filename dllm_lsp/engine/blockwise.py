@@ -322,8 +322,10 @@ class _Loop:
         else:
             commit = choose_commits(conf, todo, settings, steps_left=steps_left)
         if starts is not None:
-            commit |= starts.forced(todo.shape, todo.device)
-            starts.record(proposal)
+            forced = starts.forced(todo.shape, todo.device)
+            if forced is not None:
+                commit |= forced
+                starts.record(proposal)
         span = seq[:, t0:t0 + width]
         span = torch.where(commit, proposal, span)
         committed[commit] = conf[commit]

@@ -24,6 +24,7 @@ import torch
 from dllm_lsp.kernels.unmask_select import unmask_select
 
 from .denoiser import Canvas, Denoiser
+from .slot_index import first_in_slot
 from .span_ends import SpanEnds
 from .span_starts import SpanStarts, StartGate
 from .types import CacheSettings, DecodeSettings
@@ -410,9 +411,10 @@ class FixedLengthRun:
             commit = choose_commits(conf, masked, settings, steps_left=settings.steps - step)
         if starts is not None:
             forced = starts.forced(masked.shape, masked.device)
-            commit |= forced
-            self.pinned |= forced
-            starts.record(proposal)
+            if forced is not None:
+                commit |= forced
+                self.pinned |= forced
+                starts.record(proposal)
         span_now = self.ids[:, self.span_pos]
         span_now = torch.where(commit, proposal, span_now)
         self.committed_conf = torch.where(commit, conf, self.committed_conf)
@@ -461,17 +463,6 @@ def relayout(x: torch.Tensor, widths: tuple[int, ...], new_widths, fill) -> torc
         out[:, new:new + width] = x[:, old:old + width]
         old, new = old + width, new + new_width
     return out
-
-
-def first_in_slot(flags: torch.Tensor, slot_of: torch.Tensor, n_slots: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(index [B, S], first [B, S]): each span position's index, and the index of the first
-    flagged position of its slot (S when the slot has none). Branch-free: no host sync."""
-    batch, n_span = flags.shape
-    index = torch.arange(n_span, device=flags.device).expand(batch, -1)
-    slots = slot_of.expand(batch, -1)
-    first = torch.full((batch, n_slots), n_span, dtype=torch.long, device=flags.device)
-    first.scatter_reduce_(1, slots, torch.where(flags, index, n_span), reduce="amin")
-    return index, first.gather(1, slots)
 
 
 def hold_back_early_ends(conf, proposal, masked, slot_of, end_ids, n_slots):

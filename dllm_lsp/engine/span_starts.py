@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import torch
 from tokenizers import Tokenizer
 
+from .slot_index import slot_firsts
 from .types import InfillRequest
 
 _MASKS_KEPT = 64     # agreeing-token masks kept per index: typing asks for the same few again and again
@@ -162,10 +163,7 @@ class StartGate:
         if not self.pending:
             return
         n_span = masked.shape[1]
-        index = torch.arange(n_span, device=masked.device).expand_as(masked)
-        first = torch.full((masked.shape[0], n_slots), n_span, dtype=torch.long, device=masked.device)
-        first.scatter_reduce_(1, slot_of.expand_as(masked), torch.where(masked, index, n_span), reduce="amin")
-        firsts, chosen = first.tolist(), selected.tolist()
+        firsts, chosen = slot_firsts(masked, slot_of, n_slots).tolist(), selected.tolist()
         rows = (selected.flatten().cumsum(0) - 1).tolist()
         for b, row in enumerate(self.rest):
             for slot, rest in enumerate(row):
@@ -204,8 +202,11 @@ class StartGate:
             out[b, (slot_of == slot) & (index > position)] = -math.inf
         return out
 
-    def forced(self, shape: torch.Size, device: torch.device) -> torch.Tensor:
-        """[B, S] bool: this step's frontiers, committed whatever their confidence."""
+    def forced(self, shape: torch.Size, device: torch.device) -> torch.Tensor | None:
+        """[B, S] bool: this step's frontiers, committed whatever their confidence (None: none,
+        as in every step once the starts are written)."""
+        if not self._frontiers:
+            return None
         out = torch.zeros(shape, dtype=torch.bool, device=device)
         for b, position, _ in self._frontiers:
             out[b, position] = True
