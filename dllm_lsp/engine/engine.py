@@ -145,8 +145,7 @@ class Engine:
         should_stop = (lambda: cancel.cancelled) if cancel is not None else (lambda: False)
 
         ends = SpanEnds.for_request(request) if settings.ends_balanced else None   # a scan of the prefix: only when asked
-        starts = SpanStarts.for_request(request, self.token_index()) if any(
-            slot.starts_with for slot in request.slots) else None
+        starts = SpanStarts.for_request(request, self.token_index)
 
         def make_run():
             return run(self.denoiser, canvas, settings, step_cb, cache, ends, starts=starts)

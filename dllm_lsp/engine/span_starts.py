@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import OrderedDict, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -117,9 +118,11 @@ class SpanStarts:
     index: TokenIndex
 
     @classmethod
-    def for_request(cls, request: InfillRequest, index: TokenIndex) -> "SpanStarts | None":
+    def for_request(cls, request: InfillRequest, index: Callable[[], TokenIndex]) -> "SpanStarts | None":
+        """The request's rule, or None where no slot has a start (`index` is asked only then:
+        building it decodes the whole vocabulary)."""
         starts = tuple(slot.starts_with for slot in request.slots)
-        return cls(starts, index) if any(starts) else None
+        return cls(starts, index()) if any(starts) else None
 
 
 class StartGate:
