@@ -73,10 +73,11 @@ class PlannerOptions:
         "([planner.md](planner.md#token-healing))"))
     heal_typed: bool = attrs.field(default=True, metadata=doc(
         "what was typed on the line and left out of the prefix (a word typed halfway, the blanks "
-        "before the cursor) is written first: until it is, only tokens that agree with it are "
-        "proposed, and typed blanks are followed by text; off, the model writes it unaided and a "
-        "completion that does not begin with a typed word is not shown "
-        "([eval.md](eval.md#a-word-typed-halfway))"))
+        "before the cursor, punctuation the tokenizer joins to what follows, as `(` of `(\"`) is "
+        "written first: until it is, only tokens that agree with it are proposed, and typed blanks "
+        "are followed by text; off, the model writes it unaided and a completion that does not "
+        "begin with a typed word is not shown ([eval.md](eval.md#a-word-typed-halfway), "
+        "[planner.md](planner.md#punctuation-typed-last))"))
     hole_marker: str = attrs.field(default="TODO", validator=_non_empty, metadata=doc(
         'the marker comment "Fill holes" treats as a hole, besides each language\'s placeholders'))
     languages: dict[str, bool] = attrs.field(factory=dict, metadata=doc(

@@ -99,6 +99,8 @@ class BlockwiseRun(CallRun):
     `advance(logits)` and `outcome()` are what the step scheduler and `decode_blockwise` drive, as
     for `FixedLengthRun`."""
 
+    writes_starts = True
+
     def __init__(self, port: BlockDiffusionPort, canvas: Canvas, settings: DecodeSettings,
                  on_step: StepCallback | None = None, cache: CacheSettings = CacheSettings(),
                  ends: SpanEnds | None = None, starts: SpanStarts | None = None) -> None:

@@ -232,6 +232,8 @@ class FixedLengthRun:
     "longer than this" (DreamOn's expansion, decided by the engine at the slot's end).
     """
 
+    writes_starts = True     # applies a request's SpanStarts (engine/span_starts.py)
+
     def __init__(self, denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings,
                  on_step: StepCallback | None = None, cache: CacheSettings = CacheSettings(),
                  ends: SpanEnds | None = None, starts: SpanStarts | None = None) -> None:

@@ -28,6 +28,7 @@ from .denoiser import Canvas, Denoiser
 from .span_ends import SpanEnds
 from .span_starts import SpanStarts, TokenIndex
 from .token_cache import IncrementalEncoder
+from .token_healing import Healing
 from .types import (CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState, TokenConfidence,
                     device_slot_start)
 from .variable_length import VariableLengthRun
@@ -135,10 +136,18 @@ class Engine:
         when the slots leave no room for context."""
         run = RUNS[self.denoiser.decoding]
         t0 = time.perf_counter()
+        # The piece before a slot gives back punctuation that the tokenizer joins to what follows
+        # (token_healing.py); the texts below are the caller's again (`healing.texts`).
+        healing = (Healing.of(request, self.token_index, self.denoiser.encode)
+                   if run.writes_starts and any(slot.heal_before for slot in request.slots) else None)
+        if healing is not None:
+            request = healing.request
         with self._lock:
             canvas = self.canvas(request, context_tokens, self.start_tokens(settings))
         def report_step(step: int, span: torch.Tensor, masked: torch.Tensor, mean_conf: float, budget: int) -> None:
             texts = self.decode_slots(canvas.capacity, span, masked)
+            if healing is not None:
+                texts = [healing.texts(slots) for slots in texts]
             on_step(StepState(step, budget, texts, mean_conf, int(masked[0].sum())))
 
         step_cb = report_step if on_step is not None else None
@@ -165,6 +174,9 @@ class Engine:
             confidences = (None if outcome.confidence is None else
                            [self.slot_confidences(outcome.canvas.widths, span, conf)
                             for span, conf in zip(outcome.span_ids, outcome.confidence)])
+            if healing is not None:
+                candidates = [healing.texts(slots) for slots in candidates]
+                confidences = confidences and [healing.confidences(slots) for slots in confidences]
         latency_ms = (time.perf_counter() - t0) * 1000
         return InfillResult(candidates=candidates, steps=outcome.steps, tokens_committed=committed,
                             latency_ms=latency_ms, slot_widths=outcome.canvas.widths, confidences=confidences)

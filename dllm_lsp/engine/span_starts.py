@@ -88,6 +88,15 @@ class TokenIndex:
                 found.extend(self._by_text[text])
         return found
 
+    def extends(self, head: str, after: str = "") -> bool:
+        """Whether a token longer than `head` begins with it and agrees with `head + after` (the
+        text that must follow): whether a piece that ends in `head` cut such a token in two."""
+        whole = head + after
+        lo = bisect.bisect_left(self._sorted, head)
+        hi = bisect.bisect_left(self._sorted, head + "\U0010ffff")
+        return any(len(text) > len(head) and (whole.startswith(text) or text.startswith(whole))
+                   for text in self._sorted[lo:hi])
+
     def mask(self, rest: str, device: torch.device | str, beyond: bool = False) -> torch.Tensor:
         """[size] bool on `device`: the tokens `agreeing` with `rest`."""
         key = (rest, str(device), beyond)

@@ -14,6 +14,9 @@ class Slot:
     # The text the slot's content must begin with: the partial word typed before the cursor,
     # which the prefix leaves out (engine/span_starts.py). "" for none.
     starts_with: str = ""
+    # The piece before the slot may give its last token back to the slot when it is punctuation
+    # the tokenizer joins to what follows (`(` of `("`; engine/token_healing.py).
+    heal_before: bool = False
 
 
 @dataclass
@@ -40,8 +43,8 @@ class InfillRequest:
 
     @classmethod
     def single(cls, prefix: str, suffix: str, max_tokens: int, single_line: bool = False,
-               language: str | None = None, starts_with: str = "") -> "InfillRequest":
-        return cls([prefix, suffix], [Slot(max_tokens, single_line, starts_with)], language)
+               language: str | None = None, starts_with: str = "", heal_before: bool = False) -> "InfillRequest":
+        return cls([prefix, suffix], [Slot(max_tokens, single_line, starts_with, heal_before)], language)
 
     @property
     def prefix(self) -> str:

@@ -75,6 +75,8 @@ class VariableLengthRun(CallRun):
     (`Denoiser.batch_logits`), as for `FixedLengthRun`. Candidates run one after another
     (their layouts diverge)."""
 
+    writes_starts = False    # no frontier to write a start at (below): no token healing either
+
     def __init__(self, denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings,
                  on_step: StepCallback | None = None, cache: CacheSettings = CacheSettings(),
                  ends: SpanEnds | None = None, starts: SpanStarts | None = None) -> None:

@@ -64,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--typed", type=int, default=0, metavar="N",
                    help="editor mode: the user has typed the first N characters of the line's text before "
                         "asking (the cursor may sit inside a word; default 0: at the line's start)")
+    h.add_argument("--typed-through", default="", metavar="CHARS",
+                   help="editor mode: the user has typed the line up to and with its first character from CHARS "
+                        "(the cursor just after a bracket, dot or operator, e.g. '([.=,'); the tasks whose line "
+                        "has none of them before its last character are left out")
     h.add_argument("--companion-edits", action=argparse.BooleanOptionalAction,
                    default=PlannerOptions().companion_edits,
                    help="editor mode: fill the companion import slot in the same run, as the server does by "
@@ -120,11 +124,18 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--concurrency must be at least 1")
         if a.typed < 0:
             raise ValueError("--typed must be at least 0")
+        if a.typed and a.typed_through:
+            raise ValueError("--typed and --typed-through each say where the cursor is: give one")
         bad = [m for m in modes if m not in MODES]
         if bad or not modes:
             raise ValueError(f"--modes takes {' and/or '.join(MODES)}, not {a.modes!r}")
         path = resolve_data(a.data, a.data_dir)
-        tasks = spread_subset(load_tasks(path), a.limit)
+        tasks = load_tasks(path)
+        if a.typed_through:
+            tasks = [task for task in tasks if task.typed_through(a.typed_through) is not None]
+            if not tasks:
+                raise ValueError(f"no task's line has any of {a.typed_through!r} before its last character")
+        tasks = spread_subset(tasks, a.limit)
         # The decode options go through the server's schema (same checks, same meaning); the two
         # ablation flags are eval-only switches of the loop's rules.
         decode = DecodeOptions(steps=a.steps, threshold=a.threshold, confidence=a.confidence,
@@ -143,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                                              heal_typed=a.heal_typed, companion_edits=a.companion_edits),
                       decode=decode)
     results = [evaluate(engine, tasks, m, settings, unknown, a.timeout, a.workers, log, concurrency, options,
-                        typed_chars=a.typed)
+                        typed_chars=a.typed, typed_through=a.typed_through)
                for m in modes]
     name = benchmark_name(path)
     by_mode = {r.mode: r for r in results}
@@ -154,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {"steps": a.steps, "threshold": a.threshold, "confidence": a.confidence,
                      "remask_below": a.remask_below, "ends_in_order": a.ends_in_order,
                      "ends_balanced": a.ends_balanced, "heal_whitespace": a.heal_whitespace,
-                     "heal_typed": a.heal_typed, "typed": a.typed,
+                     "heal_typed": a.heal_typed, "typed": a.typed, "typed_through": a.typed_through,
                      "companion_edits": a.companion_edits, "min_confidence": a.min_confidence, "alternatives": a.alternatives,
                      "floor_from_left": a.floor_from_left, "slot_start_tokens": engine.start_tokens(settings),
                      "context": a.context, "timeout": a.timeout, "concurrency": concurrency},

@@ -114,12 +114,12 @@ def slot_tokens(engine: Engine, task: Task, mode: str, unknown_tokens: int) -> i
 
 def evaluate(engine: Engine, tasks: list[Task], mode: str, settings: DecodeSettings, unknown_tokens: int,
              timeout: float = 10.0, workers: int = 2, log=None, concurrency: int = 1,
-             options: Options = Options(), typed_chars: int = 0) -> ModeResult:
+             options: Options = Options(), typed_chars: int = 0, typed_through: str = "") -> ModeResult:
     """`concurrency` tasks are infilled at once: the engine's step scheduler gives their steps
     one forward pass where that pays (on a GPU, nearly the cost of one request's step).
     `options`: the server's options the "editor" mode plans and post-processes with (its
     decoding is `settings`, as in the other modes) after the user typed `typed_chars` characters of
-    the line (Task.in_editor)."""
+    the line, or its text through its first character from `typed_through` (Task.in_editor)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     if mode == "oracle":
@@ -130,7 +130,7 @@ def evaluate(engine: Engine, tasks: list[Task], mode: str, settings: DecodeSetti
 
     def infill(task: Task) -> Filled:
         if mode == "editor":
-            return complete_in_editor(engine, task, settings, options, typed_chars)
+            return complete_in_editor(engine, task, settings, options, typed_chars, typed_through)
         result = engine.infill(InfillRequest.single(task.prompt, task.suffix,
                                                     slot_tokens(engine, task, mode, unknown_tokens),
                                                     language="python"), settings)
@@ -206,11 +206,11 @@ def alternatives_report(filled: list[Filled], outcomes: list[Outcome], timeout: 
 
 
 def complete_in_editor(engine: Engine, task: Task, settings: DecodeSettings, options: Options,
-                       typed_chars: int = 0) -> Filled:
+                       typed_chars: int = 0, typed_through: str = "") -> Filled:
     """The task as a file in an editor (Task.in_editor), completed at its cursor as the server
     completes: the text shown with the program it makes and the alternatives offered beside it,
     or no completion where the editor would show nothing (a failed task)."""
-    document, cursor = task.in_editor(typed_chars)
+    document, cursor = task.in_editor(typed_chars, typed_through)
     plan = replace(pipeline.plan(Snapshot.parse(document, "python"), cursor, options,
                                  model_context=engine.denoiser.max_context), decode=settings)
     result = plan.run(engine)

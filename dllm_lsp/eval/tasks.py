@@ -33,22 +33,38 @@ class Task:
         """`source` (the task's code, filled somehow) as the program the benchmark runs."""
         return f"{source}\n{self.test}\n\ncheck({self.entry_point})\n"
 
-    def in_editor(self, typed_chars: int = 0) -> tuple[str, int]:
+    def in_editor(self, typed_chars: int = 0, through: str = "") -> tuple[str, int]:
         """(document, cursor offset): the task as a file open in an editor with the middle not yet
         written. Where the middle starts a line, its indentation is typed (pressing Enter
         indents), and where it ends one, its line is there, empty after the cursor: the user
         opened it. `typed_chars`: the user has also typed that many characters of the middle's
         first line after its indentation (at most all but its last), so the cursor may sit inside
-        a word. Filling the rest of the middle at the cursor gives back the reference program."""
+        a word. `through`: the user has typed that line up to and with its first character from
+        `through` instead (the cursor just after a bracket, a dot, an operator: `typed_through`
+        says where; no such character types nothing). Filling the rest of the middle at the cursor
+        gives back the reference program."""
         middle = self.canonical_solution
         typed = ""
         if not self.prompt or self.prompt.endswith("\n"):
             typed = middle[:len(middle) - len(middle.lstrip(" \t"))]
-        if typed_chars > 0:
+        count = self.typed_through(through) if through else typed_chars
+        if count and count > 0:
             first_line = middle[len(typed):].split("\n", 1)[0]
-            typed += first_line[:min(typed_chars, max(len(first_line) - 1, 0))]
+            typed += first_line[:min(count, max(len(first_line) - 1, 0))]
         opened = "\n" if middle.endswith("\n") and middle.strip() else ""
         return f"{self.prompt}{typed}{opened}{self.suffix}", len(self.prompt) + len(typed)
+
+    def typed_through(self, characters: str) -> int | None:
+        """How many characters of the middle's first line (after its indentation) end with its
+        first character from `characters`, or None where that line has none before its last
+        character (nothing would be left to complete)."""
+        middle = self.canonical_solution
+        line = middle.lstrip(" \t") if not self.prompt or self.prompt.endswith("\n") else middle
+        line = line.split("\n", 1)[0]
+        for i, ch in enumerate(line[:-1]):
+            if ch in characters:
+                return i + 1
+        return None
 
 
 DATA_ENV = "DLLM_LSP_EVAL_DATA"

@@ -38,7 +38,10 @@ ABLATIONS = {"single-line-ends-balanced": ("single-line", ("--ends-balanced", "-
              # The cursor inside a word, as most keystrokes leave it (the typed word healed): eval.md
              "single-line-editor-typed-2": ("single-line", ("--modes", "editor", "--typed", "2")),
              # companionEdits is off because it cost the CPU preview; does the GPU's model gain from it?
-             "single-line-editor-companion": ("single-line", ("--modes", "editor", "--companion-edits"))}
+             "single-line-editor-companion": ("single-line", ("--modes", "editor", "--companion-edits")),
+             # The cursor just after a bracket, dot, operator or quote (the last typed token healed): eval.md
+             "single-line-editor-typed-through": ("single-line", ("--modes", "editor",
+                                                                  "--typed-through", "([{.=,\"'"))}
 
 
 @dataclass(frozen=True)

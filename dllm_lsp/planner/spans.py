@@ -29,7 +29,8 @@ class PlannerSettings:
     min_snippet_overlap: int = 2    # a chunk must share this many identifiers with the cursor's surroundings
     prefix_quantum: int = 256       # the prefix start moves in steps of this many characters (cache reuse)
     heal_whitespace: bool = True    # the blanks typed before the span go to the model (token healing, below)
-    heal_typed: bool = True         # what the prefix left out (blanks, a word typed halfway) starts the slot
+    heal_typed: bool = True         # what the prefix left out (blanks, a word typed halfway, a token's
+                                    # first punctuation: engine/token_healing.py) starts the slot
 
     def __post_init__(self) -> None:
         for name in ("max_span_tokens", "max_line_tokens", "context_chars", "snippet_lines", "prefix_quantum"):
@@ -75,7 +76,8 @@ def plan_span(
     # the model writes the healed blanks and the word typed halfway itself, but only as typed.
     request = InfillRequest.single(snippets + text[start: shape.replace_start - len(healed)], text[offset:end],
                                    max_tokens, shape.single_line, language_name(snapshot.language_id),
-                                   starts_with=healed + typed if settings.heal_typed else "")
+                                   starts_with=healed + typed if settings.heal_typed else "",
+                                   heal_before=settings.heal_typed)
     return SpanPlan(
         request=request,
         snapshot=snapshot,

@@ -107,6 +107,29 @@ def test_every_task_opens_in_an_editor_where_its_middle_goes(data, typed_chars):
     assert typed_some > 0
 
 
+@pytest.mark.parametrize("data", ["single-line", "random-span-light"])
+def test_typed_through_puts_the_cursor_just_after_the_lines_first_such_character(data):
+    chars = "([{.=,\"'"
+    kept = 0
+    for task in load_tasks(resolve_data(data)):
+        count = task.typed_through(chars)
+        document, cursor = task.in_editor(through=chars)
+        if count is None:
+            assert (document, cursor) == task.in_editor()     # nothing of the line typed
+            continue
+        kept += 1
+        line_start = document.rfind("\n", 0, cursor) + 1
+        typed = document[line_start:cursor].lstrip(" \t") if task.prompt.endswith("\n") or not task.prompt \
+            else document[len(task.prompt):cursor]
+        assert len(typed) == count and typed[-1] in chars and not set(typed[:-1]) & set(chars)
+        rest = task.canonical_solution[cursor - len(task.prompt):]
+        assert rest.split("\n", 1)[0]                            # something is left to write on the line
+        if document[cursor:] != task.suffix:
+            rest = rest[:-1]
+        assert document[:cursor] + rest + document[cursor:] == task.prompt + task.canonical_solution + task.suffix
+    assert kept > 100
+
+
 def test_a_task_in_the_editor_runs_as_its_program():
     task = Task("T/1", "def inc(x):\n", "\n", "    return x + 1\n", "def check(f):\n    assert f(1) == 2\n", "inc")
     document, cursor = task.in_editor()

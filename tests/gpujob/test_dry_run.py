@@ -83,6 +83,10 @@ def test_training_evaluation_and_benchmarks_left_their_files(job):
     if companion.get("state") != "skipped":
         result = json.loads((model / "eval-single-line-editor-companion.json").read_text())
         assert set(result["modes"]) == {"editor"} and result["settings"]["companion_edits"] is True
+    through = {step["step"]: step for step in state["phases"]["eval"]["steps"]}["single-line-editor-typed-through"]
+    if through.get("state") != "skipped":
+        result = json.loads((model / "eval-single-line-editor-typed-through.json").read_text())
+        assert set(result["modes"]) == {"editor"} and result["settings"]["typed_through"] == "([{.=,\"'"
     bench = {step["step"]: step for step in state["phases"]["bench"]["steps"]}
     assert bench["kernels"]["rc"] == 0 and bench["latency"]["rc"] == 0
     # bench batching comes after them: it runs when the box still holds its estimate.

@@ -235,3 +235,5 @@ def test_a_word_typed_halfway_is_the_slots_start_unless_switched_off():
     assert plan.request.slots[0].starts_with == " nai"
     off = plan_span(snapshot, cursor, PlannerSettings(heal_typed=False))
     assert off.request.slots[0].starts_with == "" and off.typed_prefix == "nai"
+    # The punctuation before the slot is the engine's to heal (engine/token_healing.py), with the same switch.
+    assert plan.request.slots[0].heal_before and not off.request.slots[0].heal_before
