@@ -71,12 +71,15 @@ def check_sites(text: str, sites: Sequence[Site]) -> list[Site]:
 
 
 def joint_request(text: str, sites: Sequence[Site], language: str | None = None,
-                  heal_blanks: bool = False) -> InfillRequest:
+                  heal_blanks: bool = False, heal_before: bool = False) -> InfillRequest:
     """The document with every site masked: pieces[i] is the text between site i-1 and site i.
     `language`: the canonical language name (InfillRequest.language). `heal_blanks`: each piece
     ends before the spaces and tabs that precede its site on the site's line, which the model
     then writes itself (token healing, as the completion planner does: planner/spans.py
-    healed_blanks); `shape_fill` drops them from its text again, and the document keeps its own."""
+    healed_blanks); `shape_fill` drops them from its text again, and the document keeps its own.
+    `heal_before`: each piece may give its last token back to its slot where that is punctuation
+    the tokenizer joins to what follows (`x =` before a hole: engine/token_healing.py, which takes
+    it off the slot's text again)."""
     ordered = check_sites(text, sites)
     if not ordered:
         raise ValueError("a joint fill needs at least one site")
@@ -88,7 +91,8 @@ def joint_request(text: str, sites: Sequence[Site], language: str | None = None,
         pieces.append(piece)
         cursor = site.end
     pieces.append(text[cursor:])
-    return InfillRequest(pieces, [Slot(s.max_tokens, s.single_line) for s in ordered], language)
+    return InfillRequest(pieces, [Slot(s.max_tokens, s.single_line, heal_before=heal_before) for s in ordered],
+                         language)
 
 
 def shape_fill(raw: str, site: Site, following: str = "") -> str:

@@ -151,3 +151,5 @@ def test_healed_pieces_leave_the_blanks_before_each_hole_to_the_model():
     before = [text[text.rfind("\n", 0, h.start) + 1:h.start] for h in holes]     # each hole's line, up to it
     blanks = [b[len(b.rstrip(" \t")):] for b in before]
     assert settle(text, "rust", holes, [b + f for b, f in zip(blanks, fills)]) == settle(text, "rust", holes, fills)
+    assert not any(slot.heal_before for slot in healed.slots)
+    assert all(slot.heal_before for slot in joint_request(text, holes, heal_before=True).slots)
