@@ -21,7 +21,11 @@ greedy fill would guess the tokens after it blind). A rest that no token agrees 
 character the tokenizer splits into bytes) ends the rule for that slot: the model writes it
 unaided and post-processing judges, as before. A start that ends in blanks must be finished by a
 token with text after them: the user typed the blank to go on writing on that line, and an empty
-answer shows nothing.
+answer shows nothing. Likewise where the line cannot end after the text before the slot and its
+start (an assignment, a comparison, an operator, a dot: `depth +=`, `s.`; `goes_on`), in a slot
+the planner made: the position after the start takes no end and no token of blanks alone. Left
+free, the shipped model ended `depth +=` with a blank (docs/planner.md, "Punctuation typed last").
+The engine may have put punctuation into a start itself (token_healing.py: `(` of `("`).
 """
 from __future__ import annotations
 
@@ -37,6 +41,7 @@ from tokenizers import Tokenizer
 from .slot_index import slot_firsts
 from .types import InfillRequest
 
+_GOES_ON = frozenset("=.+-*/%<&|^~!@")    # a line does not end after these (goes_on)
 _MASKS_KEPT = 64     # agreeing-token masks kept per index: typing asks for the same few again and again
 
 
@@ -114,24 +119,53 @@ class TokenIndex:
             self._masks.popitem(last=False)
         return flags
 
+    def going_on(self, device: torch.device | str) -> torch.Tensor:
+        """[size] bool on `device`: the tokens that write text on the line (something besides
+        blanks, and no line break before it): what may follow a start the line cannot end after."""
+        key = ("", str(device), True)
+        cached = self._masks.get(key)
+        if cached is None:
+            flags = torch.zeros(self.size, dtype=torch.bool)
+            on = [token for token, text in self._text_of.items()
+                  if text.strip() and "\n" not in text[:len(text) - len(text.lstrip())]]
+            if on:
+                flags[torch.tensor(on)] = True
+            cached = self._masks[key] = flags.to(device)
+        return cached
+
     def text(self, token: int) -> str:
         """The token's text (as `of` decoded it); "" for a special token or a byte piece."""
         return self._text_of.get(token, "")
 
 
+def goes_on(start: str) -> bool:
+    """Whether a line cannot end after `start`: it ends in an assignment or comparison (`=`), a
+    dot, or an operator that takes a right-hand side (`+`, `->`, `and` is a word: not here). Not
+    `++` / `--` (a statement may end there), `...` (Python's Ellipsis) or `*/` (a comment's end)."""
+    if start.endswith(("++", "--", "...", "*/")):
+        return False
+    return start[-1:] in _GOES_ON or start.endswith(("->", "=>"))
+
+
 @dataclass(frozen=True)
 class SpanStarts:
-    """A request's rule: per slot, the text it must begin with ("" for none)."""
+    """A request's rule: per slot, the text it must begin with ("" for none), and whether the
+    line goes on after the text before it and that start (`goes_on`: then the slot writes text
+    first, no end and no blank alone)."""
 
     starts: tuple[str, ...]
     index: TokenIndex
+    going_on: tuple[bool, ...] = ()
 
     @classmethod
     def for_request(cls, request: InfillRequest, index: Callable[[], TokenIndex]) -> "SpanStarts | None":
-        """The request's rule, or None where no slot has a start (`index` is asked only then:
-        building it decodes the whole vocabulary)."""
+        """The request's rule, or None where no slot has one (`index` is asked only then:
+        building it decodes the whole vocabulary). Only a slot the planner made (`heal_before`)
+        is held to go on after an operator: the benchmark's own modes hand the engine raw text."""
         starts = tuple(slot.starts_with for slot in request.slots)
-        return cls(starts, index()) if any(starts) else None
+        going_on = tuple(slot.heal_before and goes_on(piece + slot.starts_with)
+                         for piece, slot in zip(request.pieces, request.slots))
+        return cls(starts, index(), going_on) if any(starts) or any(going_on) else None
 
 
 class StartGate:
@@ -153,13 +187,24 @@ class StartGate:
         # that finishes it: ` x`, not ` ` and then an end, nor ` \n` (the user typed the blank to
         # go on writing on this line).
         self.beyond = [start[-1:] in (" ", "\t") for start in slots]
+        # Where the line cannot end after the text before the slot and its start (an operator or
+        # a dot: `x +=`, `s.`, `goes_on`), the slot's text goes on: the position after the start
+        # takes no end and no blank-only token. [B][slot]: that position's offset in its slot,
+        # once known (0 where there is no start to write).
+        going_on = starts.going_on or (False,) * len(starts.starts)
+        self.goes_on = list(going_on if only_slot is None else (going_on[only_slot],))
+        # A slot with no start to write goes on from its first position.
+        self.after: list[list[int | None]] = [[0 if on and not start else None for start, on in zip(slots, self.goes_on)]
+                                              for _ in range(batch)]
         self._frontiers: list[tuple[int, int, int]] = []      # this step's (candidate, position, slot)
+        self._slot_starts: dict[int, int] = {}                # each slot's first span position, this step
 
     @classmethod
     def for_run(cls, starts: SpanStarts | None, batch: int, only_slot: int | None = None) -> "StartGate | None":
         """The gate of a run with `batch` candidates, or None: no rule. `only_slot`: the run
         decodes that slot of the request alone (the block-wise loop), as its slot 0."""
-        if starts is None or (only_slot is not None and not starts.starts[only_slot]):
+        if starts is None or (only_slot is not None and not starts.starts[only_slot]
+                              and not (starts.going_on and starts.going_on[only_slot])):
             return None
         return cls(starts, batch, only_slot)
 
@@ -172,14 +217,28 @@ class StartGate:
         """logits [R, V] at the rows `selected` [B, S] picks (row-major): at each pending slot's
         frontier (its first position in `masked`), only tokens that agree with what is left."""
         self._frontiers = []
-        if not self.pending:
+        if not self.pending and not any(at is not None for row in self.after for at in row):
             return
         n_span = masked.shape[1]
         firsts, chosen = slot_firsts(masked, slot_of, n_slots).tolist(), selected.tolist()
         rows = (selected.flatten().cumsum(0) - 1).tolist()
+        owner = slot_of.tolist()
+        slot_start = self._slot_starts = {slot: owner.index(slot) for slot in set(owner)}
+
+        def go_on_at(b: int, position: int, slot: int) -> None:
+            # The position after a start the line cannot end after: text, not an end or a blank.
+            if position < n_span and owner[position] == slot and chosen[b][position]:
+                line = logits[rows[b * n_span + position]]
+                text = self.index.going_on(logits.device)[:logits.shape[-1]]
+                line[:text.shape[0]].masked_fill_(~text, -math.inf)
+                line[text.shape[0]:] = -math.inf
+
         for b, row in enumerate(self.rest):
             for slot, rest in enumerate(row):
                 if not rest:
+                    after = self.after[b][slot]
+                    if after is not None and slot in slot_start:
+                        go_on_at(b, slot_start[slot] + after, slot)
                     continue
                 position = firsts[b][slot]
                 if position >= n_span or not chosen[b][position]:
@@ -195,6 +254,10 @@ class StartGate:
                 line[:allowed.shape[0]].masked_fill_(~allowed, -math.inf)
                 line[allowed.shape[0]:] = -math.inf
                 self._frontiers.append((b, position, slot))
+                if self.goes_on[slot]:
+                    # Decided beside the frontier when its token finishes the start (hold_back
+                    # lets it through): no end there either. Unfinished, it waits anyway.
+                    go_on_at(b, position + 1, slot)
 
     def hold_back(self, conf: torch.Tensor, proposal: torch.Tensor, slot_of: torch.Tensor) -> torch.Tensor:
         """conf [B, S] with the positions after this step's frontiers, in their slots, at -inf,
@@ -232,4 +295,6 @@ class StartGate:
         for b, position, slot in self._frontiers:
             rest, text = self.rest[b][slot], self.index.text(tokens[b][position])
             self.rest[b][slot] = "" if text.startswith(rest) else rest[len(text):]
+            if not self.rest[b][slot] and self.goes_on[slot]:
+                self.after[b][slot] = position + 1 - self._slot_starts[slot]
         self._frontiers = []

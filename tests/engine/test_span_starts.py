@@ -4,15 +4,22 @@ loop that applies the rule, driven by real tiny random models, which left alone 
 begin with the made-up words asked of them."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
+import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from dllm_lsp.checkpoints.block_tiny import write_tiny_block_checkpoint
 from dllm_lsp.checkpoints.tiny import write_tiny_checkpoint
 from dllm_lsp.engine.engine import Engine
-from dllm_lsp.engine.span_starts import TokenIndex
+from dllm_lsp.engine.span_starts import SpanStarts, StartGate, TokenIndex, goes_on
 from dllm_lsp.engine.types import DecodeSettings, InfillRequest, Slot
+from dllm_lsp.eval.tasks import load_tasks, resolve_data
 from dllm_lsp.loader import load_model
+from dllm_lsp.options import DecodeOptions, Options, PlannerOptions
+from dllm_lsp.syntax.snapshot import Snapshot
+from dllm_lsp import pipeline
 
 PREFIX = "def area(width, height):\n    return"
 SUFFIX = "\n\n\nprint(area(2, 3))\n"
@@ -120,3 +127,69 @@ def test_the_block_loop_begins_with_it(tmp_path, layout):
         for settings in (DecodeSettings(steps=4), DecodeSettings(steps=2, n=2, temperature=0.8)):
             result = Engine(model).infill(request, settings)
             assert all(texts[slot].startswith(START) for texts in result.candidates), result.candidates
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("x =", True), ("a ==", True), ("n +=", True), ("s.", True), ("x -", True), ("f() ->", True),
+    ("(a) =>", True), ("@", True),
+    ("i++", False), ("i--", False), ("x = ...", False), ("/* c */", False), ("f(", False), ("a,", False),
+    ("x = 1", False), ("x = ", False), ("", False),
+])
+def test_where_a_line_goes_on(text, expected):
+    assert goes_on(text) is expected
+
+
+def test_the_gate_keeps_ends_and_blanks_from_the_position_after_a_start_the_line_goes_on_after(embedded):
+    """Logits that would end the slot at once (an end token, a blank) are refused at the position
+    after the start, and only there; a slot with no start to write goes on from its first position."""
+    index = TokenIndex.of(embedded.tokenizer, exclude=(embedded.special.mask_id, *embedded.special.end_ids))
+    end, blank = embedded.special.end_ids[0], embedded.tokenizer.encode(" ").ids[0]
+    dot = index.agreeing(".")[0]
+    assert index.text(blank) == " " and index.text(dot) == "."
+    on = index.going_on("cpu")
+    assert not on[end] and not on[blank] and on[dot]
+    for token in range(index.size):
+        text = index.text(token)
+        leading = text[:len(text) - len(text.lstrip())]
+        assert bool(on[token]) == bool(text.strip() and "\n" not in leading), (token, text)
+
+    def step(gate: StartGate, masked: list[bool]) -> torch.Tensor:
+        flags = torch.tensor([masked])
+        logits = torch.zeros(int(flags.sum()), index.size)
+        logits[:, end] = 5.0
+        logits[:, blank] = 4.0
+        gate.restrict(logits, flags, flags, torch.zeros(4, dtype=torch.long), 1)
+        return logits.argmax(-1)
+
+    nothing_to_write = StartGate(SpanStarts(("",), index, (True,)), 1)
+    assert step(nothing_to_write, [True] * 4).tolist()[1:] == [end] * 3        # only the first position
+    assert step(nothing_to_write, [True] * 4)[0] not in (end, blank)
+    assert step(nothing_to_write, [False, True, True, True]).tolist() == [end] * 3   # decided: the rule is done
+
+    dot_first = StartGate(SpanStarts((".",), index, (True,)), 1)
+    chosen = step(dot_first, [True] * 4)
+    assert index.text(int(chosen[0])).startswith(".") and chosen[1] not in (end, blank) and chosen[2] == end
+    dot_first.record(torch.tensor([[dot, end, end, end]]))
+    assert step(dot_first, [False, True, True, True]).tolist()[1:] == [end] * 2
+    assert step(dot_first, [False, True, True, True])[0] not in (end, blank)
+    free = StartGate(SpanStarts((".",), index, (False,)), 1)
+    assert step(free, [True] * 4)[1] == end
+
+
+def test_the_shipped_model_writes_text_after_a_typed_operator():
+    """`depth +=‸` and the like (HumanEval lines typed through their `=`): left free, the shipped
+    model ended the line with a blank (nothing shown); held to go on, it writes text."""
+    wanted = {"SingleLineInfilling/HumanEval/1/L6", "SingleLineInfilling/HumanEval/3/L3",
+              "SingleLineInfilling/HumanEval/6/L5", "SingleLineInfilling/HumanEval/8/L4"}
+    engine = Engine(load_model(None, "cpu"))
+    settings = DecodeOptions(steps=16).decode_settings()
+    for task in (t for t in load_tasks(resolve_data("single-line")) if t.task_id in wanted):
+        document, cursor = task.in_editor(through="=")
+        assert document[:cursor].endswith("=")
+        texts = []
+        for options in (Options(), Options(planner=PlannerOptions(heal_typed=False))):
+            plan = replace(pipeline.plan(Snapshot.parse(document, "python"), cursor, options,
+                                         model_context=engine.denoiser.max_context), decode=settings)
+            texts.append(plan.run(engine).text)
+        held, free = texts
+        assert held.strip() and not held.startswith("\n") and not free.strip(), (task.task_id, held, free)
