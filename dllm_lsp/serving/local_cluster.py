@@ -20,17 +20,27 @@ import time
 from pathlib import Path
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# Ports Ray's components take by default when not told otherwise: the dashboard agent's HTTP port
+# (52365) lies in the range the OS hands out as free ports, and a head whose GCS drew it refused
+# to start ("dashboard_agent_http is trying to use a port number 52365 that is used by other
+# components"): a test run lost its Ray tests to that once.
+RAY_DEFAULT_PORTS = frozenset({6379, 8265, 10001, 52365})
+START_TRIES = 3     # a port freed here may be taken by another process before Ray binds it
+
+
+def free_port(avoid: frozenset[int] | set[int] = RAY_DEFAULT_PORTS) -> int:
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in avoid:
+            return port
 
 
 class RayCluster:
     def __init__(self, root: Path, cpus: int = 4) -> None:
         self.root, self.cpus = Path(root), cpus
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
+        self._draw_ports()
         self.token_path = self.root / "auth_token"
         self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0",
                     # Older Ray ignores these; recent Ray needs them on the head and every client.
@@ -38,17 +48,32 @@ class RayCluster:
         self.env.pop("RAY_AUTH_TOKEN", None)   # a token in the caller's environment would win over the file
         self.proc: subprocess.Popen | None = None
 
+    def _draw_ports(self) -> None:
+        """The GCS port and the dashboard agent's, free now and neither one a Ray default."""
+        self.port = free_port()
+        self.agent_port = free_port(RAY_DEFAULT_PORTS | {self.port})
+        self.address = f"127.0.0.1:{self.port}"
+
     def __enter__(self) -> "RayCluster":
         self.root.mkdir(parents=True, exist_ok=True)
         self.token_path.write_text(secrets.token_hex(32))
         self.token_path.chmod(0o600)
-        self.log = open(self.root / "ray-start.log", "w")
-        self.proc = subprocess.Popen(
-            ["ray", "start", "--head", "--block", f"--port={self.port}", f"--num-cpus={self.cpus}", "--num-gpus=0",
-             "--include-dashboard=false", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
-             f"--temp-dir={self.root}"],
-            env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        self.wait_ready()
+        for attempt in range(START_TRIES):
+            self.log = open(self.root / "ray-start.log", "w")
+            self.proc = subprocess.Popen(
+                ["ray", "start", "--head", "--block", f"--port={self.port}", f"--num-cpus={self.cpus}", "--num-gpus=0",
+                 f"--dashboard-agent-listen-port={self.agent_port}",
+                 "--include-dashboard=false", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
+                 f"--temp-dir={self.root}"],
+                env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                self.wait_ready()
+                return self
+            except RuntimeError as exc:
+                self.log.close()
+                if attempt + 1 == START_TRIES or "port" not in str(exc):
+                    raise
+                self._draw_ports()        # another process took a port between the draw and the bind
         return self
 
     def wait_ready(self, timeout: float = 180.0) -> None:

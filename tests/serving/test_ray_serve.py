@@ -21,7 +21,7 @@ from tests.server.lsp_harness import (
     wait_loaded,
     wait_until,
 )
-from dllm_lsp.serving.local_cluster import RayCluster, free_port
+from dllm_lsp.serving.local_cluster import RAY_DEFAULT_PORTS, RayCluster, free_port
 
 pytestmark = pytest.mark.timeout(600)
 URI = "file:///ray/area.py"
@@ -184,3 +184,14 @@ def test_without_ray_installed_the_cli_says_what_to_install():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and 'pip install "dllm-lsp[ray]"' in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_clusters_ports_avoid_the_ones_ray_takes_by_default(tmp_path):
+    """A GCS port drawn as 52365 (the dashboard agent's default) once kept a head from starting:
+    the ports drawn are free, distinct and none of Ray's defaults, and the agent is told its own."""
+    first = free_port()
+    assert first not in RAY_DEFAULT_PORTS and free_port(RAY_DEFAULT_PORTS | {first}) != first
+    cluster = RayCluster(tmp_path)
+    assert cluster.port != cluster.agent_port
+    assert not {cluster.port, cluster.agent_port} & RAY_DEFAULT_PORTS
+    assert cluster.address == f"127.0.0.1:{cluster.port}"
