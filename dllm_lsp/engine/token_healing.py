@@ -5,8 +5,7 @@ to `print(` ends in the token `(`. The tokenizer writes `("`, `()`, `([`, `(-` a
 the model has seen `(` before a word but never before `"`, `)`, `[` or `-`: a string argument,
 an empty call or a list is out of its reach just after the user typed the bracket. The same goes
 for ` =` before `=` (` ==`), ` [` before `]` (` []`), `[` before `:` (`[:`, `[::`), `'` before
-`,` or `:`. On HumanEval's single lines one place in five just after a bracket, quote, dot or
-operator falls inside a token (docs/planner.md, "Punctuation typed last").
+`,` or `:` (docs/planner.md, "Punctuation typed last").
 
 So where a slot allows it (`Slot.heal_before`: the planner's `healTyped`), the engine gives the
 piece's last token back when it cut one in two: its text is punctuation (no letter, digit,
