@@ -62,6 +62,7 @@ class TokenIndex:
         self._by_text = dict(by_text)
         self._sorted = sorted(self._by_text)
         self._masks: OrderedDict[tuple[str, str, bool], torch.Tensor] = OrderedDict()
+        self._going_on: dict[str, torch.Tensor] = {}      # device -> the `going_on` mask
 
     @classmethod
     def of(cls, tokenizer: Tokenizer, exclude: tuple[int, ...] = ()) -> "TokenIndex":
@@ -122,15 +123,14 @@ class TokenIndex:
     def going_on(self, device: torch.device | str) -> torch.Tensor:
         """[size] bool on `device`: the tokens that write text on the line (something besides
         blanks, and no line break before it): what may follow a start the line cannot end after."""
-        key = ("", str(device), True)
-        cached = self._masks.get(key)
+        cached = self._going_on.get(str(device))
         if cached is None:
             flags = torch.zeros(self.size, dtype=torch.bool)
             on = [token for token, text in self._text_of.items()
                   if text.strip() and "\n" not in text[:len(text) - len(text.lstrip())]]
             if on:
                 flags[torch.tensor(on)] = True
-            cached = self._masks[key] = flags.to(device)
+            cached = self._going_on[str(device)] = flags.to(device)
         return cached
 
     def text(self, token: int) -> str:
