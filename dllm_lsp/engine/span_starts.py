@@ -161,9 +161,11 @@ class SpanStarts:
     def for_request(cls, request: InfillRequest, index: Callable[[], TokenIndex]) -> "SpanStarts | None":
         """The request's rule, or None where no slot has one (`index` is asked only then:
         building it decodes the whole vocabulary). Only a slot the planner made (`heal_before`)
-        is held to go on after an operator: the benchmark's own modes hand the engine raw text."""
+        in a programming language it knows (`request.language`; not prose, where a line may well
+        end after a full stop) is held to go on after an operator: the benchmark's own modes hand
+        the engine raw text."""
         starts = tuple(slot.starts_with for slot in request.slots)
-        going_on = tuple(slot.heal_before and goes_on(piece + slot.starts_with)
+        going_on = tuple(request.language is not None and slot.heal_before and goes_on(piece + slot.starts_with)
                          for piece, slot in zip(request.pieces, request.slots))
         return cls(starts, index(), going_on) if any(starts) or any(going_on) else None
 

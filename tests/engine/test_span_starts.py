@@ -139,6 +139,19 @@ def test_where_a_line_goes_on(text, expected):
     assert goes_on(text) is expected
 
 
+def test_only_planner_made_slots_in_code_are_held_to_go_on(embedded):
+    index = TokenIndex.of(embedded.tokenizer)
+
+    def rule(language, heal_before, prefix="    depth +="):
+        request = InfillRequest.single(prefix, "\n", 8, True, language, heal_before=heal_before)
+        return SpanStarts.for_request(request, lambda: index)
+
+    assert rule("python", True).going_on == (True,)
+    assert rule("python", False) is None                           # raw text (the benchmark's modes)
+    assert rule(None, True) is None                                # prose: a line may end after a full stop
+    assert rule("python", True, "    x = 1") is None
+
+
 def test_the_gate_keeps_ends_and_blanks_from_the_position_after_a_start_the_line_goes_on_after(embedded):
     """Logits that would end the slot at once (an end token, a blank) are refused at the position
     after the start, and only there; a slot with no start to write goes on from its first position."""
