@@ -155,7 +155,7 @@ class SpanStarts:
 
     starts: tuple[str, ...]
     index: TokenIndex
-    going_on: tuple[bool, ...] = ()
+    going_on: tuple[bool, ...]
 
     @classmethod
     def for_request(cls, request: InfillRequest, index: Callable[[], TokenIndex]) -> "SpanStarts | None":
@@ -193,8 +193,7 @@ class StartGate:
         # a dot: `x +=`, `s.`, `goes_on`), the slot's text goes on: the position after the start
         # takes no end and no blank-only token. [B][slot]: that position's offset in its slot,
         # once known (0 where there is no start to write).
-        going_on = starts.going_on or (False,) * len(starts.starts)
-        self.goes_on = list(going_on if only_slot is None else (going_on[only_slot],))
+        self.goes_on = list(starts.going_on if only_slot is None else (starts.going_on[only_slot],))
         # A slot with no start to write goes on from its first position.
         self.after: list[list[int | None]] = [[0 if on and not start else None for start, on in zip(slots, self.goes_on)]
                                               for _ in range(batch)]
@@ -206,7 +205,7 @@ class StartGate:
         """The gate of a run with `batch` candidates, or None: no rule. `only_slot`: the run
         decodes that slot of the request alone (the block-wise loop), as its slot 0."""
         if starts is None or (only_slot is not None and not starts.starts[only_slot]
-                              and not (starts.going_on and starts.going_on[only_slot])):
+                              and not starts.going_on[only_slot]):
             return None
         return cls(starts, batch, only_slot)
 
@@ -230,10 +229,7 @@ class StartGate:
         def go_on_at(b: int, position: int, slot: int) -> None:
             # The position after a start the line cannot end after: text, not an end or a blank.
             if position < n_span and owner[position] == slot and chosen[b][position]:
-                line = logits[rows[b * n_span + position]]
-                text = self.index.going_on(logits.device)[:logits.shape[-1]]
-                line[:text.shape[0]].masked_fill_(~text, -math.inf)
-                line[text.shape[0]:] = -math.inf
+                _keep_only(logits[rows[b * n_span + position]], self.index.going_on(logits.device))
 
         for b, row in enumerate(self.rest):
             for slot, rest in enumerate(row):
@@ -252,9 +248,7 @@ class StartGate:
                 if not bool(allowed.any()):
                     row[slot] = ""           # no token agrees (a character split into bytes)
                     continue
-                line = logits[rows[b * n_span + position]]
-                line[:allowed.shape[0]].masked_fill_(~allowed, -math.inf)
-                line[allowed.shape[0]:] = -math.inf
+                _keep_only(logits[rows[b * n_span + position]], allowed)
                 self._frontiers.append((b, position, slot))
                 if self.goes_on[slot]:
                     # Decided beside the frontier when its token finishes the start (hold_back
@@ -300,3 +294,11 @@ class StartGate:
             if not self.rest[b][slot] and self.goes_on[slot]:
                 self.after[b][slot] = position + 1 - self._slot_starts[slot]
         self._frontiers = []
+
+
+def _keep_only(line: torch.Tensor, allowed: torch.Tensor) -> None:
+    """One position's logits [V]: every token but the `allowed` ones ([<= V] bool) at -inf, and
+    the columns past `allowed` too (padded embeddings: no token of the tokenizer)."""
+    allowed = allowed[:line.shape[-1]]
+    line[:allowed.shape[0]].masked_fill_(~allowed, -math.inf)
+    line[allowed.shape[0]:] = -math.inf
