@@ -96,7 +96,8 @@ def run(args: argparse.Namespace) -> dict:
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise SystemExit("bench kernels: --device cuda but torch sees no CUDA device")
-        torch.cuda.set_device(device)
+        if device.index is not None:   # torch.cuda.set_device refuses a bare "cuda" (no index)
+            torch.cuda.set_device(device)
     elif device.type != "cpu":
         raise SystemExit(f"bench kernels: unsupported device {device}")
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
