@@ -1,7 +1,8 @@
 """Which implementation a kernel call takes: the Triton kernel or its torch reference.
 
-Policy (DESIGN.md): Triton on CUDA tensors, the reference everywhere else. The environment
-variable DLLM_LSP_KERNELS overrides it:
+Policy (DESIGN.md): Triton on CUDA tensors, the reference everywhere else, except where a
+GPU measurement found the kernel slower than its reference (`MIN_CONTEXT`: span attention over
+short contexts). The environment variable DLLM_LSP_KERNELS overrides it:
   - "reference": always the torch reference (to compare, or to work around a kernel bug);
   - "triton": Triton wherever it can run, CPU included when TRITON_INTERPRET=1 (how the
     tests drive the kernels through the model on a machine without a GPU);
@@ -40,6 +41,18 @@ T = TypeVar("T")
 
 class KernelInputError(ValueError):
     """The caller passed inputs a kernel does not take (shape, dtype): a caller bug, not a kernel fault."""
+
+
+# Measured on an H200 (docs/results/kernels-h200.json: bf16, eager calls, as the engine makes
+# them): span attention's two launches (split, then merge) cost more than cat + SDPA over a short
+# context, 0.4-0.9x of its speed at 512 and 2048 cached tokens, and it wins from 8192 on
+# (1.2-2.5x). Under "auto" it runs only over a context at least this long.
+MIN_CONTEXT = {"span_attention": 4096}
+
+
+def worth_running(name: str, context_tokens: int) -> bool:
+    """Whether the kernel `name` beats its reference over this many context tokens ("triton" mode: always)."""
+    return kernel_mode() == "triton" or context_tokens >= MIN_CONTEXT.get(name, 0)
 
 
 _failed: dict[str, str] = {}      # kernel name -> why it was disabled at run time

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from .dispatch import (
     KernelInputError, interpreting, multiprocessor_count, next_power_of_2,
-    run_kernel, triton_available, use_triton,
+    run_kernel, triton_available, use_triton, worth_running,
 )
 
 LOG2E = 1.4426950408889634
@@ -49,7 +49,9 @@ def span_attention(
 ) -> torch.Tensor:
     """Triton on CUDA (see kernels/dispatch.py), the torch reference elsewhere."""
     # fp32 on CUDA stays on SDPA: an exact fp32 dot in this kernel spills registers (see tile_config).
-    if use_triton(q, k_ctx, v_ctx, k_span, v_span) and (q.dtype != torch.float32 or not q.is_cuda):
+    # A short context too: SDPA was faster there on the H200 (dispatch.MIN_CONTEXT).
+    if (use_triton(q, k_ctx, v_ctx, k_span, v_span) and (q.dtype != torch.float32 or not q.is_cuda)
+            and worth_running("span_attention", k_ctx.shape[2])):
         return run_kernel("span_attention", span_attention_triton, span_attention_reference,
                           q, k_ctx, v_ctx, k_span, v_span, scale)
     return span_attention_reference(q, k_ctx, v_ctx, k_span, v_span, scale)

@@ -48,10 +48,8 @@ def unmask_select_reference(
     x = logits.float()
     if x.shape[-1] > 1:
         top = x.topk(2, dim=-1)
-        top1, second, argmax = top.values[:, 0], top.values[:, 1], top.indices[:, 0].clone()
-        tie = top1 == second
-        if tie.any():   # topk breaks ties in no set order; argmax takes the first index, as the kernel does
-            argmax[tie] = x[tie].argmax(-1)
+        top1, second = top.values[:, 0], top.values[:, 1]
+        argmax = first_of_ties(x, top.indices[:, 0], top1 == second, sync_free=x.is_cuda)
     else:
         top1, argmax = x[:, 0], torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
         second = torch.full_like(top1, -math.inf)
@@ -69,6 +67,20 @@ def unmask_select_reference(
         prob = 1.0 / s
     margin = 1.0 / s - (second - top1).exp() / s
     return Selection(token, prob, margin, entropy)
+
+
+def first_of_ties(x: torch.Tensor, top_index: torch.Tensor, tie: torch.Tensor, sync_free: bool) -> torch.Tensor:
+    """topk breaks ties in no set order; argmax takes the first index, as the kernel does.
+
+    `sync_free` (on a GPU): no `tie.any()`, which waits for the device every step and cannot be
+    captured in a CUDA graph (bench kernels' step failed its capture on the H200 on it); the
+    argmax pass is paid every time instead. On a CPU the check is free and usually saves it."""
+    if sync_free:
+        return torch.where(tie, x.argmax(-1), top_index)
+    index = top_index.clone()
+    if tie.any():
+        index[tie] = x[tie].argmax(-1)
+    return index
 
 
 def unmask_select(

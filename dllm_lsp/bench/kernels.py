@@ -74,7 +74,7 @@ def check_targets(report: dict) -> list[dict]:
                         "value": row["speedup"], "met": row["speedup"] >= TARGETS["unmask_select_speedup"]})
     step = report.get("step")
     if step and step.get("weight_read_bound_ms") and not report["settings"]["quick"]:
-        kernel_runs = [v for v in step["variants"] if v["kernels"]]
+        kernel_runs = [v for v in step.get("variants", ()) if v["kernels"] and "median_ms" in v]
         if kernel_runs:
             best = min(kernel_runs, key=lambda v: v["median_ms"])
             out.append({"target": "Dream-7B-shaped step within 1.3x of the weight-read bound",
@@ -83,7 +83,7 @@ def check_targets(report: dict) -> list[dict]:
     return out
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace, save=lambda report: None) -> dict:
     # Imported here, after main() has set TRITON_INTERPRET for a CPU run: Triton reads it when the
     # kernels are decorated, at their import.
     import torch  # noqa: PLC0415
@@ -120,9 +120,13 @@ def run(args: argparse.Namespace) -> dict:
         "kernels": kernel_cases.all_cases(device, args.quick),
     }
     if not args.skip_step:
+        save(report)   # the per-kernel figures stand even if the step then fails or runs out of time
         n_ctx = args.context or (16 if args.quick else 2048)
         span = args.span or (4 if args.quick else 32)
-        report["step"] = bench_step(device, args.quick, n_ctx, span, bandwidth, profile=args.profile)
+        try:
+            report["step"] = bench_step(device, args.quick, n_ctx, span, bandwidth, profile=args.profile)
+        except Exception as exc:   # e.g. out of GPU memory for the Dream-7B shape
+            report["step"] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
     report["targets"] = check_targets(report)
     return report
 
@@ -136,10 +140,15 @@ def table(report: dict) -> str:
         speedup = "-" if row["speedup"] is None else f"{row['speedup']:.2f}x"
         lines.append(f"{row['kernel']:<15} {shape:<70} torch {row['torch_ms']:.4f} ms  kernel {kernel_ms} ms  {speedup}")
     step = report.get("step")
-    if step:
+    if step and "error" in step:
+        lines.append(f"step: failed: {step['error']}")
+    elif step:
         lines.append(f"step ({step['model']['parameters'] / 1e9:.2f}B params, N={step['context_tokens']}, "
                      f"L={step['span_tokens']}): weight-read bound {step['weight_read_bound_ms']} ms")
         for v in step["variants"]:
+            if "error" in v:
+                lines.append(f"  kernels={v['kernels']!s:<5} {v['execution']:<10} failed: {v['error']}")
+                continue
             lines.append(f"  kernels={v['kernels']!s:<5} {v['execution']:<10} {v['median_ms']:.3f} ms  "
                          f"x bound {v['x_weight_read_bound']}")
         ar = step["autoregressive_token"]
@@ -159,10 +168,12 @@ def main(argv: list[str] | None = None) -> int:
         # Kernels are decorated at import: ask for the interpreter before that, so the CPU smoke
         # run goes through the Triton code path too.
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    report = run(args)
-    text = json.dumps(report, indent=2)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
-    print(text if args.json else table(report))
+    def save(report: dict) -> None:
+        if args.out:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+
+    report = run(args, save)
+    save(report)
+    print(json.dumps(report, indent=2) if args.json else table(report))
     return 0

@@ -50,6 +50,12 @@ def test_targets_are_judged_from_the_figures():
     }
     judged = {t["target"].split()[0]: t for t in check_targets(report)}
     assert judged["span"]["met"] and judged["span"]["vs_sdpa_precat"] == 1.5
+    # A variant that failed (the capture of a step with a device sync, on the H200) has no time:
+    # the target is judged from the variants that ran; a step that failed judges nothing.
+    report["step"]["variants"].insert(0, {"kernels": True, "execution": "cuda_graph", "error": "AcceleratorError: x"})
+    assert {t["target"].split()[0]: t for t in check_targets(report)}["Dream-7B-shaped"]["value"] == 1.25
+    report["step"] = {"error": "OutOfMemoryError: y"}
+    assert "Dream-7B-shaped" not in {t["target"].split()[0] for t in check_targets(report)}
     assert not judged["unmask-select"]["met"]
     assert judged["Dream-7B-shaped"]["met"] and judged["Dream-7B-shaped"]["variant"] == "cuda_graph"
 

@@ -66,6 +66,17 @@ def test_dispatch_policy(monkeypatch):
         dispatch.use_triton(x)
 
 
+def test_measured_policy_keeps_short_contexts_on_the_reference(monkeypatch):
+    # "auto": span attention only over contexts where the H200 measured it faster than SDPA.
+    monkeypatch.delenv("DLLM_LSP_KERNELS", raising=False)
+    cutoff = dispatch.MIN_CONTEXT["span_attention"]
+    assert not dispatch.worth_running("span_attention", 2048) and not dispatch.worth_running("span_attention", cutoff - 1)
+    assert dispatch.worth_running("span_attention", cutoff) and dispatch.worth_running("span_attention", 8192)
+    assert dispatch.worth_running("rope", 0)                         # no measured exception: always
+    monkeypatch.setenv("DLLM_LSP_KERNELS", "triton")                 # forced: every length (the tests' path)
+    assert dispatch.worth_running("span_attention", 16)
+
+
 def test_kernels_import_and_fall_back_without_triton():
     """A machine without triton still imports every kernel module and runs the references."""
     import os

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from dllm_lsp.kernels.unmask_select import (
-    Selection, unmask_select, unmask_select_reference, unmask_select_triton,
+    Selection, first_of_ties, unmask_select, unmask_select_reference, unmask_select_triton,
 )
 
 
@@ -66,6 +66,18 @@ def test_ties_and_masked_vocabulary():
     wide = torch.zeros(1, 300)
     wide[0, [40, 170, 299]] = 9.0
     assert int(unmask_select_triton(wide, block_v=32, target_programs=8).token) == 40
+
+
+def test_first_of_ties_with_and_without_a_device_sync():
+    # The GPU's sync-free form (what a CUDA graph can capture) picks what the CPU's form picks.
+    logits = torch.tensor([[0.0, 2.0, 2.0, -1.0], [4.0, 1.0, 4.0, 4.0], [1.0, 3.0, 0.0, 2.0]])
+    top = logits.topk(2, dim=-1)
+    shuffled = top.indices[:, 0].clone()
+    shuffled[0], shuffled[1] = 2, 3           # what a topk that breaks ties otherwise could return
+    tie = top.values[:, 0] == top.values[:, 1]
+    for sync_free in (False, True):
+        assert first_of_ties(logits, shuffled, tie, sync_free).tolist() == [1, 0, 1]
+    assert shuffled.tolist()[:2] == [2, 3]    # the caller's indices are not written over
 
 
 def test_large_and_negative_logits_are_stable():
