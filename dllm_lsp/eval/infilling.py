@@ -38,6 +38,7 @@ class ModeResult:
     seconds: float
     failures: dict[str, int] = field(default_factory=dict)
     samples: list[dict] = field(default_factory=list)
+    planned: int | None = None     # tasks the mode was to run, where time (`deadline`) stopped it first
     shown: int | None = None       # "editor": completions post-processing let through
     confidence: dict | None = None  # how well confidence tells passing from failing (confidence_report)
     alternatives: dict | None = None  # "editor" with `alternatives` > 1: what the other suggestions add
@@ -51,6 +52,8 @@ class ModeResult:
                "mean_steps": round(self.mean_steps, 2), "tokens_per_step": round(self.tokens_per_step, 2),
                "mean_latency_ms": round(self.mean_latency_ms, 1), "seconds": round(self.seconds, 1),
                "failures": self.failures}
+        if self.planned is not None:
+            out["planned"] = self.planned
         if self.shown is not None:
             out["shown"] = self.shown
             out["passed_when_shown"] = round(self.passed / self.shown, 4) if self.shown else None
@@ -114,9 +117,12 @@ def slot_tokens(engine: Engine, task: Task, mode: str, unknown_tokens: int) -> i
 
 def evaluate(engine: Engine, tasks: list[Task], mode: str, settings: DecodeSettings, unknown_tokens: int,
              timeout: float = 10.0, workers: int = 2, log=None, concurrency: int = 1,
-             options: Options = Options(), typed_chars: int = 0, typed_through: str = "") -> ModeResult:
+             options: Options = Options(), typed_chars: int = 0, typed_through: str = "",
+             deadline: float | None = None) -> ModeResult:
     """`concurrency` tasks are infilled at once: the engine's step scheduler gives their steps
     one forward pass where that pays (on a GPU, nearly the cost of one request's step).
+    `deadline` (time.monotonic()): no task is started after it; the tasks infilled by then are
+    executed and scored (`planned` says how many there were to run), so a time box leaves a figure.
     `options`: the server's options the "editor" mode plans and post-processes with (its
     decoding is `settings`, as in the other modes) after the user typed `typed_chars` characters of
     the line, or its text through its first character from `typed_through` (Task.in_editor)."""
@@ -139,11 +145,19 @@ def evaluate(engine: Engine, tasks: list[Task], mode: str, settings: DecodeSetti
         return Filled(result, result.text, task.program(result.text), confidence)
 
     filled: list[Filled] = []
+    planned = len(tasks)
+    # Without a deadline one batch; with one, batches of a few rounds of `concurrency`, the
+    # deadline checked between them (a batch's tail shares its steps with fewer requests).
+    size = planned if deadline is None else max(16, 4 * concurrency)
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        for one in pool.map(infill, tasks):   # in task order, `concurrency` in flight
-            filled.append(one)
-            if log and len(filled) % 100 == 0:
-                log(f"{mode}: {len(filled)}/{len(tasks)} infilled")
+        for first in range(0, planned, size):
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            for one in pool.map(infill, tasks[first:first + size]):   # in task order, `concurrency` in flight
+                filled.append(one)
+                if log and len(filled) % 100 == 0:
+                    log(f"{mode}: {len(filled)}/{planned} infilled")
+    tasks = tasks[:len(filled)]
     results = [f.result for f in filled]
     completions = [f.completion for f in filled]
     programs = [f.program for f in filled]
@@ -164,8 +178,9 @@ def evaluate(engine: Engine, tasks: list[Task], mode: str, settings: DecodeSetti
             failures[kind] = failures.get(kind, 0) + 1
     n = len(tasks)
     return ModeResult(
-        mode=mode, tasks=n, passed=sum(o.passed for o in outcomes), mean_steps=steps / n,
-        tokens_per_step=committed / max(steps, 1), mean_latency_ms=latency / n,
+        mode=mode, tasks=n, passed=sum(o.passed for o in outcomes), mean_steps=steps / max(n, 1),
+        tokens_per_step=committed / max(steps, 1), mean_latency_ms=latency / max(n, 1),
+        planned=planned if n < planned else None,
         seconds=time.perf_counter() - t0, failures=dict(sorted(failures.items(), key=lambda kv: -kv[1])[:8]),
         samples=[{"task_id": t.task_id, "completion": f.completion, "passed": o.passed, "reason": o.reason,
                   "confidence": None if f.confidence is None else f.confidence.to_json(),

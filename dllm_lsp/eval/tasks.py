@@ -135,3 +135,13 @@ def spread_subset(tasks: list[Task], limit: int | None) -> list[Task]:
     if limit < 1:
         raise ValueError("--limit must be at least 1")
     return [tasks[(i * len(tasks)) // limit] for i in range(limit)]
+
+
+def spread_order(tasks: list[Task]) -> list[Task]:
+    """The tasks reordered so that every prefix is spread over the whole file (indices in
+    bit-reversed order): what an evaluation stopped by time (`--max-seconds`) has run is then a
+    sample of every problem, not the first few problems' lines."""
+    bits = max(1, (len(tasks) - 1).bit_length())
+    order = sorted(range(len(tasks)), key=lambda i: int(format(i, f"0{bits}b")[::-1], 2))
+    return [tasks[i] for i in order]
+

@@ -1,12 +1,13 @@
 import json
+import time
 
 import pytest
 
 from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import DecodeSettings
-from dllm_lsp.eval.cli import main
-from dllm_lsp.eval.infilling import GATE_KEEPS, auroc, evaluate
-from dllm_lsp.eval.tasks import Task, load_tasks, resolve_data, spread_subset
+from dllm_lsp.eval.cli import length_gap_points, main
+from dllm_lsp.eval.infilling import GATE_KEEPS, ModeResult, auroc, evaluate
+from dllm_lsp.eval.tasks import Task, load_tasks, resolve_data, spread_order, spread_subset
 from dllm_lsp.loader import load_model
 from dllm_lsp.options import DecodeOptions, Options, PlannerOptions
 
@@ -254,3 +255,48 @@ def test_the_editor_mode_reports_what_alternatives_add(data, tiny_model_dir, cap
     for sample in samples:
         assert sample["completion"] not in sample["alternatives"]
         assert sample["completion"] is not None or sample["alternatives"] == []
+
+
+def test_a_deadline_stops_starting_tasks_and_scores_what_was_infilled(tiny_model_dir):
+    # The GPU job's eval box: what time allowed is scored, with how many tasks there were to run.
+    tasks = [Task(task_id=f"D/{i}", prompt="def value():\n    return ", suffix="\n", canonical_solution=str(i),
+                  test=f"def check(f):\n    assert f() == {i}\n", entry_point="value") for i in range(20)]
+    engine = Engine(load_model(tiny_model_dir, "cpu"))
+    settings = DecodeSettings(steps=2)
+    late = evaluate(engine, tasks, "oracle", settings, 4, deadline=time.monotonic())
+    assert late.tasks == 0 and late.planned == 20 and late.pass_at_1 == 0.0 and late.samples == []
+    assert late.to_json()["planned"] == 20
+    ample = evaluate(engine, tasks, "oracle", settings, 4, deadline=time.monotonic() + 3600)
+    assert ample.tasks == 20 and ample.planned is None and "planned" not in ample.to_json()
+    assert [s["task_id"] for s in ample.samples] == [t.task_id for t in tasks]    # batches keep the order
+
+
+def test_every_prefix_of_the_spread_order_covers_the_file():
+    tasks = [Task(task_id=str(i), prompt="", suffix="", canonical_solution="", test="", entry_point="f")
+             for i in range(1033)]
+    order = [int(t.task_id) for t in spread_order(tasks)]
+    assert sorted(order) == list(range(1033))
+    for k in (2, 8, 100):     # the first k tasks leave no stretch of the file much longer than 1033/k unsampled
+        picked = sorted(order[:k]) + [1033 + order[0]]
+        assert max(b - a for a, b in zip(picked, picked[1:])) <= 2 * 1033 / k + 1, k
+
+
+def test_max_seconds_runs_the_spread_order_and_reports_what_it_stopped(data, tiny_model_dir, capsys, tmp_path):
+    out = tmp_path / "full.json"
+    report = eval_json(capsys, data, tiny_model_dir, out, "--steps", "2", "--max-seconds", "3600")
+    assert "stopped_by_time" not in report and all(m["tasks"] == 3 for m in report["modes"].values())
+    assert [s["task_id"] for s in json.loads(out.read_text())["modes"]["unknown"]["samples"]] == ["T/0", "T/2", "T/1"]
+    assert report["length_gap_points"] == round(100 * (report["modes"]["oracle"]["pass@1"] - report["pass@1"]), 1)
+    assert main(["humaneval-infilling", "--data", str(data), "--model", str(tiny_model_dir), "--device", "cpu",
+                 "--max-seconds", "0"]) == 1
+    assert "--max-seconds must be positive" in capsys.readouterr().err
+
+
+def test_the_length_gap_compares_the_tasks_both_modes_ran():
+    def mode(name, passed):
+        return ModeResult(mode=name, tasks=len(passed), passed=sum(passed), mean_steps=1, tokens_per_step=1,
+                          mean_latency_ms=1, seconds=1, samples=[{"passed": p} for p in passed])
+
+    # oracle stopped by time after 2 tasks: the gap is over those 2 (1 - 0 of 2 = 50 points).
+    assert length_gap_points(mode("unknown", [False, False, True, True]), mode("oracle", [True, False])) == 50.0
+    assert length_gap_points(mode("unknown", []), mode("oracle", [True])) is None
