@@ -31,9 +31,9 @@ ALTERNATIVES = 4      # the line tail once more with this many suggestions (the 
 
 def run_latency_bench(engine, runs: int = 20, steps: int = 8) -> dict:
     """Each case twice, runs interleaved so both see the same machine: with a growing slot
-    (starting at GROWING_SLOT_START tokens, the server's default on a CPU) and with the slot at
-    full width from the first step (`<case>_full_width`, the default on a GPU). Both on every
-    device: on a GPU this pair is what would move its default (`device_slot_start`). The line
+    (starting at GROWING_SLOT_START tokens, the server's default) and with the slot at full width
+    from the first step (`<case>_full_width`, `slotStartTokens: 0`): the pair that moved the GPU's
+    default to growing slots too (docs/serving.md#slots-that-grow). The line
     tail also with ALTERNATIVES suggestions (`line_tail_alternatives_4`: the greedy one and
     sampled others in one batch, growing slot): what the `alternatives` option costs."""
     text = synthetic_python(400)
@@ -70,7 +70,7 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8) -> dict:
         "model": engine.denoiser.describe(),
         "settings": {"steps": steps, "runs": runs, "context_tokens": engine.context_tokens,
                      "slot_start_tokens": GROWING_SLOT_START,
-                     "device_default_slot_start": engine.start_tokens(DecodeSettings()),
+                     "default_slot_start": engine.start_tokens(DecodeSettings()),
                      "torch_threads": torch.get_num_threads()},
         "environment": environment(str(engine.denoiser.device)),
         "cases": cases,

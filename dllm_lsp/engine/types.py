@@ -105,8 +105,9 @@ class DecodeSettings:
     ends_balanced: bool = False
     # A slot starts this many tokens wide (at most its max_tokens) and doubles each time the model
     # fills it with real tokens, up to max_tokens; each growth gets a fresh `steps` budget. 0: full
-    # width from the first step; None: the device's default (`device_slot_start`). Masked-diffusion
-    # loop only (engine/denoise.py says why).
+    # width from the first step; None: the default, GROWING_SLOT_START on every device (measured
+    # on a CPU and on an H200: docs/serving.md#slots-that-grow). Masked-diffusion loop only
+    # (engine/denoise.py says why).
     slot_start_tokens: int | None = None
 
     def __post_init__(self) -> None:
@@ -123,22 +124,10 @@ class DecodeSettings:
         if self.remask_below is not None and self.confidence == "prob" and not 0.0 <= self.remask_below <= 1.0:
             raise ValueError("remask_below must be within [0, 1] for prob confidences")
         if self.slot_start_tokens is not None and self.slot_start_tokens < 0:
-            raise ValueError("slot_start_tokens must be >= 0 (0: full width; None: the device's default)")
+            raise ValueError("slot_start_tokens must be >= 0 (0: full width; None: the default)")
 
 
 GROWING_SLOT_START = 16    # where a growing slot starts by default (HumanEval single lines: 85% fit in 15 tokens)
-
-
-def device_slot_start(device_type: str) -> int | None:
-    """How wide a slot starts when the request does not say (None: full width).
-
-    On a CPU a denoising step costs in proportion to its span rows, so starting narrow and
-    growing pays (docs/serving.md#slots-that-grow). On a GPU a step is bound by reading the
-    weights and costs about the same for 16 rows as for 32, while a span longer than the start
-    pays a growth (a context re-prefill and another window of steps): full width there until
-    the GPU job's latency pair (growing beside full width) says otherwise.
-    """
-    return GROWING_SLOT_START if device_type == "cpu" else None
 
 
 @dataclass

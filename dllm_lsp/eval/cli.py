@@ -101,8 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                         "`alternatives` option does, and report how many tasks pass with the first or any of them")
     h.add_argument("--slot-start-tokens", type=int, default=DecodeOptions().slot_start_tokens, metavar="N",
                    help="with the length unknown, the slot starts N tokens wide and doubles while the model fills "
-                        "it (the server's `slotStartTokens`; 0: full width from the start; default: the device's, "
-                        "16 on a CPU, full width on a GPU)")
+                        "it (the server's `slotStartTokens`; 0: full width from the start; default 16)")
     h.add_argument("--context", type=int, default=PlannerOptions().context_tokens,
                    help="context tokens kept around the slot (default: the server's contextTokens)")
     h.add_argument("--timeout", type=float, default=10.0, help="seconds per program")

@@ -14,7 +14,7 @@ from dllm_lsp.engine.canvas import build_canvas
 from dllm_lsp.engine.denoise import FixedLengthRun, denoise
 from dllm_lsp.engine.denoiser import Canvas, Denoiser, SpecialTokens
 from dllm_lsp.engine.engine import Engine
-from dllm_lsp.engine.types import GROWING_SLOT_START, DecodeSettings, InfillRequest, Slot, device_slot_start
+from dllm_lsp.engine.types import GROWING_SLOT_START, DecodeSettings, InfillRequest, Slot
 from dllm_lsp.loader import load_model
 
 MASK, PAD, CTX = 0, 1, 2
@@ -173,12 +173,10 @@ def test_slot_start_tokens_must_not_be_negative():
         DecodeSettings(slot_start_tokens=-1)
 
 
-def test_slots_start_narrow_on_a_cpu_and_at_full_width_on_a_gpu(tiny_model_dir):
-    """Where a step costs in proportion to its rows (a CPU) growing pays; on a GPU it does not."""
-    assert device_slot_start("cpu") == GROWING_SLOT_START
-    assert device_slot_start("cuda") is None
+def test_slots_start_narrow_unless_asked_otherwise(tiny_model_dir):
+    """Growing pays on a CPU (a step costs in proportion to its rows) and on the H200 (fewer steps)."""
     engine = Engine(load_model(tiny_model_dir, "cpu"), batching=False)
-    assert engine.start_tokens(DecodeSettings()) == GROWING_SLOT_START        # the device's default
+    assert engine.start_tokens(DecodeSettings()) == GROWING_SLOT_START        # the default
     assert engine.start_tokens(DecodeSettings(slot_start_tokens=0)) is None    # full width, asked for
     assert engine.start_tokens(DecodeSettings(slot_start_tokens=8)) == 8
     request = InfillRequest.single("x = ", "\n", 40)
