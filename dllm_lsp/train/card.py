@@ -50,7 +50,9 @@ def eval_section(evals: list[dict]) -> list[str]:
             growing = f", growing from {start}" if start and start < (e.get("unknown_slot_tokens") or 0) else ""
             slot = {"unknown": f"unknown ({e.get('unknown_slot_tokens')}-token slot{growing})",
                     "editor": f"as an editor meets it ({r.get('shown')} shown)"}.get(mode, mode)
-            lines.append(f"| {e['benchmark']} | {r['tasks']} | {slot} | {100 * r['pass@1']:.1f}% "
+            # A run stopped by time (`eval --max-seconds`) scored a spread sample: say of how many.
+            tasks = f"{r['tasks']} of {r['planned']} (time)" if r.get("planned") else f"{r['tasks']}"
+            lines.append(f"| {e['benchmark']} | {tasks} | {slot} | {100 * r['pass@1']:.1f}% "
                          f"({r['passed']}/{r['tasks']}) | {r['mean_steps']} | {r['tokens_per_step']} | "
                          f"{r['mean_latency_ms']:.0f} |")
     lines.append("")

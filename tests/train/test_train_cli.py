@@ -70,7 +70,10 @@ def test_card_is_built_from_the_records(trained, tmp_path):
     evaluation = {"benchmark": "single-line", "unknown_slot_tokens": 32, "settings": {"steps": 8, "threshold": 0.9},
                   "device": "cpu", "length_gap_points": 1.0,
                   "modes": {"unknown": {"tasks": 10, "passed": 2, "pass@1": 0.2, "mean_steps": 5.0,
-                                        "tokens_per_step": 1.5, "mean_latency_ms": 12.0}}}
+                                        "tokens_per_step": 1.5, "mean_latency_ms": 12.0},
+                            # stopped by time (eval --max-seconds): the card says of how many
+                            "oracle": {"tasks": 4, "planned": 10, "passed": 1, "pass@1": 0.25, "mean_steps": 3.0,
+                                       "tokens_per_step": 1.0, "mean_latency_ms": 9.0}}}
     ev = tmp_path / "eval.json"
     ev.write_text(json.dumps(evaluation))
     assert main(["card", "--model", str(out), "--corpus", str(work / "corpus"), "--eval", str(ev),
@@ -78,6 +81,7 @@ def test_card_is_built_from_the_records(trained, tmp_path):
     card = (out / "MODEL_CARD.md").read_text()
     assert card.startswith("# tiny test model")
     assert "20.0% (2/10)" in card and "MIT" in card and "causal_context" in card
+    assert "| single-line | 4 of 10 (time) | oracle | 25.0% (1/4) |" in card and "| single-line | 10 |" in card
     assert "steps waited for batches" in card and "torch.compile failed" not in card
     assert (out / "corpus_stats.json").is_file()
 
