@@ -130,11 +130,14 @@ def kernel_mode() -> str:
 
 def use_triton(*tensors: torch.Tensor) -> bool:
     """Whether a call on these tensors should take the Triton path."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        # The kernels have no backward: training takes the differentiable reference. Asked first,
+        # so a compiled training step never traces the lru_cache'd triton_available (Dynamo warned
+        # of it on the H200: it traces through the cache).
+        return False
     mode = kernel_mode()
     if mode == "reference" or not triton_available():
         return False
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return False   # the kernels have no backward: training takes the differentiable reference
     on_cuda = all(t.is_cuda for t in tensors)
     if on_cuda:
         return True
