@@ -34,6 +34,7 @@ from dllm_lsp.bench.environment import environment
 from dllm_lsp.checkpoints.tiny import LAYOUTS, write_tiny_checkpoint
 from dllm_lsp.cpus import usable_cpus
 from dllm_lsp.kernels import dispatch, rmsnorm, rope, span_attention, unmask_select
+from dllm_lsp.loader import default_model_path
 
 # (n_heads, n_kv_heads, head_dim) of the shapes the kernels must be right at.
 HEADS = {"test": (4, 2, 16), "test-odd": (6, 3, 24), "embedded": (8, 4, 64), "dream-7b": (28, 4, 128)}
@@ -196,7 +197,10 @@ def check_engine(device: torch.device, families: list[str], env: dict) -> list[d
     with tempfile.TemporaryDirectory() as tmp:
         requests = Path(tmp) / "requests.jsonl"
         requests.write_text("".join(json.dumps(r) + "\n" for r in REQUESTS))
-        models = [("embedded (shipped default)", "default")]
+        # The device's shipped default by its folder, so the CPU run loads the same model: models/DEFAULT
+        # may name another default for CPUs (the small preview), which would compare two models.
+        shipped = default_model_path(device.type)
+        models = [(f"embedded (shipped default on {device.type}: {shipped.name})", str(shipped))]
         for layout in families:
             folder = Path(tmp) / layout
             write_tiny_checkpoint(folder, layout)
@@ -207,8 +211,8 @@ def check_engine(device: torch.device, families: list[str], env: dict) -> list[d
         # The shipped model once more on the device with every request in flight at once: its
         # shared steps (the eval phase's, the server's) against the same requests one at a time.
         pairs = [(label, (model, "cpu", 1), (model, str(device), 1)) for label, model in models]
-        pairs.append(("embedded (shipped default), shared steps on the device against one at a time",
-                      ("default", str(device), 1), ("default", str(device), len(REQUESTS))))
+        pairs.append((f"embedded ({shipped.name}), shared steps on the device against one at a time",
+                      (str(shipped), str(device), 1), (str(shipped), str(device), len(REQUESTS))))
         runs = list(dict.fromkeys(run for _, *both in pairs for run in both))
         with ThreadPoolExecutor(max_workers=min(len(runs), max(usable_cpus(), 2))) as pool:
             futures = {run: pool.submit(infill_texts, *run[:2], requests, env, run[2]) for run in runs}
