@@ -36,6 +36,7 @@ class Budget:
     clock: object = time.monotonic
     start: float = field(default=0.0)
     phases: tuple[str, ...] = PHASES    # the phases this job runs: only they keep time for themselves
+    hurried: bool = False   # told to pack now (`gpujob wait --pack-by`): no phase but pack gets time
 
     def __post_init__(self) -> None:
         if self.minutes <= 0:
@@ -59,6 +60,8 @@ class Budget:
 
     def box(self, phase: str) -> float:
         """Seconds `phase` may run if it starts now (0 or less: no time for it)."""
+        if self.hurried:
+            return max(self.remaining(), FLOOR_S["pack"]) if phase == "pack" else 0.0
         available = self.remaining() - self.reserve_after(phase)
         if phase in ("check", "corpus"):
             return min(available, max(FLOOR_S[phase], min(SHARE[phase] * self.total_s, CAP_S[phase])))

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -35,7 +36,10 @@ def dllm_command(*args: str) -> list[str]:
 
 
 def run_child(label: str, cmd: list[str], timeout_s: float, log: TextIO, env: dict[str, str],
-              cwd: Path | None = None, stdin_path: Path | None = None, echo: bool = True) -> ChildResult:
+              cwd: Path | None = None, stdin_path: Path | None = None, echo: bool = True,
+              stop_early: Callable[[], bool] = lambda: False) -> ChildResult:
+    """Run `cmd` in its own session for at most `timeout_s`, ended sooner when `stop_early()`
+    turns true (checked every second: the job told to pack now)."""
     started = time.monotonic()
     log.write(f"[{label}] $ {' '.join(cmd)}  (box {timeout_s:.0f} s)\n")
     log.flush()
@@ -58,17 +62,23 @@ def run_child(label: str, cmd: list[str], timeout_s: float, log: TextIO, env: di
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
-    rc: int | None
-    try:
-        rc = proc.wait(timeout=max(timeout_s, 1.0))
-    except subprocess.TimeoutExpired:
-        rc = None
-        stop(proc)
+    rc: int | None = None
+    early = False
+    deadline = started + max(timeout_s, 1.0)
+    while True:
+        try:
+            rc = proc.wait(timeout=max(0.0, min(1.0, deadline - time.monotonic())))
+            break
+        except subprocess.TimeoutExpired:
+            early = stop_early()
+            if early or time.monotonic() >= deadline:
+                stop(proc)
+                break
     reader.join(timeout=5)
     if stdin_path:
         stdin.close()
     seconds = time.monotonic() - started
-    state = "ended at its time box" if rc is None else f"exit {rc}"
+    state = f"exit {rc}" if rc is not None else "ended: the job was told to pack" if early else "ended at its time box"
     log.write(f"[{label}] {state} after {seconds:.1f} s\n")
     log.flush()
     return ChildResult(rc, seconds, tail)

@@ -4,13 +4,14 @@
           machine lacks into .gpujob/ (ignored by git, carried to the machine)
   run     there: every phase in priority order within --minutes, into --out
   wait    there: follow a detached run for up to --max-seconds; when it has finished, copy the
-          pack (at most 8 files) to --copy-to ($OUT)
+          pack (at most 8 files) to --copy-to ($OUT); --pack-by S tells it to pack after S seconds
   unpack  here, after the lease: verify the pack and put its files into models/ and docs/
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from dllm_lsp.kernels.dispatch import KERNEL_NAMES
 
 from .budget import PHASES, parse_phases
 from .pack import unpack
-from .run import Job, JobOptions
+from .run import HURRY_SIGNAL, Job, JobOptions
 
 STAGE_DIR = ".gpujob"
 # Packages the GPU image lacks (see the device notes): the LSP stack and the tree-sitter grammars.
@@ -73,6 +74,9 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--out", type=Path, required=True)
     w.add_argument("--max-seconds", type=float, default=540.0)
     w.add_argument("--copy-to", type=Path, default=None)
+    w.add_argument("--pack-by", type=float, default=None, metavar="S",
+                   help="if the run has not finished after S seconds, tell it to pack now (it ends its running "
+                        "step, skips the rest and packs what it has), so the pack is ready before --max-seconds")
     s = sub.add_parser("stage", help="prepare .gpujob/ (benchmark data, wheels) before a lease")
     s.add_argument("--repo", type=Path, default=Path("."))
     s.add_argument("--no-wheels", action="store_true")
@@ -107,10 +111,20 @@ def run(a) -> int:
 
 
 def wait(a) -> int:
-    deadline = time.monotonic() + a.max_seconds
+    began = time.monotonic()
+    deadline = began + a.max_seconds
     seen: dict[str, str] = {}
+    told = False
     while True:
         state = read_state(a.out)
+        if (a.pack_by is not None and not told and state and not state.get("finished")
+                and time.monotonic() - began >= a.pack_by and state.get("pid")):
+            told = True
+            try:
+                os.kill(int(state["pid"]), HURRY_SIGNAL)
+                print(f"told the run (pid {state['pid']}) to pack now", flush=True)
+            except (OSError, ValueError) as exc:
+                print(f"could not tell the run to pack: {exc}", flush=True)
         for name, phase in (state or {}).get("phases", {}).items():
             if seen.get(name) != phase.get("state"):
                 seen[name] = phase.get("state")

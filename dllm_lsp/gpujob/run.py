@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -28,6 +29,7 @@ from .budget import PHASES, Budget
 from .children import ChildResult, dllm_command, run_child
 from .pack import pack_job
 
+HURRY_SIGNAL = signal.SIGUSR1   # "pack now": Job.hurry
 EVALS = ("single-line", "random-span-light")
 # Of the eval box left when it starts, the share a run's infilling may take (`eval --max-seconds`:
 # it scores what it infilled by then, tasks spread over the file): single-line leaves random-span-light
@@ -121,6 +123,7 @@ class Job:
             "job": "dllm-lsp GPU job", "started": now(), "finished": None, "options": opts.to_json(),
             "host": platform.node(), "environment": environment(opts.device), "phases": {},
             "disabled_kernels": self.disabled,
+            "pid": os.getpid(),   # `gpujob wait --pack-by` signals it (HURRY_SIGNAL) to pack now
         }
         self.model_dir = self.out / "model" / opts.model_name
         self.continue_from: Path | None = None
@@ -162,13 +165,33 @@ class Job:
     def child(self, phase: str, step: str, args: list[str], timeout_s: float, raw: bool = False,
               **extra) -> ChildResult:
         cmd = args if raw else dllm_command(*args)
-        result = run_child(f"{phase}/{step}", cmd, timeout_s, self.log, self.env())
+        result = run_child(f"{phase}/{step}", cmd, timeout_s, self.log, self.env(),
+                           stop_early=lambda: self.budget.hurried)
         self.record(phase, step, result, **extra)
         return result
 
     # ---- the job -------------------------------------------------------------------------
+    def hurry(self, *_signal) -> None:
+        """Pack now (HURRY_SIGNAL, from `gpujob wait --pack-by`: the lease is running out): the
+        running child is ended as its time box would end it (training saves its folder), every
+        later phase but pack is skipped, and pack writes what there is."""
+        if not self.budget.hurried:
+            self.budget.hurried = True
+            self.state["hurried_at_s"] = round(self.budget.elapsed(), 1)
+
     def run(self) -> dict:
         self.say(f"GPU job: {self.opts.minutes:g} minutes on {self.opts.device}, output in {self.out}")
+        try:
+            before = signal.signal(HURRY_SIGNAL, self.hurry)
+        except ValueError:   # not the main thread (a test driving Job directly): no signal, no hurry
+            before = None
+        try:
+            return self.run_phases()
+        finally:
+            if before is not None:
+                signal.signal(HURRY_SIGNAL, before)
+
+    def run_phases(self) -> dict:
         self.save_state()
         if "train" not in self.opts.phases:
             self.use_existing_model()
@@ -181,8 +204,9 @@ class Job:
             entry = self.phase(name)
             entry.update(box_s=round(box, 1), started_at_s=round(self.budget.elapsed(), 1))
             if box < 5 and name != "pack":
-                entry.update(state="skipped", why=f"no time left ({box:.0f} s in its box)")
-                self.say(f"{name}: skipped, no time left")
+                why = "told to pack now" if self.budget.hurried else f"no time left ({box:.0f} s in its box)"
+                entry.update(state="skipped", why=why)
+                self.say(f"{name}: skipped, {why}")
                 self.save_state()
                 continue
             self.say(f"{name}: box {box:.0f} s, {self.budget.remaining():.0f} s left in the job")
