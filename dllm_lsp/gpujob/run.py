@@ -191,6 +191,10 @@ class Job:
             if before is not None:
                 signal.signal(HURRY_SIGNAL, before)
 
+    def out_of_time(self, why: str = "no time left") -> str:
+        """Why a phase or step gets no time: the budget ran out, or `gpujob wait --pack-by` said pack now."""
+        return "told to pack now" if self.budget.hurried else why
+
     def run_phases(self) -> dict:
         self.save_state()
         if "train" not in self.opts.phases:
@@ -204,7 +208,7 @@ class Job:
             entry = self.phase(name)
             entry.update(box_s=round(box, 1), started_at_s=round(self.budget.elapsed(), 1))
             if box < 5 and name != "pack":
-                why = "told to pack now" if self.budget.hurried else f"no time left ({box:.0f} s in its box)"
+                why = self.out_of_time(f"no time left ({box:.0f} s in its box)")
                 entry.update(state="skipped", why=why)
                 self.say(f"{name}: skipped, {why}")
                 self.save_state()
@@ -365,8 +369,8 @@ class Job:
             left = self.budget.box("eval")
             data = self.opts.data / EVAL_FILES[bench]
             if left < 10 or not data.is_file():
-                self.record("eval", name, None, state="skipped",
-                            why="no time left" if left < 10 else f"{data} not found")
+                why = self.out_of_time() if left < 10 else f"{data} not found"
+                self.record("eval", name, None, state="skipped", why=why)
                 if name in EVALS:                # an ablation is extra: the phase is not "partial" without it
                     states.append("skipped")
                 continue
@@ -426,8 +430,8 @@ class Job:
                                                      item.quick_estimate_s if self.opts.quick else item.estimate_s)
             left = self.budget.box("bench")
             if estimate > left:
-                self.record("bench", item.name, None, state="skipped",
-                            why=f"estimated {estimate:.0f} s, {left:.0f} s left: never started to be cut short")
+                why = self.out_of_time(f"estimated {estimate:.0f} s, {left:.0f} s left: never started to be cut short")
+                self.record("bench", item.name, None, state="skipped", why=why)
                 states.append("skipped")
                 continue
             if item.needs_model and not (self.model_dir / "model.safetensors").is_file():

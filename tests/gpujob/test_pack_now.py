@@ -34,6 +34,8 @@ def test_a_job_told_to_pack_ends_its_step_and_packs(tmp_path, tiny_model_dir, ca
     phases = state["phases"]
     single = phases["eval"]["steps"][0]
     assert single["step"] == "single-line" and single["rc"] is None and single["timed_out"]
+    later = phases["eval"]["steps"][1:]        # the eval's later runs say why they did not run
+    assert later and all(s["state"] == "skipped" and s["why"] == "told to pack now" for s in later)
     assert phases["bench"]["state"] == "skipped" and phases["bench"]["why"] == "told to pack now"
     assert phases["pack"]["state"] == "done"
     assert (tmp_path / "copied" / "manifest.json").is_file()
