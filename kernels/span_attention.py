@@ -13,6 +13,9 @@ The Triton kernel is flash-decoding shaped, because L is small (<= 128) and N la
   - split-K: the N context keys are cut into splits that run as separate programs (one
     extra split takes the L span keys), each writing a partial output and its log-sum-exp;
   - a second small kernel merges the splits (weights exp(lse_s - max lse)).
+Where the plan has at most one context split (a short context, or enough query blocks to fill
+the GPU without splitting), one program per query block attends the whole context and the span
+and writes the output itself: one launch, no partials, no merge.
 """
 from __future__ import annotations
 
@@ -132,7 +135,7 @@ if triton_available():
 
     @triton.jit
     def _span_attention_split_kernel(
-        Q, KC, VC, KS, VS, O_PART, LSE_PART,
+        Q, KC, VC, KS, VS, O_PART, LSE_PART, OUT,
         sq_b, sq_h, sq_l, sq_d,
         skc_b, skc_h, skc_n, skc_d,
         svc_b, svc_h, svc_n, svc_d,
@@ -140,8 +143,10 @@ if triton_available():
         svs_b, svs_h, svs_n, svs_d,
         L, N, D, G, n_kv_heads, n_heads, keys_per_split, n_splits, qk_scale,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-        DOT_FP32: tl.constexpr, IEEE: tl.constexpr,
+        DOT_FP32: tl.constexpr, IEEE: tl.constexpr, ONE_PASS: tl.constexpr,
     ):
+        """Split pid_s of the keys for one query block of one (batch, kv head). ONE_PASS: the only
+        split, over the whole context and then the span, writing the final output to OUT."""
         pid_bh = tl.program_id(0)
         pid_m = tl.program_id(1)
         pid_s = tl.program_id(2)
@@ -163,23 +168,35 @@ if triton_available():
         acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-        if pid_s < n_splits - 1:   # a slice of the cached context
-            start = pid_s * keys_per_split
-            end = tl.minimum(start + keys_per_split, N)
+        if ONE_PASS:               # the whole context, then the span: the output is final
             acc, m_i, l_i = _attend_range(
                 acc, m_i, l_i, q, KC + b * skc_b + kvh * skc_h, VC + b * svc_b + kvh * svc_h,
-                skc_n, skc_d, svc_n, svc_d, start, end, d_offs, d_ok, qk_scale, BLOCK_N, DOT_FP32, IEEE)
-        else:                      # the last split: the span's own keys
+                skc_n, skc_d, svc_n, svc_d, 0, N, d_offs, d_ok, qk_scale, BLOCK_N, DOT_FP32, IEEE)
             acc, m_i, l_i = _attend_range(
                 acc, m_i, l_i, q, KS + b * sks_b + kvh * sks_h, VS + b * svs_b + kvh * svs_h,
                 sks_n, sks_d, svs_n, svs_d, 0, L, d_offs, d_ok, qk_scale, BLOCK_N, DOT_FP32, IEEE)
+            out = acc / l_i[:, None]
+            # OUT is [B, L, H, D], as the merge kernel writes it.
+            tl.store(OUT + (((b * L + pos) * n_heads + head) * D)[:, None] + d_offs[None, :],
+                     out.to(OUT.dtype.element_ty), mask=q_mask)
+        else:
+            if pid_s < n_splits - 1:   # a slice of the cached context
+                start = pid_s * keys_per_split
+                end = tl.minimum(start + keys_per_split, N)
+                acc, m_i, l_i = _attend_range(
+                    acc, m_i, l_i, q, KC + b * skc_b + kvh * skc_h, VC + b * svc_b + kvh * svc_h,
+                    skc_n, skc_d, svc_n, svc_d, start, end, d_offs, d_ok, qk_scale, BLOCK_N, DOT_FP32, IEEE)
+            else:                      # the last split: the span's own keys
+                acc, m_i, l_i = _attend_range(
+                    acc, m_i, l_i, q, KS + b * sks_b + kvh * sks_h, VS + b * svs_b + kvh * svs_h,
+                    sks_n, sks_d, svs_n, svs_d, 0, L, d_offs, d_ok, qk_scale, BLOCK_N, DOT_FP32, IEEE)
 
-        out = acc / l_i[:, None]
-        lse = m_i + tl.log2(l_i)
-        # Partials are contiguous [B, H, L, S, D] and [B, H, L, S].
-        part_row = ((b * n_heads + head) * L + pos) * n_splits + pid_s
-        tl.store(O_PART + part_row[:, None] * D + d_offs[None, :], out, mask=q_mask)
-        tl.store(LSE_PART + part_row, lse, mask=row_ok)
+            out = acc / l_i[:, None]
+            lse = m_i + tl.log2(l_i)
+            # Partials are contiguous [B, H, L, S, D] and [B, H, L, S].
+            part_row = ((b * n_heads + head) * L + pos) * n_splits + pid_s
+            tl.store(O_PART + part_row[:, None] * D + d_offs[None, :], out, mask=q_mask)
+            tl.store(LSE_PART + part_row, lse, mask=row_ok)
 
     @triton.jit
     def _span_attention_merge_kernel(O_PART, LSE_PART, OUT, n_rows, n_splits, D, H, L,
@@ -253,9 +270,13 @@ def plan_splits(n_ctx: int, programs_per_split: int, block_n: int, target_progra
 
 def span_attention_triton(
     q: torch.Tensor, k_ctx: torch.Tensor, v_ctx: torch.Tensor, k_span: torch.Tensor, v_span: torch.Tensor,
-    scale: float | None = None, keys_per_split: int | None = None,
+    scale: float | None = None, keys_per_split: int | None = None, one_launch: bool | None = None,
 ) -> torch.Tensor:
-    """The Triton path; `keys_per_split` overrides the split plan (tests use it to force many splits)."""
+    """The Triton path; `keys_per_split` overrides the split plan (tests use it to force many splits).
+
+    `one_launch`: None takes one launch (no merge) where the plan has at most one context split;
+    True forces it whatever the plan, False forces split + merge (the benchmark measures both).
+    """
     if not triton_available():
         raise RuntimeError("span_attention_triton needs the triton package")
     check_shapes(q, k_ctx, v_ctx, k_span, v_span)
@@ -270,26 +291,33 @@ def span_attention_triton(
     m_blocks = triton.cdiv(rows, block_m)
     target = 2 * multiprocessor_count(q.device)
     keys_per_split, ctx_splits = plan_splits(n_ctx, b * hkv * m_blocks, block_n, target, keys_per_split)
-    n_splits = ctx_splits + 1
-    o_part = torch.empty(b, h, l, n_splits, d, device=q.device, dtype=torch.float32)
-    lse_part = torch.empty(b, h, l, n_splits, device=q.device, dtype=torch.float32)
+    one_pass = ctx_splits <= 1 if one_launch is None else one_launch
+    n_splits = 1 if one_pass else ctx_splits + 1
+    # Returned as a [B, H, L, D] view of a [B, L, H, D] buffer: the model's o_proj input
+    # (transpose(1, 2).reshape(B, L, H*D)) becomes a view instead of a copy.
+    out = torch.empty(b, l, h, d, device=q.device, dtype=q.dtype)
+    if one_pass:   # the program writes `out` itself: the partials are never touched
+        o_part = lse_part = out
+    else:
+        o_part = torch.empty(b, h, l, n_splits, d, device=q.device, dtype=torch.float32)
+        lse_part = torch.empty(b, h, l, n_splits, device=q.device, dtype=torch.float32)
     # A context shared by the batch (leading dim 1) is read with batch stride 0.
     kc_strides = list(k_ctx.stride())
     vc_strides = list(v_ctx.stride())
     if k_ctx.shape[0] != b:
         kc_strides[0] = vc_strides[0] = 0
-    args = (q, k_ctx, v_ctx, k_span, v_span, o_part, lse_part,
+    args = (q, k_ctx, v_ctx, k_span, v_span, o_part, lse_part, out,
             *q.stride(), *kc_strides, *vc_strides, *k_span.stride(), *v_span.stride(),
             l, n_ctx, d, group, hkv, h, keys_per_split, n_splits, scale * LOG2E)
+    tiles["ONE_PASS"] = one_pass
     try:
         _span_attention_split_kernel[(b * hkv, m_blocks, n_splits)](*args, **tiles)
     except triton.runtime.errors.OutOfResources:
         # A GPU with less shared memory than planned for: one pipeline stage, narrower key tiles.
         tiles.update(num_stages=1, BLOCK_N=max(16, block_n // 2))
         _span_attention_split_kernel[(b * hkv, m_blocks, n_splits)](*args, **tiles)
-    # Returned as a [B, H, L, D] view of a [B, L, H, D] buffer: the model's o_proj input
-    # (transpose(1, 2).reshape(B, L, H*D)) becomes a view instead of a copy.
-    out = torch.empty(b, l, h, d, device=q.device, dtype=q.dtype)
+    if one_pass:
+        return out.transpose(1, 2)
     n_rows = b * h * l
     _span_attention_merge_kernel[(triton.cdiv(n_rows, MERGE_ROWS),)](
         o_part, lse_part, out, n_rows, n_splits, d, h, l,

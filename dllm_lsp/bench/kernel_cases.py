@@ -63,6 +63,21 @@ def median_ms(fn: Callable[[], object], device: torch.device, quick: bool) -> fl
     return statistics.median(samples)
 
 
+def graph_median_ms(fn: Callable[[], object]) -> float | str:
+    """Median time of `fn` replayed from a CUDA graph (`triton.testing.do_bench_cudagraph`: many
+    calls unrolled in one graph, so launch and Python costs drop out and what is left is the
+    GPU's own time; no L2 flush between calls). On failure the error, in one line."""
+    from triton.testing import do_bench_cudagraph  # noqa: PLC0415
+
+    try:
+        try:
+            return float(do_bench_cudagraph(fn, rep=100, return_mode="median"))
+        except TypeError:   # a Triton whose do_bench_cudagraph has no return_mode: its mean
+            return float(do_bench_cudagraph(fn, rep=100))
+    except Exception as exc:   # a capture that fails must not cost the other figures
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
 def kernels_runnable(device: torch.device) -> bool:
     return triton_available() and (device.type == "cuda" or interpreting())
 
@@ -107,17 +122,44 @@ def span_attention_cases(grid: Grid, device: torch.device, quick: bool) -> list[
                 k_ctx, v_ctx = rand(1, hkv, n, d), rand(1, hkv, n, d)
                 k_span, v_span = rand(1, l, hkv, d).transpose(1, 2), rand(1, l, hkv, d).transpose(1, 2)
                 k_all, v_all = torch.cat([k_ctx, k_span], 2), torch.cat([v_ctx, v_span], 2)
-                rows.append(compare(
+                paths = {
+                    "kernel": lambda: span_attention.span_attention_triton(q, k_ctx, v_ctx, k_span, v_span),
+                    "torch": lambda: span_attention.span_attention_reference(q, k_ctx, v_ctx, k_span, v_span),
+                    "sdpa_precat": lambda: torch.nn.functional.scaled_dot_product_attention(
+                        q, k_all, v_all, enable_gqa=h != hkv),
+                }
+                row = compare(
                     "span_attention", dict(heads=name, n_heads=h, n_kv_heads=hkv, head_dim=d, L=l, N=n,
                                            dtype=str(grid.dtype).removeprefix("torch.")),
                     "torch.cat(context, span) + SDPA (the reference path)",
-                    lambda: span_attention.span_attention_triton(q, k_ctx, v_ctx, k_span, v_span),
-                    lambda: span_attention.span_attention_reference(q, k_ctx, v_ctx, k_span, v_span),
-                    device, quick,
-                    extra={"sdpa_precat": lambda: torch.nn.functional.scaled_dot_product_attention(
-                        q, k_all, v_all, enable_gqa=h != hkv)},
-                ))
+                    paths["kernel"], paths["torch"], device, quick, extra={"sdpa_precat": paths["sdpa_precat"]},
+                )
+                if kernels_runnable(device) and n <= ONE_LAUNCH_MAX_CONTEXT:
+                    paths["one_launch"] = lambda: span_attention.span_attention_triton(
+                        q, k_ctx, v_ctx, k_span, v_span, one_launch=True)
+                    row.update(one_launch_ms=round(median_ms(paths["one_launch"], device, quick), 5),
+                               one_launch_max_abs_err=max_abs_err(paths["one_launch"](), paths["torch"]()))
+                if device.type == "cuda":
+                    row.update(graphed(paths))
+                rows.append(row)
     return rows
+
+
+# The one-launch variant (one program per query block over the whole context, no merge) is
+# measured where it could plausibly win: at 8192 keys its few programs would each read them all.
+ONE_LAUNCH_MAX_CONTEXT = 2048
+
+
+def graphed(paths: dict[str, Callable[[], object]]) -> dict:
+    """Each path's median replayed from a CUDA graph, as a step captured whole would run it, and
+    the speed-ups against the reference path there: what the GPU spends, launches left out."""
+    times = {name: graph_median_ms(fn) for name, fn in paths.items()}
+    out = {"graph_ms": {k: (round(v, 5) if isinstance(v, float) else v) for k, v in times.items()}}
+    base = times.get("torch")
+    if isinstance(base, float):
+        out["graph_speedup"] = {k: round(base / v, 3) for k, v in times.items()
+                                if k != "torch" and isinstance(v, float) and v > 0}
+    return out
 
 
 def unmask_select_cases(grid: Grid, device: torch.device, quick: bool) -> list[dict]:

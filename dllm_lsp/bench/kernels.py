@@ -58,6 +58,31 @@ def default_bandwidth(gpu_name: str | None) -> float | None:
     return None
 
 
+def span_attention_targets(row: dict) -> list[dict]:
+    """The span attention target, eager (as the engine calls it today) and replayed from a CUDA
+    graph (the GPU's own time, launches left out), each from the faster of the kernel's two forms
+    (split + merge, one launch)."""
+    wanted = TARGETS["span_attention_speedup"]
+    eager = {"split_merge": row["kernel_ms"]}
+    if row.get("one_launch_ms"):
+        eager["one_launch"] = row["one_launch_ms"]
+    variant = min(eager, key=eager.get)
+    value = round(row["torch_ms"] / eager[variant], 3)
+    out = [{"target": "span attention >= 1.5x cat+SDPA (Dream-7B heads, L=32, N=2048, bf16)",
+            "value": value, "variant": variant, "vs_sdpa_precat": round(row["sdpa_precat_ms"] / eager[variant], 3),
+            "met": value >= wanted}]
+    graphed = {("split_merge" if k == "kernel" else k): v for k, v in row.get("graph_speedup", {}).items()
+               if k in ("kernel", "one_launch")}
+    if graphed:
+        variant = max(graphed, key=graphed.get)
+        out.append({"target": "span attention >= 1.5x cat+SDPA in a CUDA graph (Dream-7B heads, L=32, N=2048, bf16)",
+                    "value": graphed[variant], "variant": variant,
+                    "vs_sdpa_precat": row["graph_speedup"].get("sdpa_precat") and round(
+                        graphed[variant] / row["graph_speedup"]["sdpa_precat"], 3),
+                    "met": graphed[variant] >= wanted})
+    return out
+
+
 def check_targets(report: dict) -> list[dict]:
     """The issue's targets, judged from this run's figures (absent shapes are skipped)."""
     out = []
@@ -65,9 +90,7 @@ def check_targets(report: dict) -> list[dict]:
         s = row["shape"]
         if (row["kernel"] == "span_attention" and s.get("heads") == "dream-7b" and s["L"] == 32 and s["N"] == 2048
                 and row["speedup"] is not None):
-            out.append({"target": "span attention >= 1.5x cat+SDPA (Dream-7B heads, L=32, N=2048, bf16)",
-                        "value": row["speedup"], "vs_sdpa_precat": round(row["sdpa_precat_ms"] / row["kernel_ms"], 3),
-                        "met": row["speedup"] >= TARGETS["span_attention_speedup"]})
+            out.extend(span_attention_targets(row))
         if (row["kernel"] == "unmask_select" and s["vocab"] == 152064 and s["rows"] == 32
                 and row["speedup"] is not None):
             out.append({"target": f"unmask-select >= 3x torch path (vocab 152064, 32 rows, {s['dtype']})",
@@ -139,6 +162,12 @@ def table(report: dict) -> str:
         kernel_ms = "-" if row["kernel_ms"] is None else f"{row['kernel_ms']:.4f}"
         speedup = "-" if row["speedup"] is None else f"{row['speedup']:.2f}x"
         lines.append(f"{row['kernel']:<15} {shape:<70} torch {row['torch_ms']:.4f} ms  kernel {kernel_ms} ms  {speedup}")
+        if row.get("one_launch_ms"):
+            lines.append(f"{'':<15} {'one launch (no merge)':<70} {'':<16}kernel {row['one_launch_ms']:.4f} ms  "
+                         f"{row['torch_ms'] / row['one_launch_ms']:.2f}x")
+        if row.get("graph_ms"):
+            lines.append(f"{'':<15} {'in a CUDA graph':<70} " + "  ".join(
+                f"{k} {v:.4f} ms" if isinstance(v, float) else f"{k} failed: {v}" for k, v in row["graph_ms"].items()))
     step = report.get("step")
     if step and "error" in step:
         lines.append(f"step: failed: {step['error']}")

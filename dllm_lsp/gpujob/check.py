@@ -88,12 +88,15 @@ def span_attention_rows(device, shapes, dtype) -> list[dict]:
             kc, vc = rand(1, hkv, n, d), rand(1, hkv, n, d)
             ks, vs = rand(2, l, hkv, d).transpose(1, 2), rand(2, l, hkv, d).transpose(1, 2)
 
-            def run(q=q, kc=kc, vc=vc, ks=ks, vs=vs):
-                got = span_attention.span_attention_triton(q, kc, vc, ks, vs)
-                want = span_attention.span_attention_reference(*(t.float() for t in (q, kc, vc, ks, vs)))
-                return close(got, want, dtype)
+            # Both forms of the kernel whatever the plan picks: split + merge, and one launch.
+            for one_launch in (False, True):
+                def run(q=q, kc=kc, vc=vc, ks=ks, vs=vs, one_launch=one_launch):
+                    got = span_attention.span_attention_triton(q, kc, vc, ks, vs, one_launch=one_launch)
+                    want = span_attention.span_attention_reference(*(t.float() for t in (q, kc, vc, ks, vs)))
+                    return close(got, want, dtype)
 
-            rows.append(case(name, "span_attention", dict(heads=[h, hkv, d], L=l, N=n, batch=2), run))
+                rows.append(case(name, "span_attention", dict(heads=[h, hkv, d], L=l, N=n, batch=2,
+                                                              one_launch=one_launch), run))
     return rows
 
 

@@ -50,14 +50,16 @@ def main(capability: int = 90) -> None:
         t = TYPES[dtype]
         fn = span_attention._span_attention_split_kernel
         strides = [n for n in fn.arg_names if n.startswith("s") and n[1] in "qkv"]
-        # Dream-7B heads at L = 32, planned for an H100 (227 KiB) and for a 99 KiB GPU.
+        # Dream-7B heads at L = 32, planned for an H100 (227 KiB) and for a 99 KiB GPU, as splits
+        # (partials for the merge) and as the one-launch pass (the output written directly).
         for budget in (227 * 1024, 99 * 1024):
-            row = compile_kernel(
-                fn, {**{n: t for n in ("Q", "KC", "VC", "KS", "VS")}, "O_PART": "fp32", "LSE_PART": "fp32"},
-                {"qk_scale"}, span_attention.tile_config(dtype, 128, 7 * 32, budget), capability,
-                unit_strides=tuple(n for n in strides if n.endswith("_d")),
-                aligned=(*(n for n in strides if not n.endswith("_d")), "D", "keys_per_split"))
-            results.append({**row, "shared_budget": budget})
+            for one_pass in (False, True):
+                row = compile_kernel(
+                    fn, {**{n: t for n in ("Q", "KC", "VC", "KS", "VS", "OUT")}, "O_PART": "fp32", "LSE_PART": "fp32"},
+                    {"qk_scale"}, {**span_attention.tile_config(dtype, 128, 7 * 32, budget), "ONE_PASS": one_pass},
+                    capability, unit_strides=tuple(n for n in strides if n.endswith("_d")),
+                    aligned=(*(n for n in strides if not n.endswith("_d")), "D", "keys_per_split"))
+                results.append({**row, "shared_budget": budget})
     results.append(compile_kernel(
         span_attention._span_attention_merge_kernel, {"O_PART": "fp32", "LSE_PART": "fp32", "OUT": "bf16"},
         set(), dict(BLOCK_R=span_attention.MERGE_ROWS, BLOCK_S=32, BLOCK_D=128), capability))

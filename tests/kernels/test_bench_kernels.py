@@ -19,6 +19,9 @@ def test_quick_cpu_run_writes_the_report(tmp_path, capsys):
         assert row["torch_ms"] > 0 and row["kernel_ms"] > 0, row
         # The interpreted kernel computed the same thing as the torch path.
         assert row["max_abs_err"] < 1e-4, row
+    for row in (r for r in report["kernels"] if r["kernel"] == "span_attention"):
+        # Its one-launch form too (no CUDA graphs on the CPU: those figures are the GPU's).
+        assert row["one_launch_ms"] > 0 and row["one_launch_max_abs_err"] < 1e-4 and "graph_ms" not in row
     step = report["step"]
     assert {(v["kernels"], v["execution"]) for v in step["variants"]} == {(False, "eager"), (True, "eager")}
     assert step["weight_bytes"] > 0 and step["weight_read_bound_ms"] is None   # no bandwidth on CPU
@@ -39,7 +42,7 @@ def test_targets_are_judged_from_the_figures():
         "settings": {"quick": False},
         "kernels": [
             {"kernel": "span_attention", "shape": {"heads": "dream-7b", "L": 32, "N": 2048},
-             "speedup": 2.0, "kernel_ms": 0.01, "sdpa_precat_ms": 0.015},
+             "speedup": 2.0, "torch_ms": 0.02, "kernel_ms": 0.01, "sdpa_precat_ms": 0.015},
             {"kernel": "unmask_select", "shape": {"rows": 32, "vocab": 152064, "dtype": "float32"}, "speedup": 2.5},
         ],
         "step": {"weight_read_bound_ms": 4.0, "variants": [
@@ -58,6 +61,21 @@ def test_targets_are_judged_from_the_figures():
     assert "Dream-7B-shaped" not in {t["target"].split()[0] for t in check_targets(report)}
     assert not judged["unmask-select"]["met"]
     assert judged["Dream-7B-shaped"]["met"] and judged["Dream-7B-shaped"]["variant"] == "cuda_graph"
+
+
+def test_span_attention_is_judged_eager_and_graphed_from_its_faster_form():
+    row = {"kernel": "span_attention", "shape": {"heads": "dream-7b", "L": 32, "N": 2048},
+           "torch_ms": 0.03, "kernel_ms": 0.06, "speedup": 0.5, "sdpa_precat_ms": 0.02, "one_launch_ms": 0.024,
+           "graph_ms": {"kernel": 0.004, "torch": 0.012, "sdpa_precat": 0.008, "one_launch": 0.01},
+           "graph_speedup": {"kernel": 3.0, "sdpa_precat": 1.5, "one_launch": 1.2}}
+    eager, graph = check_targets({"settings": {"quick": True}, "kernels": [row]})
+    assert eager["variant"] == "one_launch" and eager["value"] == 1.25 and not eager["met"]
+    assert "CUDA graph" in graph["target"] and graph["variant"] == "split_merge" and graph["value"] == 3.0
+    assert graph["met"] and graph["vs_sdpa_precat"] == 2.0
+    # Without the one-launch figure and the graphs (a CPU run): the split kernel, eager, alone.
+    bare = {k: v for k, v in row.items() if k not in ("one_launch_ms", "graph_ms", "graph_speedup")}
+    (only,) = check_targets({"settings": {"quick": True}, "kernels": [bare]})
+    assert only["variant"] == "split_merge" and only["value"] == 0.5
 
 
 def test_bad_device_is_a_clear_error():

@@ -36,4 +36,5 @@ def test_kernels_compile_for_sm90(tmp_path):
     for row in rows:
         assert row["shared_bytes"] <= row.get("shared_budget", H100_SHARED_BYTES), row
     attention = [r for r in rows if r["kernel"] == "_span_attention_split_kernel"]
-    assert {r["shared_budget"] for r in attention} == {227 * 1024, 99 * 1024}
+    assert {(r["shared_budget"], r["meta"]["ONE_PASS"]) for r in attention} == {
+        (227 * 1024, False), (227 * 1024, True), (99 * 1024, False), (99 * 1024, True)}

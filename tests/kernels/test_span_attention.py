@@ -47,6 +47,17 @@ def test_kernel_matches_reference(b, h, hkv, l, n, d, ctx_b, kps, dtype):
     torch.testing.assert_close(out.float(), expected, **TOL[dtype])
 
 
+@pytest.mark.parametrize("one_launch", [True, False], ids=["one-launch", "split-merge"])
+@pytest.mark.parametrize("b,h,hkv,l,n,d,ctx_b,kps", SHAPES)
+def test_one_launch_and_split_merge_agree_with_the_reference(b, h, hkv, l, n, d, ctx_b, kps, one_launch):
+    # Forced either way whatever the plan: one program per query block over the whole context
+    # and span (no merge), or the context's splits plus the span's, merged.
+    inputs = make_inputs(b, h, hkv, l, n, d, ctx_b, torch.float32, seed=5)
+    out = span_attention_triton(*inputs, keys_per_split=kps, one_launch=one_launch)
+    assert out.transpose(1, 2).is_contiguous()
+    torch.testing.assert_close(out, span_attention_reference(*inputs), **TOL[torch.float32])
+
+
 def test_explicit_scale():
     inputs = make_inputs(1, 4, 2, 3, 21, 16, 1, torch.float32, seed=3)
     out = span_attention_triton(*inputs, scale=0.37)
