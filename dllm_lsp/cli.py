@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--runs", type=int, default=20)
     bench.add_argument("--json", action="store_true")
     bench.add_argument("--out", help="also write the JSON figures to this file")
+    bench.add_argument("--profile", action="store_true",
+                       help="also record where the line tail's time goes: host or device, launches, syncs, Python")
 
     for name in DELEGATED:
         sub.add_parser(name, help=f"see `dllm-lsp {name} --help`", add_help=False)

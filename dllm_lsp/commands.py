@@ -372,7 +372,7 @@ def bench(args) -> int:
     if args.runs < 1:
         raise UserError(f"--runs must be at least 1, not {args.runs}")
     engine = load_engine(args)
-    figures = run_latency_bench(engine, runs=args.runs)
+    figures = run_latency_bench(engine, runs=args.runs, profile=args.profile)
     text = json.dumps(figures, indent=2)
     if args.out:
         Path(args.out).write_text(text + "\n")
@@ -382,4 +382,10 @@ def bench(args) -> int:
         for name, row in figures["cases"].items():
             print(f"{name:22s} p50 {row['p50_ms']:8.2f} ms  p95 {row['p95_ms']:8.2f} ms  steps {row['steps']:3d}  "
                   f"slot {row['slot_width_decoded']}/{row['span_tokens']} tokens")
+        for name, found in figures.get("profile", {}).items():
+            print(f"{name}: profiled {found['wall_ms_per_call']:.1f} ms a completion, {found['ops_per_call']:.0f} torch ops, "
+                  + (f"{found['kernel_launches_per_call']:.0f} launches, {found['device_syncs_per_call']:.0f} syncs, "
+                     f"device busy {found['device_busy_share']:.0%}; " if "device_busy_share" in found else "")
+                  + "Python: " + ", ".join(f"{r['function'].rsplit('/', 1)[-1]} {r['own_ms_per_call']:.2f} ms"
+                                           for r in found["python_top"][:4]))
     return 0

@@ -25,6 +25,7 @@ from dllm_lsp.arch.layers import RMSNorm
 from dllm_lsp.kernels.unmask_select import unmask_select
 
 from .kernel_cases import kernels_runnable, median_ms
+from .profiling import profile_calls
 
 DREAM_7B = dict(vocab_size=152064, dim=3584, n_layers=28, n_heads=28, n_kv_heads=4, ffn_dim=18944,
                 max_positions=32768, rope_theta=1e6)
@@ -97,23 +98,6 @@ def cuda_graph(fn: Callable[[], object]) -> Callable[[], None]:
     return graph.replay
 
 
-def profile_top_ops(fn: Callable[[], object], device: torch.device, top: int = 12) -> list[dict]:
-    """Where a step's time goes: the ops with the largest self time (device time on CUDA)."""
-    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415  (slow to import, only --profile needs it)
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    fn()
-    with profile(activities=activities) as prof:
-        for _ in range(3):
-            fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-    key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    events = sorted(prof.key_averages(), key=lambda e: getattr(e, key, 0.0), reverse=True)[:top]
-    return [{"op": e.key, "calls_per_step": e.count / 3, "self_ms_per_step": round(getattr(e, key, 0.0) / 3e3, 4)}
-            for e in events]
-
-
 def bench_step(device: torch.device, quick: bool, n_ctx: int, span_len: int, bandwidth: float | None,
                profile: bool = False) -> dict:
     dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
@@ -151,7 +135,7 @@ def bench_step(device: torch.device, quick: bool, n_ctx: int, span_len: int, ban
                         "x_weight_read_bound": round(ms / bound, 3) if bound else None,
                     })
                 if profile:
-                    result.setdefault("profile", {})[mode] = profile_top_ops(step, device)
+                    result.setdefault("profile", {})[mode] = profile_calls(step, device)
         if len(modes) == 2:
             with kernel_mode("reference"):
                 want = step()

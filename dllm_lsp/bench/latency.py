@@ -9,6 +9,7 @@ from dllm_lsp.engine.types import GROWING_SLOT_START, DecodeSettings, InfillRequ
 
 from .environment import environment, percentiles
 from .overhead import synthetic_python
+from .profiling import profile_calls
 
 CASES = {
     "line_tail": (32, True),
@@ -29,13 +30,15 @@ def return_tail(text: str, start: int) -> tuple[str, str, int]:
 ALTERNATIVES = 4      # the line tail once more with this many suggestions (the `alternatives` option)
 
 
-def run_latency_bench(engine, runs: int = 20, steps: int = 8) -> dict:
+def run_latency_bench(engine, runs: int = 20, steps: int = 8, profile: bool = False) -> dict:
     """Each case twice, runs interleaved so both see the same machine: with a growing slot
     (starting at GROWING_SLOT_START tokens, the server's default) and with the slot at full width
     from the first step (`<case>_full_width`, `slotStartTokens: 0`): the pair that moved the GPU's
     default to growing slots too (docs/serving.md#slots-that-grow). The line
     tail also with ALTERNATIVES suggestions (`line_tail_alternatives_4`: the greedy one and
-    sampled others in one batch, growing slot): what the `alternatives` option costs."""
+    sampled others in one batch, growing slot): what the `alternatives` option costs. `profile`:
+    where the line tail's time goes (`profiling.profile_calls`: host or device, launches, syncs,
+    the project's Python functions), the figures that say what a GPU completion is bound by."""
     text = synthetic_python(400)
     prefix, suffix, _ = return_tail(text, len(text) // 2)
     growing = DecodeSettings(steps=steps, slot_start_tokens=GROWING_SLOT_START)
@@ -65,7 +68,7 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8) -> dict:
         cases[name]["p50_vs_full_width"] = round(cases[name]["p50_ms"] / cases[name + "_full_width"]["p50_ms"], 3)
         if several in variants:
             cases[name + several]["p50_vs_one"] = round(cases[name + several]["p50_ms"] / cases[name]["p50_ms"], 3)
-    return {
+    figures = {
         "benchmark": "completion latency (engine, warm prefix cache)",
         "model": engine.denoiser.describe(),
         "settings": {"steps": steps, "runs": runs, "context_tokens": engine.context_tokens,
@@ -75,3 +78,9 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8) -> dict:
         "environment": environment(str(engine.denoiser.device)),
         "cases": cases,
     }
+    if profile:
+        line_tail = InfillRequest.single(prefix, suffix, CASES["line_tail"][0], CASES["line_tail"][1])
+        figures["profile"] = {"line_tail": {
+            "steps": cases["line_tail"]["steps"],
+            **profile_calls(lambda: engine.infill(line_tail, growing), engine.denoiser.device)}}
+    return figures

@@ -59,6 +59,9 @@ class BenchItem:
     estimate_s: float        # expected duration on an H100 (measured durations are in job.json)
     quick_estimate_s: float  # the same with --quick on a CPU (the dry run)
     needs_model: bool = False   # runs the job's trained model (skipped without one)
+    # A key the figure's JSON must hold for a past lease's file to count as this figure: a file
+    # from before the benchmark measured it (the latency JSON before `--profile`) is still missing.
+    holds: str | None = None
 
 
 # Priority order. A benchmark runs whole or not at all: it starts only if its estimate fits.
@@ -66,15 +69,18 @@ BENCHES = (
     # Estimates from the H200 lease of 2026-11-26 where one ran (docs/results/gpu-job/20261126-0024):
     # kernels without the step 34 s, checkpoint without the shared step 30 s, latency 22 s,
     # batching 16 s (each a fresh process: imports, CUDA start, Triton compiles), with some margin.
+    # The Dream-7B-shaped step against the weight-read bound (issue 11's last unmeasured target).
     BenchItem("kernels", 120.0, 25.0),
+    # People typing through the real server on the GPU: batched, serial, no prefix reuse (issue 13, open
+    # on these figures alone). Never in a dry run (its own test covers the code path): four servers'
+    # start-ups cost more than a box.
+    BenchItem("typing", 240.0, float("inf"), needs_model=True),
     BenchItem("checkpoint", 120.0, 25.0),    # with the shared step of 1-16 requests and the kept context (issue 13)
-    BenchItem("latency", 35.0, 15.0, needs_model=True),
+    # With `--profile`: where a completion's time goes on the GPU (launches, syncs, Python; the 32M
+    # model's step cost ~6 ms on the H200, far above its arithmetic).
+    BenchItem("latency", 45.0, 20.0, needs_model=True, holds="profile"),
     # What a shared denoising step buys on this GPU with the trained model (issue 13).
     BenchItem("batching", 30.0, 10.0, needs_model=True),
-    # People typing through the real server on the GPU: batched, serial, no prefix reuse (issue 13, still
-    # open on these figures: before block, whose issue is closed). Never in a dry run (its own test covers
-    # the code path): four servers' start-ups cost more than a box.
-    BenchItem("typing", 240.0, float("inf"), needs_model=True),
     # SDAR-8B-shaped block diffusion vs AR (issue 15), and the shared block step of 1-16 requests (issue 13).
     BenchItem("block", 170.0, 20.0),
     # What the load-time warm-up saves the first completion on this GPU (the Triton kernels' first
@@ -411,12 +417,23 @@ class Job:
     def bench_file(self, item: BenchItem, tag: str) -> str:
         return f"latency-{tag}-{self.opts.model_name}.json" if item.name == "latency" else f"{item.name}-{tag}.json"
 
+    def repo_has(self, item: BenchItem, tag: str) -> bool:
+        """Whether the checkout has this figure for this kind of GPU (holding `item.holds`, if named)."""
+        path = Path(self.opts.repo) / "docs" / "results" / self.bench_file(item, tag)
+        if not path.is_file():
+            return False
+        if item.holds is None:
+            return True
+        try:
+            return item.holds in json.loads(path.read_text())
+        except (OSError, ValueError):
+            return False
+
     def bench_order(self, tag: str) -> list[BenchItem]:
         """BENCHES in priority order, except that a figure the repository already has from this kind
         of GPU (a past lease's, in docs/results/) goes after those it lacks: each lease fills gaps
         first, and a bench box too short for all of them still ends up covering all over leases."""
-        have = {item.name for item in BENCHES
-                if (Path(self.opts.repo) / "docs" / "results" / self.bench_file(item, tag)).is_file()}
+        have = {item.name for item in BENCHES if self.repo_has(item, tag)}
         if have:
             self.phase("bench")["already_in_repo"] = sorted(have)
         return sorted(BENCHES, key=lambda item: item.name in have)   # stable: priority order within each
@@ -461,7 +478,7 @@ class Job:
                 args += ["--quick"] if self.opts.quick else []
             else:
                 args = ["bench", "--model", str(self.model_dir), "--device", device, "--out", str(out),
-                        "--runs", "5" if self.opts.quick else "30"]
+                        "--runs", "5" if self.opts.quick else "30", "--profile"]
             result = self.child("bench", item.name, args, left, estimate_s=estimate)
             states.append("done" if result.ok and out.is_file() else "failed")
         return "done" if all(s == "done" for s in states) else "partial"

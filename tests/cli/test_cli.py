@@ -175,6 +175,21 @@ def test_bench_measures_growing_slots_beside_full_width_slots(tiny_model_dir, tm
     assert "line_tail_full_width" in proc.stdout and "slot 32/32 tokens" in proc.stdout
 
 
+def test_bench_profile_says_where_a_completions_time_goes(tiny_model_dir, tmp_path):
+    out = tmp_path / "latency.json"
+    proc = run("bench", "--model", str(tiny_model_dir), "--device", "cpu", "--runs", "1", "--profile",
+               "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(out.read_text())["profile"]["line_tail"]
+    assert found["steps"] == json.loads(out.read_text())["cases"]["line_tail"]["steps"]
+    assert found["wall_ms_per_call"] > 0 and found["ops_per_call"] > 10 and found["host_top"]
+    # The project's own Python, by own time: the decode loop's step is among what a completion runs.
+    functions = [row["function"] for row in found["python_top"]]
+    assert all(f.startswith(("dllm_lsp/", "kernels/")) for f in functions)
+    assert "device_busy_share" not in found            # CUDA figures only on CUDA
+    assert "line_tail: profiled" in proc.stdout
+
+
 def test_infill_ends_balanced_with_the_shipped_model():
     """The shipped model ends this line after an opening `\"\"\"` (the docstring it thinks comes
     next); with `--ends-balanced` it may end only once the string it opened is closed. The

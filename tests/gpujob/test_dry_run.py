@@ -132,6 +132,8 @@ def test_a_job_without_training_benchmarks_the_given_model_missing_figures_first
     repo = tmp_path / "repo"
     (repo / "docs" / "results").mkdir(parents=True)
     (repo / "docs" / "results" / "kernels-cpu.json").write_text("{}")
+    # A latency figure from before `bench --profile`: still missing (it lacks the profile).
+    (repo / "docs" / "results" / "latency-cpu-dry-model.json").write_text('{"cases": {}}')
     out = tmp_path / "again"
     rc = main(["run", "--out", str(out), "--minutes", "1.5", "--device", "cpu", "--preset", "tiny-test", "--quick",
                "--phases", "bench", "--init", str(first / "model" / "dry-model"), "--model-name", "dry-model",
@@ -147,6 +149,7 @@ def test_a_job_without_training_benchmarks_the_given_model_missing_figures_first
     assert order[-1] == "kernels" and order.index("latency") < order.index("kernels")
     steps = {step["step"]: step for step in bench["steps"]}
     assert steps["latency"]["rc"] == 0 and (out / "results" / "latency-cpu-dry-model.json").is_file()
+    assert "profile" in json.loads((out / "results" / "latency-cpu-dry-model.json").read_text())
     assert state["model_from"] == str(first / "model" / "dry-model")
     unpacked = tmp_path / "unpacked"
     assert main(["unpack", str(out / "pack"), "--repo", str(unpacked)]) == 0
