@@ -109,6 +109,9 @@ def add_model_args(parser: argparse.ArgumentParser, default: str | None = "defau
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: $DLLM_LSP_THREADS, else 1; docs/cli.md says why)")
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="replay a lone request's steady denoising steps from CUDA graphs (embedded model; "
+                             "off by default until measured; `bench` times both on CUDA)")
 
 
 def main(argv: list[str] | None = None) -> int:

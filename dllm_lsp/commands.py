@@ -23,7 +23,7 @@ from .engine.types import InfillRequest
 from .loader import ModelLoadError, load_model
 from .options import Options, SettingsError
 from .server import auth, create_server
-from .server.model_host import ModelHost, local_engine
+from .server.model_host import ModelHost, local_engine, use_cuda_graphs
 from .server.positions import line_end, line_starts
 from .serving import require_ray
 from .server.tcp import serve_tcp
@@ -89,7 +89,7 @@ def serve(args) -> int:
         model_host = ModelHost(connect=functools.partial(local_engine, batching=args.batching,
                                                          prefix_cache=args.prefix_cache, step_slack=args.step_slack,
                                                          context_in_first_step=args.context_pass == "first-step",
-                                                         warm_up=args.warm_up),
+                                                         warm_up=args.warm_up, cuda_graphs=args.cuda_graphs),
                                max_models=args.max_models)
     if args.tcp:
         host, port = parse_host_port(args.tcp)
@@ -150,9 +150,11 @@ def load_engine(args, batching: bool = False):
     `complete` at exit now and then: "terminate called without an active exception"; `infill`
     closes the scheduler it asked for before it exits)."""
     try:
-        return Engine(load_model(args.model, args.device), batching=batching)
+        engine = Engine(load_model(args.model, args.device), batching=batching)
     except ModelLoadError as exc:
         raise UserError(str(exc)) from None
+    use_cuda_graphs(engine, getattr(args, "cuda_graphs", False))
+    return engine
 
 
 def read_source(path: Path) -> str:
@@ -372,7 +374,8 @@ def bench(args) -> int:
     if args.runs < 1:
         raise UserError(f"--runs must be at least 1, not {args.runs}")
     engine = load_engine(args)
-    figures = run_latency_bench(engine, runs=args.runs, profile=args.profile)
+    figures = run_latency_bench(engine, runs=args.runs, profile=args.profile,
+                                cuda_graphs=True if args.cuda_graphs else None)
     text = json.dumps(figures, indent=2)
     if args.out:
         Path(args.out).write_text(text + "\n")

@@ -7,6 +7,10 @@ context up: the tokens no entry holds are computed in the request's first step, 
 pass as its span rows (a request costs no prefill pass of its own, and joins a shared step as it
 arrives). Several requests' steps run as one forward pass (`batch_logits`, driven by the
 engine's step scheduler), first steps and later ones alike.
+
+With `cuda_graphs` on, a request running alone replays its steady steps (the span against a
+context that no longer changes) from a CUDA graph captured on the first of them
+(engine/cuda_graph.py): one launch instead of ~150 per step.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from dllm_lsp.engine.cuda_graph import GraphedCall, capture_failed
 from dllm_lsp.engine.denoiser import Canvas, Denoiser, SpecialTokens, matching_run
 from dllm_lsp.engine.types import CacheSettings
 from dllm_lsp.model_folder import check_weights_match
@@ -81,6 +86,7 @@ class EmbeddedSession:
         self.batch = batch
         self.lookup = lookup            # None: the bidirectional layout (no context cache)
         self.context: list[KV] | None = None
+        self.graphed: GraphedCall | None = None     # its steady steps' graph, once captured
         if lookup is not None and not lookup.missing:
             self.keep_context(lookup.past)     # all of it cached (or no context at all)
         elif lookup is not None and not denoiser.context_in_first_step:
@@ -124,8 +130,29 @@ class EmbeddedSession:
             hidden = self.model(ids, is_span, return_hidden=True)[:, self.span_positions]
             return self.model.head(hidden if rows is None else hidden[rows])
         if self.context is not None:
-            return self.model.span_logits(ids[:, self.span_positions], self.span_positions, self.context, rows)
+            span = ids[:, self.span_positions]
+            if self.denoiser.cuda_graphs:
+                logits = self._replayed(span)
+                if logits is not None:     # [B, S, V]: a static buffer, so what is kept is copied
+                    return logits.clone() if rows is None else logits[rows]
+            return self.model.span_logits(span, self.span_positions, self.context, rows)
         return self.denoiser.step([self], [ids], [rows])[0]
+
+    def _replayed(self, span: torch.Tensor) -> torch.Tensor | None:
+        """The steady step's logits [B, S, V] over every span row (a graph has fixed shapes, so
+        the head runs on decided rows too), from the session's graph: captured on its first
+        steady step (whose answer is the capture's warm-up call), replayed after. None when the
+        capture failed: the denoiser then runs eagerly from now on."""
+        if self.graphed is not None:
+            return self.graphed(span)
+        try:
+            self.graphed = GraphedCall(
+                lambda s: self.model.span_logits(s, self.span_positions, self.context), (span,))
+        except Exception as exc:   # a capture that fails (a sync inside the step, say) costs no completion
+            capture_failed(self.denoiser.name, exc)
+            self.denoiser.cuda_graphs = False
+            return None
+        return self.graphed.first
 
 
 class EmbeddedDenoiser(Denoiser):
@@ -144,6 +171,9 @@ class EmbeddedDenoiser(Denoiser):
         # False: a session computes its uncached context in a pass of its own as it opens (the
         # baseline `serve --context-pass own` measures the first-step pass against).
         self.context_in_first_step = True
+        # Replay a lone request's steady steps from a CUDA graph (`serve --cuda-graphs`; off until
+        # a GPU measured it: `dllm-lsp bench` times it beside the eager steps on CUDA).
+        self.cuda_graphs = False
         self._lock = threading.Lock()
         self.last_reused_tokens = 0
 

@@ -36,10 +36,19 @@ class Rotary:
     def __init__(self, head_dim: int, theta: float) -> None:
         exponents = torch.arange(0, head_dim, 2, dtype=torch.float64, device="cpu") / head_dim
         self.inv_freq = 1.0 / (theta**exponents)
+        self._inv_freq_on: dict[torch.device, torch.Tensor] = {}
+
+    def frequencies_on(self, device: torch.device) -> torch.Tensor:
+        """inv_freq on `device`, copied there once: a copy per step would be a host-to-device
+        transfer in every step (a sync, and not capturable in a CUDA graph)."""
+        found = self._inv_freq_on.get(device)
+        if found is None:
+            found = self._inv_freq_on[device] = self.inv_freq.to(device)
+        return found
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """positions [..., T] -> cos, sin [..., T, head_dim] in `dtype`."""
-        freqs = positions.to(torch.float64)[..., None] * self.inv_freq.to(positions.device)
+        freqs = positions.to(torch.float64)[..., None] * self.frequencies_on(positions.device)
         emb = torch.cat([freqs, freqs], dim=-1)
         return emb.cos().to(dtype), emb.sin().to(dtype)
 

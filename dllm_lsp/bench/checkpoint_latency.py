@@ -112,7 +112,6 @@ def random_model(cfg: BiConfig, device: torch.device, dtype: torch.dtype, seed: 
                 p.fill_(1.0)
             else:
                 p.normal_(0.0, 0.02, generator=generator)
-    model.rotary.inv_freq = model.rotary.inv_freq.to(device)
     return model.fuse_projections().eval()     # the layout load_checkpoint serves with
 
 

@@ -56,9 +56,6 @@ def build_model(cfg: EmbeddedConfig, device: torch.device, dtype: torch.dtype) -
         for module in model.modules():
             if isinstance(module, RMSNorm):
                 module.weight.fill_(1.0)
-    # Rotary frequencies live on the CPU; keeping them on the device avoids a copy per step
-    # (and makes the step capturable in a CUDA graph).
-    model.rotary.inv_freq = model.rotary.inv_freq.to(device)
     return model.eval()
 
 

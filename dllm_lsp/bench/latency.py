@@ -28,9 +28,11 @@ def return_tail(text: str, start: int) -> tuple[str, str, int]:
 
 
 ALTERNATIVES = 4      # the line tail once more with this many suggestions (the `alternatives` option)
+GRAPHED = "_cuda_graphs"   # the case with its steady steps replayed from CUDA graphs (engine/cuda_graph.py)
 
 
-def run_latency_bench(engine, runs: int = 20, steps: int = 8, profile: bool = False) -> dict:
+def run_latency_bench(engine, runs: int = 20, steps: int = 8, profile: bool = False,
+                      cuda_graphs: bool | None = None) -> dict:
     """Each case twice, runs interleaved so both see the same machine: with a growing slot
     (starting at GROWING_SLOT_START tokens, the server's default) and with the slot at full width
     from the first step (`<case>_full_width`, `slotStartTokens: 0`): the pair that moved the GPU's
@@ -38,7 +40,13 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8, profile: bool = Fa
     tail also with ALTERNATIVES suggestions (`line_tail_alternatives_4`: the greedy one and
     sampled others in one batch, growing slot): what the `alternatives` option costs. `profile`:
     where the line tail's time goes (`profiling.profile_calls`: host or device, launches, syncs,
-    the project's Python functions), the figures that say what a GPU completion is bound by."""
+    the project's Python functions), the figures that say what a GPU completion is bound by. `cuda_graphs` (None: on CUDA, where
+    the model can): each case also with its steady steps replayed from CUDA graphs
+    (`<case>_cuda_graphs`, growing slot; `p50_vs_eager`), interleaved with the others."""
+    denoiser = engine.denoiser
+    graphs_wanted = denoiser.device.type == "cuda" if cuda_graphs is None else cuda_graphs
+    can_graph = graphs_wanted and hasattr(denoiser, "cuda_graphs")
+    graphs_before = getattr(denoiser, "cuda_graphs", False)
     text = synthetic_python(400)
     prefix, suffix, _ = return_tail(text, len(text) // 2)
     growing = DecodeSettings(steps=steps, slot_start_tokens=GROWING_SLOT_START)
@@ -50,13 +58,25 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8, profile: bool = Fa
         variants = dict(layouts)
         if name == "line_tail":
             variants[several] = replace(growing, n=ALTERNATIVES, temperature=0.8, greedy_first=True)
+        if can_graph:
+            variants[GRAPHED] = growing
         samples: dict[str, list[float]] = {suffix_: [] for suffix_ in variants}
         last = {}
-        for settings in variants.values():   # warm-up (allocations, prefix cache)
-            engine.infill(request, settings)
+
+        def infill(suffix_: str, settings: DecodeSettings):
+            if can_graph:
+                denoiser.cuda_graphs = suffix_ == GRAPHED
+            try:
+                return engine.infill(request, settings)
+            finally:
+                if can_graph:
+                    denoiser.cuda_graphs = graphs_before
+
+        for suffix_, settings in variants.items():   # warm-up (allocations, prefix cache)
+            infill(suffix_, settings)
         for run in range(runs):
             for suffix_, settings in variants.items():
-                result = engine.infill(request, replace(settings, seed=run))
+                result = infill(suffix_, replace(settings, seed=run))
                 samples[suffix_].append(result.latency_ms)
                 last[suffix_] = result
         for suffix_, result in last.items():
@@ -68,10 +88,15 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8, profile: bool = Fa
         cases[name]["p50_vs_full_width"] = round(cases[name]["p50_ms"] / cases[name + "_full_width"]["p50_ms"], 3)
         if several in variants:
             cases[name + several]["p50_vs_one"] = round(cases[name + several]["p50_ms"] / cases[name]["p50_ms"], 3)
+        if GRAPHED in variants:
+            graphed = cases[name + GRAPHED]
+            graphed["p50_vs_eager"] = round(graphed["p50_ms"] / cases[name]["p50_ms"], 3)
+            graphed["same_completion"] = graphed["completion"] == cases[name]["completion"]
     figures = {
         "benchmark": "completion latency (engine, warm prefix cache)",
         "model": engine.denoiser.describe(),
         "settings": {"steps": steps, "runs": runs, "context_tokens": engine.context_tokens,
+                     "cuda_graphs_variant": can_graph, "cuda_graphs_default": graphs_before,
                      "slot_start_tokens": GROWING_SLOT_START,
                      "default_slot_start": engine.start_tokens(DecodeSettings()),
                      "torch_threads": torch.get_num_threads()},
@@ -82,5 +107,13 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8, profile: bool = Fa
         line_tail = InfillRequest.single(prefix, suffix, CASES["line_tail"][0], CASES["line_tail"][1])
         figures["profile"] = {"line_tail": {
             "steps": cases["line_tail"]["steps"],
-            **profile_calls(lambda: engine.infill(line_tail, growing), engine.denoiser.device)}}
+            **profile_calls(lambda: engine.infill(line_tail, growing), denoiser.device)}}
+        if can_graph:
+            denoiser.cuda_graphs = True
+            try:
+                figures["profile"]["line_tail" + GRAPHED] = {
+                    "steps": cases["line_tail" + GRAPHED]["steps"],
+                    **profile_calls(lambda: engine.infill(line_tail, growing), denoiser.device)}
+            finally:
+                denoiser.cuda_graphs = graphs_before
     return figures

@@ -75,7 +75,6 @@ def load_checkpoint(folder: Path, config: dict, device: torch.device, *, dtype: 
     model.load_state_dict(state, strict=True, assign=True)
     del state
     model.fuse_projections()
-    model.rotary.inv_freq = model.rotary.inv_freq.to(device)
     return CheckpointDenoiser(model, tokens.tokenizer, special, family, folder.name, max_context(family, config))
 
 

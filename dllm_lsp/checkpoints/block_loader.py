@@ -74,7 +74,6 @@ def load_weights(cfg, plan: Plan, files: WeightFiles, device: torch.device, dtyp
             state[ours] = tensor
         del loaded
     model.load_state_dict(state, strict=True, assign=True)
-    model.rotary.inv_freq = model.rotary.inv_freq.to(device)
     return model.eval()
 
 

@@ -373,5 +373,4 @@ def random_block_model(cfg: BlockConfig, device: torch.device | str = "cpu", dty
         else:
             state[name] = torch.randn(p.shape, generator=generator, device=device, dtype=dtype) * 0.02
     model.load_state_dict(state, strict=True, assign=True)
-    model.rotary.inv_freq = model.rotary.inv_freq.to(device)
     return model.eval()

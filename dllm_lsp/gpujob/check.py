@@ -182,9 +182,10 @@ def check_kernels(device: torch.device, quick: bool, drill_fail: str | None) -> 
             "passed": sum(r["ok"] for r in rows), "total": len(rows)}
 
 
-def infill_texts(model: str, device: str, requests: Path, env: dict, concurrency: int = 1) -> dict:
+def infill_texts(model: str, device: str, requests: Path, env: dict, concurrency: int = 1,
+                 flags: tuple[str, ...] = ()) -> dict:
     cmd = [sys.executable, "-m", "dllm_lsp", "infill", "--model", model, "--device", device, "--steps", "4",
-           "--concurrency", str(concurrency)]
+           "--concurrency", str(concurrency), *flags]
     started = time.perf_counter()
     with open(requests, encoding="utf-8") as fh:
         done = subprocess.run(cmd, stdin=fh, capture_output=True, text=True, timeout=300, env=env)
@@ -213,12 +214,15 @@ def check_engine(device: torch.device, families: list[str], env: dict) -> list[d
         # On a CPU device (the dry run) "cpu" and the device are the same run: start it once.
         # The shipped model once more on the device with every request in flight at once: its
         # shared steps (the eval phase's, the server's) against the same requests one at a time.
-        pairs = [(label, (model, "cpu", 1), (model, str(device), 1)) for label, model in models]
+        # And once with its steady steps replayed from CUDA graphs (`--cuda-graphs`) against eager steps.
+        pairs = [(label, (model, "cpu", 1, ()), (model, str(device), 1, ())) for label, model in models]
         pairs.append((f"embedded ({shipped.name}), shared steps on the device against one at a time",
-                      (str(shipped), str(device), 1), (str(shipped), str(device), len(REQUESTS))))
+                      (str(shipped), str(device), 1, ()), (str(shipped), str(device), len(REQUESTS), ())))
+        pairs.append((f"embedded ({shipped.name}), CUDA-graph steps on the device against eager ones",
+                      (str(shipped), str(device), 1, ()), (str(shipped), str(device), 1, ("--cuda-graphs",))))
         runs = list(dict.fromkeys(run for _, *both in pairs for run in both))
         with ThreadPoolExecutor(max_workers=min(len(runs), max(usable_cpus(), 2))) as pool:
-            futures = {run: pool.submit(infill_texts, *run[:2], requests, env, run[2]) for run in runs}
+            futures = {run: pool.submit(infill_texts, *run[:2], requests, env, run[2], run[3]) for run in runs}
         for label, first, second in pairs:
             row = {"model": label}
             try:
@@ -227,7 +231,8 @@ def check_engine(device: torch.device, families: list[str], env: dict) -> list[d
                 row.update(ok=True, agree=f"{same}/{len(here['texts'])}", cpu=here, device=there)
                 if same < len(here["texts"]):
                     # Greedy ties on random weights (bf16 on the GPU, fp32 here) flip tokens: noted, not a failure.
-                    row["note"] = f"completions differ between {first[1]} x{first[2]} and {second[1]} x{second[2]}"
+                    row["note"] = (f"completions differ between {first[1]} x{first[2]} {' '.join(first[3])} and "
+                                   f"{second[1]} x{second[2]} {' '.join(second[3])}").replace("  ", " ")
             except Exception as exc:
                 row.update(ok=False, error=f"{type(exc).__name__}: {exc}".splitlines()[0])
             rows.append(row)

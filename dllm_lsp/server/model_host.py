@@ -36,19 +36,21 @@ class LoadKey:
 
 def local_engine(model: str, device: str, batching: bool = True, prefix_cache: int | None = None,
                  step_slack: float | None = None, context_in_first_step: bool = True,
-                 warm_up: bool = True) -> Engine:
+                 warm_up: bool = True, cuda_graphs: bool = False) -> Engine:
     """`prefix_cache`: context caches the embedded model keeps (None: its default; 0: none).
     `step_slack`: the step scheduler's cost bound (None: its default; engine/batching.py).
     `context_in_first_step`: False makes the embedded model compute a request's uncached context
     in a pass of its own as the request starts (a baseline; arch/embedded_denoiser.py).
     `warm_up`: the engine is prepared (`Engine.prepare`: warm-up and step-cost probe) before it
-    is returned, so the load a request waits for includes them and its first completion does not."""
+    is returned, so the load a request waits for includes them and its first completion does not.
+    `cuda_graphs`: a lone request's steady steps replay from CUDA graphs (`use_cuda_graphs`)."""
     engine = Engine(load_model(model, device), batching=batching,
                     step_slack=DEFAULT_SLACK if step_slack is None else step_slack)
     if prefix_cache is not None and hasattr(engine.denoiser, "prefix_cache_entries"):
         engine.denoiser.prefix_cache_entries = prefix_cache
     if hasattr(engine.denoiser, "context_in_first_step"):
         engine.denoiser.context_in_first_step = context_in_first_step
+    use_cuda_graphs(engine, cuda_graphs)
     if warm_up:
         try:
             engine.prepare()
@@ -56,6 +58,13 @@ def local_engine(model: str, device: str, batching: bool = True, prefix_cache: i
             log.warning("preparing %s on %s failed (%s: %s); serving without a warm-up",
                         engine.denoiser.name, engine.denoiser.device, type(exc).__name__, exc)
     return engine
+
+
+def use_cuda_graphs(engine: Engine, wanted: bool) -> None:
+    """Turn on CUDA-graph replay of steady steps where the model has it (the embedded model); on a
+    CPU it changes nothing but bookkeeping, so it is left off there."""
+    if hasattr(engine.denoiser, "cuda_graphs"):
+        engine.denoiser.cuda_graphs = bool(wanted) and engine.denoiser.device.type == "cuda"
 
 
 DEFAULT_MAX_MODELS = 2   # models one server holds at once (connections asking for others share them)

@@ -1,0 +1,64 @@
+"""A model call captured once in a CUDA graph and replayed with new inputs.
+
+Why: a denoising step of a small model on a GPU is bound by the host, not the device. The
+32M-parameter embedded model's step cost about 6 ms on an H200 (docs/results/
+latency-h200-dllm-embedded-30m.json: 36 ms for 6 steps), far above its arithmetic, because each
+of its ~150 kernels is launched from Python one by one. Replaying a captured graph launches them
+all at once. The shapes of a request's steady steps are fixed (the span's rows against a context
+that no longer changes), so the graph is captured on its first such step and replayed on the
+rest; a slot that grows opens a new session, and with it a new graph.
+
+`GraphedCall(fn, inputs)` runs `fn(*inputs)` once on a side stream (a warm-up that is also the
+first step's answer: lazy initialisation such as cuBLAS workspaces and Triton compiles happens
+outside the capture), captures a second call into a graph, and from then on copies new inputs
+into the static input buffers and replays. The output is a static buffer the next replay
+overwrites: callers copy what they keep. On a device without CUDA there is nothing to capture
+and the call runs eagerly on the static buffers (the same bookkeeping, so the CPU tests run it).
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import torch
+
+log = logging.getLogger("dllm_lsp.engine")
+
+
+class GraphedCall:
+    def __init__(self, fn: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...]) -> None:
+        self.fn = fn
+        self.inputs = tuple(t.clone() for t in inputs)
+        device = self.inputs[0].device
+        self.graph: torch.cuda.CUDAGraph | None = None
+        if device.type != "cuda":
+            self.first = fn(*self.inputs)
+            return
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            self.first = fn(*self.inputs)           # the warm-up: this step's answer
+        current = torch.cuda.current_stream(device)
+        current.wait_stream(side)
+        self.first.record_stream(current)           # used on this stream from now on
+        graph = torch.cuda.CUDAGraph()
+        # thread_local: what other threads do meanwhile (a server's other requests) is not part of
+        # this capture and does not fail it, unless it syncs with the capturing stream.
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            self.output = fn(*self.inputs)
+        self.graph = graph
+
+    def __call__(self, *inputs: torch.Tensor) -> torch.Tensor:
+        """fn(*inputs) replayed: a static buffer, overwritten by the next call."""
+        for static, new in zip(self.inputs, inputs):
+            static.copy_(new)
+        if self.graph is None:
+            return self.fn(*self.inputs)
+        self.graph.replay()
+        return self.output
+
+
+def capture_failed(owner: str, exc: BaseException) -> None:
+    """Log once per owner why capturing failed; the caller goes on eagerly from then on."""
+    log.warning("capturing %s's step in a CUDA graph failed (%s: %s); running it eagerly from now on",
+                owner, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
