@@ -45,6 +45,7 @@ from dllm_lsp.engine.types import CacheSettings, DecodeSettings
 from dllm_lsp.loader import resolve_device
 
 from .environment import environment
+from .profiling import profile_calls
 
 DREAM_7B = BiConfig(vocab_size=152064, dim=3584, n_layers=28, n_heads=28, n_kv_heads=4, head_dim=128,
                     ffn_dim=18944, rope_theta=1_000_000.0, norm_eps=1e-6, qkv_bias=True)
@@ -72,6 +73,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="dual cache: full pass every N steps (default 0: only the first step)")
     p.add_argument("--shared", default="1,2,4,8,16",
                    help="request counts for the shared cached step against steps in turn ('' skips it)")
+    p.add_argument("--profile", action="store_true",
+                   help="also record where a cached step's and an autoregressive token's time goes")
     args = p.parse_args(argv)
     try:
         args.shared = sorted({int(c) for c in args.shared.split(",") if c.strip()})
@@ -418,6 +421,14 @@ def run(args: argparse.Namespace) -> dict:
             "generation_only_dual_vs_autoregressive": round(ar_decode_ms / max(diffusion_after_first_ms, 1e-9), 3),
         },
     }
+    if args.profile:
+        # Launches, syncs and the device's busy share of a cached step, and of an autoregressive
+        # token (two tokens' decode less one's: the prefill is in both, so compare per call).
+        figures["profile"] = guarded("profile", errors, None, lambda: {
+            "cached_step": profile_calls(lambda: session.logits(ids), device),
+            "autoregressive_prefill_and_one_token": profile_calls(
+                lambda: autoregressive_decode(model, ctx_ids, 2), device),
+            "autoregressive_prefill": profile_calls(lambda: autoregressive_decode(model, ctx_ids, 1), device)})
     figures["shared_step"] = shared
     figures["shared_keystrokes"] = keystrokes
     figures["context_reuse_after_typing"] = reuse

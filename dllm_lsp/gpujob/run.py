@@ -475,7 +475,7 @@ class Job:
                 args = ["bench", "block", "--device", device, "--out", str(out)]
                 args += ["--quick"] if self.opts.quick else []
             elif item.name == "checkpoint":
-                args = ["bench", "checkpoint", "--device", device, "--out", str(out)]
+                args = ["bench", "checkpoint", "--device", device, "--out", str(out), "--profile"]
                 args += ["--quick"] if self.opts.quick else []
             else:
                 args = ["bench", "--model", str(self.model_dir), "--device", device, "--out", str(out),

@@ -49,6 +49,17 @@ def test_shared_counts_are_checked_and_can_be_skipped(tmp_path, capsys):
     assert "--shared must be comma-separated" in capsys.readouterr().err
 
 
+def test_profile_says_where_a_cached_step_and_an_ar_token_go(tmp_path):
+    out = tmp_path / "figures.json"
+    assert main(["--quick", "--device", "cpu", "--out", str(out), "--runs", "1", "--shared", "", "--profile"]) == 0
+    profile = json.loads(out.read_text())["profile"]
+    assert set(profile) == {"cached_step", "autoregressive_prefill_and_one_token", "autoregressive_prefill"}
+    for found in profile.values():
+        assert found["wall_ms_per_call"] > 0 and found["ops_per_call"] > 0 and found["host_top"]
+    # A second token costs a second forward pass of torch ops beside the prefill.
+    assert profile["autoregressive_prefill_and_one_token"]["ops_per_call"] > profile["autoregressive_prefill"]["ops_per_call"]
+
+
 def test_autoregressive_baseline_matches_a_causal_full_pass():
     """The baseline's KV-cached decode computes what a causal model would: greedy tokens agree."""
     model = random_model(TINY, torch.device("cpu"), torch.float32)
