@@ -386,6 +386,9 @@ def bench(args) -> int:
             print(f"{name:22s} p50 {row['p50_ms']:8.2f} ms  p95 {row['p95_ms']:8.2f} ms  steps {row['steps']:3d}  "
                   f"slot {row['slot_width_decoded']}/{row['span_tokens']} tokens")
         for name, found in figures.get("profile", {}).items():
+            if "error" in found:
+                print(f"{name}: profile failed: {found['error']}")
+                continue
             print(f"{name}: profiled {found['wall_ms_per_call']:.1f} ms a completion, {found['ops_per_call']:.0f} torch ops, "
                   + (f"{found['kernel_launches_per_call']:.0f} launches, {found['device_syncs_per_call']:.0f} syncs, "
                      f"device busy {found['device_busy_share']:.0%}; " if "device_busy_share" in found else "")
