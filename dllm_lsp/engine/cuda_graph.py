@@ -59,6 +59,7 @@ class GraphedCall:
 
 
 def capture_failed(owner: str, exc: BaseException) -> None:
-    """Log once per owner why capturing failed; the caller goes on eagerly from then on."""
+    """Log why capturing `owner`'s step failed. The caller turns its graphs off and goes on
+    eagerly, so this is said once per model."""
     log.warning("capturing %s's step in a CUDA graph failed (%s: %s); running it eagerly from now on",
                 owner, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
