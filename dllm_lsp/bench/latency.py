@@ -1,6 +1,7 @@
 """`dllm-lsp bench`: end-to-end completion latency of a model (engine only)."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import replace
 
 import torch
@@ -47,6 +48,19 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8, profile: bool = Fa
     graphs_wanted = denoiser.device.type == "cuda" if cuda_graphs is None else cuda_graphs
     can_graph = graphs_wanted and hasattr(denoiser, "cuda_graphs")
     graphs_before = getattr(denoiser, "cuda_graphs", False)
+
+    @contextmanager
+    def graphs(on: bool):
+        """The model's CUDA graphs on or off for a while, where this run measures them."""
+        if not can_graph:
+            yield
+            return
+        denoiser.cuda_graphs = on
+        try:
+            yield
+        finally:
+            denoiser.cuda_graphs = graphs_before
+
     text = synthetic_python(400)
     prefix, suffix, _ = return_tail(text, len(text) // 2)
     growing = DecodeSettings(steps=steps, slot_start_tokens=GROWING_SLOT_START)
@@ -64,13 +78,8 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8, profile: bool = Fa
         last = {}
 
         def infill(suffix_: str, settings: DecodeSettings):
-            if can_graph:
-                denoiser.cuda_graphs = suffix_ == GRAPHED
-            try:
+            with graphs(suffix_ == GRAPHED):
                 return engine.infill(request, settings)
-            finally:
-                if can_graph:
-                    denoiser.cuda_graphs = graphs_before
 
         for suffix_, settings in variants.items():   # warm-up (allocations, prefix cache)
             infill(suffix_, settings)
@@ -104,16 +113,11 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8, profile: bool = Fa
         "cases": cases,
     }
     if profile:
-        line_tail = InfillRequest.single(prefix, suffix, CASES["line_tail"][0], CASES["line_tail"][1])
-        figures["profile"] = {"line_tail": {
-            "steps": cases["line_tail"]["steps"],
-            **profile_calls(lambda: engine.infill(line_tail, growing), denoiser.device)}}
-        if can_graph:
-            denoiser.cuda_graphs = True
-            try:
-                figures["profile"]["line_tail" + GRAPHED] = {
-                    "steps": cases["line_tail" + GRAPHED]["steps"],
+        line_tail = InfillRequest.single(prefix, suffix, *CASES["line_tail"])
+        figures["profile"] = {}
+        for suffix_ in ("", GRAPHED) if can_graph else ("",):
+            with graphs(suffix_ == GRAPHED):
+                figures["profile"]["line_tail" + suffix_] = {
+                    "steps": cases["line_tail" + suffix_]["steps"],
                     **profile_calls(lambda: engine.infill(line_tail, growing), denoiser.device)}
-            finally:
-                denoiser.cuda_graphs = graphs_before
     return figures

@@ -178,10 +178,18 @@ def test_bench_measures_growing_slots_beside_full_width_slots(tiny_model_dir, tm
 def test_bench_profile_says_where_a_completions_time_goes(tiny_model_dir, tmp_path):
     out = tmp_path / "latency.json"
     proc = run("bench", "--model", str(tiny_model_dir), "--device", "cpu", "--runs", "1", "--profile",
-               "--out", str(out))
+               "--cuda-graphs", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
-    found = json.loads(out.read_text())["profile"]["line_tail"]
-    assert found["steps"] == json.loads(out.read_text())["cases"]["line_tail"]["steps"]
+    figures = json.loads(out.read_text())
+    # --cuda-graphs on a CPU: the graph variant's bookkeeping runs eagerly, and writes the same.
+    for name in ("line_tail", "block_body"):
+        graphed = figures["cases"][f"{name}_cuda_graphs"]
+        assert graphed["same_completion"] and graphed["completion"] == figures["cases"][name]["completion"]
+        assert graphed["p50_vs_eager"] == round(graphed["p50_ms"] / figures["cases"][name]["p50_ms"], 3)
+    assert set(figures["profile"]) == {"line_tail", "line_tail_cuda_graphs"}
+    assert figures["settings"]["cuda_graphs_variant"] and not figures["settings"]["cuda_graphs_default"]
+    found = figures["profile"]["line_tail"]
+    assert found["steps"] == figures["cases"]["line_tail"]["steps"]
     assert found["wall_ms_per_call"] > 0 and found["ops_per_call"] > 10 and found["host_top"]
     # The project's own Python, by own time: the decode loop's step is among what a completion runs.
     functions = [row["function"] for row in found["python_top"]]
