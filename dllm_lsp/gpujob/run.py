@@ -87,6 +87,10 @@ BENCHES = (
     # What the load-time warm-up saves the first completion on this GPU (the Triton kernels' first
     # launch). Never in a dry run, as typing: ten server start-ups; its own test covers it.
     BenchItem("startup", 100.0, float("inf"), needs_model=True),
+    # The typing replay with the server's steady steps replayed from CUDA graphs beside eager ones
+    # (serving.md#steady-steps-from-a-cuda-graph: does the step scheduler still share well?). Last: it
+    # decides a default once `bench --profile` has shown graphs worth it. Never in a dry run, as typing.
+    BenchItem("typing-graphs", 170.0, float("inf"), needs_model=True),
 )
 
 
@@ -442,7 +446,7 @@ class Job:
     def bench(self, box: float) -> str:
         results = self.out / "results"
         results.mkdir(exist_ok=True)
-        tag, device, states = self.bench_tag(), self.opts.device, []
+        tag, states = self.bench_tag(), []
         for item in self.bench_order(tag):
             estimate = self.opts.bench_estimates.get(item.name,
                                                      item.quick_estimate_s if self.opts.quick else item.estimate_s)
@@ -457,32 +461,33 @@ class Job:
                 states.append("skipped")
                 continue
             out = results / self.bench_file(item, tag)
-            if item.name == "kernels":
-                args = ["bench", "kernels", "--device", device, "--out", str(out)]
-                args += ["--quick"] if self.opts.quick else ["--profile"]
-            elif item.name == "typing":
-                args = ["bench", "typing", "--clients", "1,4", "--keystrokes", "40", "--model", str(self.model_dir),
-                        "--device", device, "--serve-variant", "batched=", "--serve-variant", "serial=--no-batching",
-                        "--serve-variant", "no-prefix-reuse=--prefix-cache 0",
-                        "--out", str(out), "--plot", str(out.with_suffix(".png"))]
-            elif item.name == "batching":
-                args = ["bench", "batching", "--model", str(self.model_dir), "--device", device, "--out", str(out)]
-                args += ["--runs", "3", "--requests", "1,2"] if self.opts.quick else ["--requests", "1,2,4,8,16"]
-            elif item.name == "startup":
-                args = ["bench", "startup", "--model", str(self.model_dir), "--device", device, "--runs", "4",
-                        "--out", str(out)]
-            elif item.name == "block":
-                args = ["bench", "block", "--device", device, "--out", str(out)]
-                args += ["--quick"] if self.opts.quick else []
-            elif item.name == "checkpoint":
-                args = ["bench", "checkpoint", "--device", device, "--out", str(out), "--profile"]
-                args += ["--quick"] if self.opts.quick else []
-            else:
-                args = ["bench", "--model", str(self.model_dir), "--device", device, "--out", str(out),
-                        "--runs", "5" if self.opts.quick else "30", "--profile"]
+            args = self.bench_args(item, out)
             result = self.child("bench", item.name, args, left, estimate_s=estimate)
             states.append("done" if result.ok and out.is_file() else "failed")
         return "done" if all(s == "done" for s in states) else "partial"
+
+    def bench_args(self, item: BenchItem, out: Path) -> list[str]:
+        """The `dllm-lsp` command line of one benchmark of the bench phase, writing `out`."""
+        device, quick, model = self.opts.device, self.opts.quick, str(self.model_dir)
+        if item.name == "kernels":
+            return ["bench", "kernels", "--device", device, "--out", str(out), "--quick" if quick else "--profile"]
+        if item.name in ("typing", "typing-graphs"):
+            variants = (["batched=", "serial=--no-batching", "no-prefix-reuse=--prefix-cache 0"]
+                        if item.name == "typing" else ["batched=", "cuda-graphs=--cuda-graphs"])
+            return ["bench", "typing", "--clients", "1,4", "--keystrokes", "40", "--model", model, "--device", device,
+                    *(arg for v in variants for arg in ("--serve-variant", v)),
+                    "--out", str(out), "--plot", str(out.with_suffix(".png"))]
+        if item.name == "batching":
+            return ["bench", "batching", "--model", model, "--device", device, "--out", str(out),
+                    *(["--runs", "3", "--requests", "1,2"] if quick else ["--requests", "1,2,4,8,16"])]
+        if item.name == "startup":
+            return ["bench", "startup", "--model", model, "--device", device, "--runs", "4", "--out", str(out)]
+        if item.name in ("block", "checkpoint"):
+            return ["bench", item.name, "--device", device, "--out", str(out),
+                    *(["--profile"] if item.name == "checkpoint" else []), *(["--quick"] if quick else [])]
+        # latency: every case (with and without CUDA-graph steps on CUDA) and where its time goes
+        return ["bench", "--model", model, "--device", device, "--out", str(out),
+                "--runs", "5" if quick else "30", "--profile"]
 
     def pack(self, box: float) -> str:
         notes = {}

@@ -1,4 +1,5 @@
 """The GPU job's time boxes and its pack / unpack, without running a job."""
+import io
 import json
 import random
 
@@ -6,6 +7,7 @@ import pytest
 
 from dllm_lsp.gpujob.budget import Budget, parse_phases
 from dllm_lsp.gpujob.pack import pack_job, unpack
+from dllm_lsp.gpujob.run import BENCHES, Job, JobOptions
 from dllm_lsp.loader import default_name
 
 
@@ -115,3 +117,25 @@ def test_unpack_refuses_a_corrupt_or_incomplete_pack(tmp_path):
     with pytest.raises(ValueError, match="missing"):
         unpack(pack, tmp_path / "repo")
     assert not (tmp_path / "repo" / "models").exists()     # nothing half-written
+
+
+def test_the_bench_plan_orders_missing_figures_first_and_names_what_each_measures(tmp_path):
+    """A lease's benchmarks: the open issues' first (kernels, typing), figures the checkout already
+    has after those it lacks, a past file that lacks what the benchmark now records (the latency
+    JSON before `--profile`) counted as missing, and the command line each runs."""
+    repo = tmp_path / "repo"
+    results = repo / "docs" / "results"
+    results.mkdir(parents=True)
+    (results / "batching-cpu.json").write_text("{}")
+    (results / "latency-cpu-dllm-embedded-30m.json").write_text('{"cases": {}}')    # no profile
+    job = Job(JobOptions(out=tmp_path / "job", minutes=5, device="cpu", repo=repo), log=io.StringIO())
+    order = [item.name for item in job.bench_order("cpu")]
+    assert order[:2] == ["kernels", "typing"] and order[-1] == "batching"
+    assert order.index("latency") < order.index("typing-graphs")
+    (results / "latency-cpu-dllm-embedded-30m.json").write_text('{"cases": {}, "profile": {}}')
+    assert [item.name for item in job.bench_order("cpu")][-2:] == ["latency", "batching"]   # had: last, in order
+    args = {item.name: job.bench_args(item, tmp_path / f"{item.name}.json") for item in BENCHES}
+    assert "--profile" in args["kernels"] and "--profile" in args["checkpoint"] and "--profile" in args["latency"]
+    variants = [a for i, a in enumerate(args["typing-graphs"]) if args["typing-graphs"][i - 1] == "--serve-variant"]
+    assert variants == ["batched=", "cuda-graphs=--cuda-graphs"]
+    assert "serial=--no-batching" in args["typing"] and "no-prefix-reuse=--prefix-cache 0" in args["typing"]
