@@ -53,6 +53,9 @@ ABLATIONS = {"single-line-ends-balanced": ("single-line", ("--ends-balanced", "-
                                                                   "--typed-through", "([{.=,\"'"))}
 
 
+CONTINUED_WARMUP = 100     # warmup steps of a run that continues a model (Job.continued_warmup)
+
+
 @dataclass(frozen=True)
 class BenchItem:
     name: str
@@ -280,6 +283,16 @@ class Job:
         same = all(config.get(k) == want[k] for k in MODEL_KEYS if k != "vocab_size")
         return shipped if same else None   # the shipped model continues only if it is this preset's size
 
+    def continued_warmup(self) -> list[str]:
+        """A continued model's warmup: CONTINUED_WARMUP steps at most (unless --train-arg names one).
+        The optimizer's state is not shipped (twice the weights in fp32), so each lease starts a
+        fresh AdamW and warms it up again; the preset's warmup is sized for random weights (500
+        steps of gpu-30m: a quarter of a four-minute lease's steps at a reduced rate), while a
+        fresh optimizer's moments settle within a few dozen steps (beta2 0.95)."""
+        if any(arg == "--warmup" or arg.startswith("--warmup=") for arg in self.opts.train_args):
+            return []
+        return ["--warmup", str(min(preset(self.opts.preset)["warmup"], CONTINUED_WARMUP))]
+
     def use_existing_model(self) -> None:
         """A job that does not train evaluates and benchmarks the model `--init` names (auto: the
         shipped one, when it is this preset's size): a copy of it becomes the job's model folder,
@@ -355,7 +368,7 @@ class Job:
         else:
             args += ["--threads", "1", "--eval-every", "20"]
         if self.continue_from is not None:
-            args += ["--init-from", str(self.continue_from)]
+            args += ["--init-from", str(self.continue_from), *self.continued_warmup()]
         result = self.child("train", "train", args + self.opts.train_args, box, minutes=round(minutes, 2))
         if not (self.model_dir / "model.safetensors").is_file():
             return "failed"

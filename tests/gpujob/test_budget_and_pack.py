@@ -139,3 +139,13 @@ def test_the_bench_plan_orders_missing_figures_first_and_names_what_each_measure
     variants = [a for i, a in enumerate(args["typing-graphs"]) if args["typing-graphs"][i - 1] == "--serve-variant"]
     assert variants == ["batched=", "cuda-graphs=--cuda-graphs"]
     assert "serial=--no-batching" in args["typing"] and "no-prefix-reuse=--prefix-cache 0" in args["typing"]
+
+
+def test_a_continued_model_warms_its_fresh_optimizer_up_briefly(tmp_path):
+    job = Job(JobOptions(out=tmp_path / "job", minutes=5, device="cpu"), log=io.StringIO())
+    assert job.continued_warmup() == ["--warmup", "100"]             # gpu-30m's own is 500
+    small = Job(JobOptions(out=tmp_path / "small", minutes=5, device="cpu", preset="tiny-test"), log=io.StringIO())
+    assert small.continued_warmup() == ["--warmup", "10"]            # never more than the preset's
+    told = Job(JobOptions(out=tmp_path / "told", minutes=5, device="cpu", train_args=["--warmup=300"]),
+               log=io.StringIO())
+    assert told.continued_warmup() == []                              # --train-arg decides
