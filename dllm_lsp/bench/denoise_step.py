@@ -22,6 +22,7 @@ import torch
 
 from dllm_lsp.arch.embedded import EmbeddedConfig, EmbeddedModel
 from dllm_lsp.arch.layers import RMSNorm
+from dllm_lsp.engine.cuda_graph import GraphedCall
 from dllm_lsp.kernels.unmask_select import unmask_select
 
 from .kernel_cases import kernels_runnable, median_ms
@@ -81,18 +82,10 @@ def make_step(model: EmbeddedModel, n_ctx: int, span_len: int) -> Callable[[], o
     return step
 
 
-def cuda_graph(fn: Callable[[], object]) -> Callable[[], None]:
-    """Capture fn (after warm-up on a side stream, which also compiles the Triton kernels)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
+def cuda_graph(fn: Callable[[], object]) -> Callable[[], object]:
+    """fn captured in a CUDA graph (after three warm-up calls on a side stream, which also compile
+    the Triton kernels), as the server captures a step (engine/cuda_graph.py): its replay."""
+    return GraphedCall(fn, device=torch.device("cuda", torch.cuda.current_device()), warm_ups=3)
 
 
 def bench_step(device: torch.device, quick: bool, n_ctx: int, span_len: int, bandwidth: float | None,

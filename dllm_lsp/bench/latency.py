@@ -39,11 +39,12 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8, profile: bool = Fa
     from the first step (`<case>_full_width`, `slotStartTokens: 0`): the pair that moved the GPU's
     default to growing slots too (docs/serving.md#slots-that-grow). The line
     tail also with ALTERNATIVES suggestions (`line_tail_alternatives_4`: the greedy one and
-    sampled others in one batch, growing slot): what the `alternatives` option costs. `profile`:
-    where the line tail's time goes (`profiling.profile_calls`: host or device, launches, syncs,
-    the project's Python functions), the figures that say what a GPU completion is bound by. `cuda_graphs` (None: on CUDA, where
-    the model can): each case also with its steady steps replayed from CUDA graphs
-    (`<case>_cuda_graphs`, growing slot; `p50_vs_eager`), interleaved with the others."""
+    sampled others in one batch, growing slot): what the `alternatives` option costs.
+    `cuda_graphs` (None: on CUDA, where the model can): each case also with its steady steps
+    replayed from CUDA graphs (`<case>_cuda_graphs`, growing slot; `p50_vs_eager`), interleaved
+    with the others. `profile`: where the line tail's time goes (`profiling.profile_calls`: host
+    or device, launches, syncs, the project's Python functions), with and without the graphs:
+    the figures that say what a GPU completion is bound by."""
     denoiser = engine.denoiser
     graphs_wanted = denoiser.device.type == "cuda" if cuda_graphs is None else cuda_graphs
     can_graph = graphs_wanted and hasattr(denoiser, "cuda_graphs")

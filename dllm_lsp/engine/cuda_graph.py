@@ -26,10 +26,14 @@ log = logging.getLogger("dllm_lsp.engine")
 
 
 class GraphedCall:
-    def __init__(self, fn: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...]) -> None:
+    """`device`: where to capture when there are no inputs (else the inputs'); `warm_ups`: calls on
+    the side stream before the capture (the last one's result is `first`)."""
+
+    def __init__(self, fn: Callable[..., object], inputs: tuple[torch.Tensor, ...] = (),
+                 device: torch.device | None = None, warm_ups: int = 1) -> None:
         self.fn = fn
         self.inputs = tuple(t.clone() for t in inputs)
-        device = self.inputs[0].device
+        device = self.inputs[0].device if device is None else torch.device(device)
         self.graph: torch.cuda.CUDAGraph | None = None
         if device.type != "cuda":
             self.first = fn(*self.inputs)
@@ -37,10 +41,12 @@ class GraphedCall:
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
-            self.first = fn(*self.inputs)           # the warm-up: this step's answer
+            for _ in range(warm_ups):
+                self.first = fn(*self.inputs)       # the warm-up: this step's answer
         current = torch.cuda.current_stream(device)
         current.wait_stream(side)
-        self.first.record_stream(current)           # used on this stream from now on
+        if isinstance(self.first, torch.Tensor):
+            self.first.record_stream(current)       # used on this stream from now on
         graph = torch.cuda.CUDAGraph()
         # thread_local: what other threads do meanwhile (a server's other requests) is not part of
         # this capture and does not fail it, unless it syncs with the capturing stream.
@@ -48,7 +54,7 @@ class GraphedCall:
             self.output = fn(*self.inputs)
         self.graph = graph
 
-    def __call__(self, *inputs: torch.Tensor) -> torch.Tensor:
+    def __call__(self, *inputs: torch.Tensor) -> object:
         """fn(*inputs) replayed: a static buffer, overwritten by the next call."""
         for static, new in zip(self.inputs, inputs):
             static.copy_(new)

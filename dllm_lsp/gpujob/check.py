@@ -196,6 +196,12 @@ def infill_texts(model: str, device: str, requests: Path, env: dict, concurrency
             "seconds": round(time.perf_counter() - started, 2)}
 
 
+def described(run: tuple[str, str, int, tuple[str, ...]]) -> str:
+    """A (model, device, concurrency, flags) run as a note names it: `cuda x1 --cuda-graphs`."""
+    _, device, concurrency, flags = run
+    return " ".join([device, f"x{concurrency}", *flags])
+
+
 def check_engine(device: torch.device, families: list[str], env: dict) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -231,8 +237,7 @@ def check_engine(device: torch.device, families: list[str], env: dict) -> list[d
                 row.update(ok=True, agree=f"{same}/{len(here['texts'])}", cpu=here, device=there)
                 if same < len(here["texts"]):
                     # Greedy ties on random weights (bf16 on the GPU, fp32 here) flip tokens: noted, not a failure.
-                    row["note"] = (f"completions differ between {first[1]} x{first[2]} {' '.join(first[3])} and "
-                                   f"{second[1]} x{second[2]} {' '.join(second[3])}").replace("  ", " ")
+                    row["note"] = f"completions differ between {described(first)} and {described(second)}"
             except Exception as exc:
                 row.update(ok=False, error=f"{type(exc).__name__}: {exc}".splitlines()[0])
             rows.append(row)

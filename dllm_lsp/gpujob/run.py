@@ -79,9 +79,9 @@ BENCHES = (
     # start-ups cost more than a box.
     BenchItem("typing", 240.0, float("inf"), needs_model=True),
     BenchItem("checkpoint", 120.0, 25.0),    # with the shared step of 1-16 requests and the kept context (issue 13)
-    # With `--profile`: where a completion's time goes on the GPU (launches, syncs, Python; the 32M
-    # model's step cost ~6 ms on the H200, far above its arithmetic).
-    # With the CUDA-graph variant of every case beside the eager one (engine/cuda_graph.py).
+    # With `--profile` (where a completion's time goes on the GPU: launches, syncs, Python; the 32M
+    # model's step cost ~6 ms on the H200, far above its arithmetic) and, on CUDA, every case also
+    # with CUDA-graph steps beside the eager one (engine/cuda_graph.py).
     BenchItem("latency", 60.0, 20.0, needs_model=True, holds="profile"),
     # What a shared denoising step buys on this GPU with the trained model (issue 13).
     BenchItem("batching", 30.0, 10.0, needs_model=True),
