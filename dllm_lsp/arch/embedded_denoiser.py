@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from dllm_lsp.engine.cuda_graph import GraphedCall, capture_failed
+from dllm_lsp.engine.cuda_graph import GraphedCall, capture_or_none
 from dllm_lsp.engine.denoiser import Canvas, Denoiser, SpecialTokens, matching_run
 from dllm_lsp.engine.types import CacheSettings
 from dllm_lsp.model_folder import check_weights_match
@@ -145,11 +145,9 @@ class EmbeddedSession:
         capture failed: the denoiser then runs eagerly from now on."""
         if self.graphed is not None:
             return self.graphed(span)
-        try:
-            self.graphed = GraphedCall(
-                lambda s: self.model.span_logits(s, self.span_positions, self.context), (span,))
-        except Exception as exc:   # a capture that fails (a sync inside the step, say) costs no completion
-            capture_failed(self.denoiser.name, exc)
+        self.graphed = capture_or_none(
+            self.denoiser.name, lambda s: self.model.span_logits(s, self.span_positions, self.context), (span,))
+        if self.graphed is None:
             self.denoiser.cuda_graphs = False
             return None
         return self.graphed.first

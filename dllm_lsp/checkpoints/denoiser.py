@@ -32,6 +32,9 @@ class CheckpointDenoiser(Denoiser):
         self.last_session: CheckpointSession | None = None   # read by `bench checkpoint` (full passes run)
         # Cache mode "reuse": contexts kept across requests (`--prefix-cache N` sets how many).
         self.context_store = ContextStore()
+        # Replay a session's cached steps from a CUDA graph (`serve --cuda-graphs`; off until a GPU
+        # measured it: `bench checkpoint` times it beside the eager steps on CUDA).
+        self.cuda_graphs = False
 
     def forget_requests(self) -> None:
         super().forget_requests()
@@ -47,7 +50,7 @@ class CheckpointDenoiser(Denoiser):
 
     def session(self, canvas: Canvas, batch: int, cache: CacheSettings = CacheSettings()) -> CheckpointSession:
         session = CheckpointSession(self.model, canvas, self.spec.shift, cache, self.vocab_limit, self.blocked,
-                                    self.context_store, self.count_context_time, batch)
+                                    self.context_store, self.count_context_time, batch, graphs=self)
         self.last_session = session
         self.last_reused_tokens = session.reused_tokens
         return session

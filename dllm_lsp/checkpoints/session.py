@@ -9,6 +9,13 @@ first token -- attending to the stored context plus themselves. Every `refresh_e
 (0: never) the full pass runs again and refreshes the stored context.
 
 `mode="none"` runs the full pass every step: the exact path, kept for comparison.
+
+With the model's `cuda_graphs` on, a session's cached steps (its active rows against the
+stored context, the head over every span row included) replay from a CUDA graph captured on
+the first of them (engine/cuda_graph.py). Why: a 7B model's eager cached step is ~600 kernel
+launches from Python, and on an H200 it cost 16.3 ms against a 3.4 ms weight-read bound
+(docs/results/gpu-job/20261126-0024/after/checkpoint-h200-no-shared-step.json). A refresh
+replaces the stored context, so the next cached step captures anew.
 """
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ from collections.abc import Callable
 
 import torch
 
+from dllm_lsp.engine.cuda_graph import GraphedCall, GraphSwitch, capture_or_none
 from dllm_lsp.engine.denoiser import Canvas
 from dllm_lsp.engine.types import CacheSettings
 
@@ -29,8 +37,12 @@ from .context_store import ContextEntry, ContextStore, Reuse
 class CheckpointSession:
     def __init__(self, model: BidirectionalLM, canvas: Canvas, shift: int, cache: CacheSettings,
                  vocab_limit: int, blocked: tuple[int, ...], store: ContextStore | None = None,
-                 count_context_time: Callable[[float], None] = lambda seconds: None, batch: int = 1) -> None:
+                 count_context_time: Callable[[float], None] = lambda seconds: None, batch: int = 1,
+                 graphs: GraphSwitch | None = None) -> None:
         self.model = model
+        self.graphs = graphs            # whose `cuda_graphs` says whether cached steps replay from a graph
+        self.graphed: GraphedCall | None = None
+        self._graphed_context: list[KV] | None = None   # the stored context the graph reads
         self.batch = batch                             # candidates decoded together
         self.count_context_time = count_context_time   # seconds of context work done in a step
         self.cache = cache
@@ -238,9 +250,35 @@ class CheckpointSession:
     def logits(self, ids: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """ids [B, T] -> fp32 logits [B, S, V_tokenizer] (row s predicts span token s), or
         [R, V_tokenizer] for the rows `rows` ([B, S] bool) selects."""
+        if self.graphs is not None and self.graphs.cuda_graphs and self._prefilled is None and not self._refresh_due():
+            logits = self._replayed(ids.index_select(1, self.active))
+            if logits is not None:     # [B, S, V]: a static buffer, so what is kept is copied
+                self.steps += 1
+                return logits.clone() if rows is None else logits[rows]
         hidden = self.hidden_rows(ids)
         self.steps += 1
         return span_logits(self.model, hidden if rows is None else hidden[rows], self.vocab_limit, self.blocked)
+
+    def _cached_logits(self, active_ids: torch.Tensor) -> torch.Tensor:
+        """A cached step whole: the active rows [B, A] against the stored context -> the logits
+        [B, S, V_tokenizer] of every span row (a graph has fixed shapes, so the head runs on
+        decided rows too)."""
+        hidden = self.model.cached(active_ids, self.rope_active, self.context_kv)
+        return span_logits(self.model, hidden.index_select(1, self.pred_in_active), self.vocab_limit, self.blocked)
+
+    def _replayed(self, active_ids: torch.Tensor) -> torch.Tensor | None:
+        """A cached step's logits from the session's graph: captured on its first cached step
+        against the current stored context (whose answer is the capture's warm-up call), and
+        again after a refresh replaced that context; replayed otherwise. None when the capture
+        failed: the model then runs eagerly from now on."""
+        if self.graphed is not None and self._graphed_context is self.context_kv:
+            return self.graphed(active_ids)
+        self.graphed, self._graphed_context = None, self.context_kv   # the old graph's memory goes first
+        self.graphed = capture_or_none(self.graphs.name, self._cached_logits, (active_ids,))
+        if self.graphed is None:
+            self.graphs.cuda_graphs = False
+            return None
+        return self.graphed.first
 
 
 def span_logits(model: BidirectionalLM, hidden: torch.Tensor, vocab_limit: int,

@@ -19,10 +19,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 import torch
 
 log = logging.getLogger("dllm_lsp.engine")
+
+
+class GraphSwitch(Protocol):
+    """A model's switch for replaying steady steps from CUDA graphs (`serve --cuda-graphs`): its
+    sessions read it, and turn it off for good when a capture fails."""
+
+    name: str
+    cuda_graphs: bool
 
 
 class GraphedCall:
@@ -64,8 +73,13 @@ class GraphedCall:
         return self.output
 
 
-def capture_failed(owner: str, exc: BaseException) -> None:
-    """Log why capturing `owner`'s step failed. The caller turns its graphs off and goes on
-    eagerly, so this is said once per model."""
-    log.warning("capturing %s's step in a CUDA graph failed (%s: %s); running it eagerly from now on",
-                owner, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+def capture_or_none(owner: str, fn: Callable[..., object], inputs: tuple[torch.Tensor, ...]) -> GraphedCall | None:
+    """`GraphedCall(fn, inputs)`, or None when the capture fails (a sync inside the step, say): a
+    failed capture costs no completion. Why it failed is logged; the caller turns its model's
+    graphs off and goes on eagerly, so this is said once per model."""
+    try:
+        return GraphedCall(fn, inputs)
+    except Exception as exc:   # noqa: BLE001 - any capture error falls back to the eager step
+        log.warning("capturing %s's step in a CUDA graph failed (%s: %s); running it eagerly from now on",
+                    owner, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+        return None

@@ -11,8 +11,8 @@ import logging
 import pytest
 import torch
 
-from dllm_lsp.arch import embedded_denoiser
 from dllm_lsp.arch.layers import Rotary
+from dllm_lsp.engine import cuda_graph
 from dllm_lsp.engine.cuda_graph import GraphedCall
 from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import DecodeSettings, InfillRequest
@@ -62,7 +62,7 @@ def test_a_session_captures_once_and_replays_its_steady_steps(tiny_model_dir, mo
             calls.append(inputs[0].shape)
             return super().__call__(*inputs)
 
-    monkeypatch.setattr(embedded_denoiser, "GraphedCall", Counting)
+    monkeypatch.setattr(cuda_graph, "GraphedCall", Counting)
     result = Engine(denoiser, batching=False).infill(REQUESTS[1], DecodeSettings(steps=8, slot_start_tokens=0))
     # Step 1 computes the context with the span (no graph); step 2 captures (its answer is the
     # warm-up's); the rest replay. One slot at full width: one session, one graph.
@@ -88,7 +88,7 @@ def test_a_failed_capture_falls_back_to_eager_steps_once_and_for_all(tiny_model_
     def cannot_capture(fn, inputs):
         raise RuntimeError("operation not permitted when stream is capturing")
 
-    monkeypatch.setattr(embedded_denoiser, "GraphedCall", cannot_capture)
+    monkeypatch.setattr(cuda_graph, "GraphedCall", cannot_capture)
     denoiser.cuda_graphs = True
     with caplog.at_level(logging.WARNING, logger="dllm_lsp.engine"):
         assert texts(engine, settings) == eager
