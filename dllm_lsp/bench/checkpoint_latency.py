@@ -17,6 +17,11 @@ one more prefix token, with the previous canvas's context kept (cache mode "reus
 the dual cache alone, which recomputes the context (issue 13's "prefix reuse >= 3x lower p50");
 and k such keystrokes in k documents at once, their first passes (the typed token and the
 active rows against each one's kept context) in one shared pass against in turn.
+With CUDA graphs (on CUDA by default, `--cuda-graphs` elsewhere), each side also as the
+server runs it with `--cuda-graphs`: the completion and the cached step with the session's cached
+steps replayed from a graph (captured per session, inside each completion's time), the
+autoregressive decode with its token pass replayed from one graph kept across decodes (its best),
+and the shared step against replayed steps in turn. The targets take each side's faster form.
 Random weights are fine for speed (the steps are fixed); quality needs the real checkpoints.
 
 `--quick` swaps in a tiny shape and short context so the code path runs in seconds on a CPU.
@@ -39,6 +44,7 @@ from dllm_lsp.checkpoints.context_store import ContextStore
 from dllm_lsp.checkpoints.denoiser import CheckpointDenoiser
 from dllm_lsp.checkpoints.families import DREAM
 from dllm_lsp.checkpoints.tiny import tiny_tokenizer
+from dllm_lsp.engine.cuda_graph import GraphedCall
 from dllm_lsp.engine.denoise import denoise
 from dllm_lsp.engine.denoiser import Canvas, SpecialTokens
 from dllm_lsp.engine.types import CacheSettings, DecodeSettings
@@ -75,6 +81,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="request counts for the shared cached step against steps in turn ('' skips it)")
     p.add_argument("--profile", action="store_true",
                    help="also record where a cached step's and an autoregressive token's time goes")
+    p.add_argument("--cuda-graphs", action="store_true", default=None,
+                   help="also time the cached steps and autoregressive tokens replayed from CUDA graphs "
+                        "(default: on CUDA; on a CPU the same bookkeeping runs eagerly)")
     args = p.parse_args(argv)
     try:
         args.shared = sorted({int(c) for c in args.shared.split(",") if c.strip()})
@@ -143,37 +152,93 @@ def fixed_steps(steps: int) -> DecodeSettings:
                           floor_from_left=False)
 
 
-@torch.no_grad()
-def autoregressive_decode(model: BidirectionalLM, context: torch.Tensor, new_tokens: int) -> torch.Tensor:
-    """Greedy left-to-right decoding with a preallocated KV cache: a causal prefill, then one token per pass."""
-    cfg, device = model.cfg, model.device
-    total = context.numel() + new_tokens
-    cache_k = [torch.empty(1, cfg.n_kv_heads, total, cfg.head_dim, device=device, dtype=model.dtype)
-               for _ in model.layers]
-    cache_v = [torch.empty_like(k) for k in cache_k]
-    cos_all, sin_all = model.cos_sin(torch.arange(total))
-    gqa = cfg.n_heads != cfg.n_kv_heads
+class KVCache:
+    """Keys/values of `total` positions per layer, and the rotary tables of those positions,
+    for a causal decode of the bidirectional weights (the autoregressive baseline). Zeros, not
+    garbage: the graphed decode attends over every position with the later ones masked, and a
+    NaN left there would survive its zero weight."""
 
-    def forward(ids: torch.Tensor, start: int) -> torch.Tensor:
-        end = start + ids.shape[1]
-        cos, sin = cos_all[start:end], sin_all[start:end]
+    def __init__(self, model: BidirectionalLM, total: int) -> None:
+        cfg, device = model.cfg, model.device
+        self.model, self.total = model, total
+        self.k = [torch.zeros(1, cfg.n_kv_heads, total, cfg.head_dim, device=device, dtype=model.dtype)
+                  for _ in model.layers]
+        self.v = [torch.zeros_like(k) for k in self.k]
+        self.cos, self.sin = model.cos_sin(torch.arange(total))
+        self.gqa = cfg.n_heads != cfg.n_kv_heads
+
+    def forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        """ids [1, n] at positions start.. (a causal prefill, or one token) -> the next token [1, 1];
+        their keys/values written into the cache, attention over the cache up to them."""
+        model, end = self.model, start + ids.shape[1]
+        cos, sin = self.cos[start:end], self.sin[start:end]
 
         def attend(i: int, layer, x: torch.Tensor) -> torch.Tensor:
             q, k, v = layer.attn.qkv(x, cos, sin)
-            cache_k[i][:, :, start:end] = k
-            cache_v[i][:, :, start:end] = v
-            keys, values = cache_k[i][:, :, :end], cache_v[i][:, :, :end]
-            y = F.scaled_dot_product_attention(q, keys, values, is_causal=start == 0 and end > 1, enable_gqa=gqa)
+            self.k[i][:, :, start:end] = k
+            self.v[i][:, :, start:end] = v
+            keys, values = self.k[i][:, :, :end], self.v[i][:, :, :end]
+            y = F.scaled_dot_product_attention(q, keys, values, is_causal=start == 0 and end > 1, enable_gqa=self.gqa)
             return layer.attn.out(y)
 
         # The same fused block stack as the diffusion paths, so the comparison is like for like.
         h = model._blocks(model._embed(ids), attend)
         return model.head(h[:, -1:]).argmax(-1)
 
-    out = [forward(context[None].to(device), 0)]
+    def token_at(self, token: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+        """`forward` of one token [1, 1] at `position` [1] (a device tensor) in shapes that do not
+        depend on where it is: its keys/values written at `position`, attention over the whole
+        cache with the positions after it masked (gpt-fast's decode layout). So one captured
+        graph serves every token of every decode."""
+        model = self.model
+        cos, sin = self.cos.index_select(0, position), self.sin.index_select(0, position)
+        visible = (torch.arange(self.total, device=position.device) <= position)[None]   # [1, total]: one query row
+
+        def attend(i: int, layer, x: torch.Tensor) -> torch.Tensor:
+            q, k, v = layer.attn.qkv(x, cos, sin)
+            self.k[i].index_copy_(2, position, k)
+            self.v[i].index_copy_(2, position, v)
+            y = F.scaled_dot_product_attention(q, self.k[i], self.v[i], attn_mask=visible, enable_gqa=self.gqa)
+            return layer.attn.out(y)
+
+        h = model._blocks(model._embed(token), attend)
+        return model.head(h[:, -1:]).argmax(-1)
+
+
+@torch.no_grad()
+def autoregressive_decode(model: BidirectionalLM, context: torch.Tensor, new_tokens: int) -> torch.Tensor:
+    """Greedy left-to-right decoding with a preallocated KV cache: a causal prefill, then one token
+    per pass, each launched op by op (eager)."""
+    cache = KVCache(model, context.numel() + new_tokens)
+    out = [cache.forward(context[None].to(model.device), 0)]
     for t in range(new_tokens - 1):
-        out.append(forward(out[-1], context.numel() + t))
+        out.append(cache.forward(out[-1], context.numel() + t))
     return torch.cat(out, dim=1)
+
+
+class GraphedAutoregressive:
+    """Greedy autoregressive decoding whose per-token pass replays one CUDA graph
+    (`KVCache.token_at`), captured once and kept across decodes, as a server keeping its graph
+    would: the autoregressive baseline at its best. (The diffusion side captures per session,
+    inside each completion's time: the comparison does not favour it.) The prefill stays eager:
+    a compute-bound pass, launches are a small part of it."""
+
+    def __init__(self, model: BidirectionalLM, total: int) -> None:
+        self.cache = KVCache(model, total)
+        self.positions = torch.arange(total, device=model.device)
+        start = torch.zeros(1, 1, dtype=torch.long, device=model.device)
+        with torch.no_grad():
+            self.step = GraphedCall(self.cache.token_at, (start, self.positions[:1]))
+
+    @torch.no_grad()
+    def decode(self, context: torch.Tensor, new_tokens: int) -> torch.Tensor:
+        n = context.numel()
+        if n + new_tokens > self.cache.total:
+            raise ValueError(f"{n} + {new_tokens} tokens do not fit a {self.cache.total}-position cache")
+        out = [self.cache.forward(context[None].to(self.positions.device), 0)]
+        for t in range(new_tokens - 1):
+            out.append(self.step(out[-1], self.positions[n + t:n + t + 1]).clone())   # a static buffer: copied
+        return torch.cat(out, dim=1)
 
 
 def typed_one_token(canvas: Canvas, token: int = 17) -> Canvas:
@@ -225,8 +290,10 @@ def guarded(name: str, errors: dict[str, str], failed, measure):
 
 
 def shared_steps(denoiser: CheckpointDenoiser, cfg: BiConfig, context: int, span: int, counts: list[int],
-                 runs: int) -> list[dict]:
-    """One cached step of k requests shared (`batch_logits`) against their k cached steps in turn."""
+                 runs: int, graphed_in_turn: bool = False) -> list[dict]:
+    """One cached step of k requests shared (`batch_logits`) against their k cached steps in turn
+    (`graphed_in_turn`: each replayed from its session's CUDA graph, as a lone request's step is
+    with `--cuda-graphs`; a shared step stays eager)."""
     device = denoiser.device
     sessions, ids = [], []
     for seed in range(max(counts, default=0)):
@@ -236,7 +303,7 @@ def shared_steps(denoiser: CheckpointDenoiser, cfg: BiConfig, context: int, span
         session.logits(canvas_ids)         # its first step: the full pass that fills its cache
         sessions.append(session)
         ids.append(canvas_ids)
-    return shared_against_in_turn(denoiser, sessions, ids, counts, runs)
+    return shared_against_in_turn(denoiser, sessions, ids, counts, runs, graphed_in_turn)
 
 
 def interleaved_medians(first, second, device: torch.device, runs: int) -> tuple[float, float]:
@@ -294,10 +361,11 @@ def shared_keystrokes(denoiser: CheckpointDenoiser, cfg: BiConfig, context: int,
 
 
 def shared_against_in_turn(denoiser, sessions: list, ids: list[torch.Tensor], counts: list[int],
-                           runs: int) -> list[dict]:
+                           runs: int, graphed_in_turn: bool = False) -> list[dict]:
     """For each k in `counts`: the first k sessions' next step as one shared step
-    (`denoiser.batch_logits`) against their steps in turn (`session.logits`), medians of `runs`
-    interleaved samples. The steps must leave the sessions as they found them (cached steps)."""
+    (`denoiser.batch_logits`) against their steps in turn (`session.logits`; replayed from each
+    session's CUDA graph with `graphed_in_turn`), medians of `runs` interleaved samples. The steps
+    must leave the sessions as they found them (cached steps)."""
     device = denoiser.device
     rows = []
     for k in counts:
@@ -308,13 +376,93 @@ def shared_against_in_turn(denoiser, sessions: list, ids: list[torch.Tensor], co
                 group[0].logits(group_ids[0])
 
         def in_turn():
-            for session, step_ids in zip(group, group_ids):
-                session.logits(step_ids)
+            denoiser.cuda_graphs = graphed_in_turn
+            try:
+                for session, step_ids in zip(group, group_ids):
+                    session.logits(step_ids)
+            finally:
+                denoiser.cuda_graphs = False
+            if graphed_in_turn and any(session.graphed is None for session in group):
+                raise RuntimeError("a cached step could not be captured in a CUDA graph (see the log)")
 
         s, t = interleaved_medians(shared, in_turn, device, runs)
         rows.append({"requests": k, "shared_step_ms": round(s, 3), "steps_in_turn_ms": round(t, 3),
                      "throughput_gain": round(t / s, 3)})
     return rows
+
+
+def with_graphs(denoiser: CheckpointDenoiser, fn):
+    """`fn` with the denoiser's cached steps replayed from CUDA graphs, and a check that they were:
+    a capture that failed turns the switch off and the steps run eagerly (cuda_graph.py), which
+    must not be timed as graphed."""
+    def graphed():
+        denoiser.cuda_graphs = True
+        try:
+            out = fn()
+            if not denoiser.cuda_graphs:
+                raise RuntimeError("a cached step could not be captured in a CUDA graph (see the log)")
+            return out
+        finally:
+            denoiser.cuda_graphs = False
+    return graphed
+
+
+def graphed_figures(denoiser: CheckpointDenoiser, canvas: Canvas, settings: DecodeSettings, ctx_ids: torch.Tensor,
+                    runs: int, eager: dict, profile: bool) -> dict:
+    """The cached steps replayed from CUDA graphs (`--cuda-graphs`), beside the eager figures
+    `eager` (full_pass, autoregressive_prefill and bound ms): a completion with the dual cache
+    against the eager one (interleaved; the capture is inside each completion's time: a session
+    captures on its first cached step), one cached step against the weight-read bound, and the
+    autoregressive decode of the same weights with its token pass replayed from one graph kept
+    across decodes (`GraphedAutoregressive`: the baseline at its best)."""
+    device, model, span = denoiser.device, denoiser.model, canvas.span_positions().numel()
+    dual = CacheSettings("dual", 0)
+    outcomes = {}
+
+    def completion(name: str):
+        def run_once():
+            outcomes[name] = denoise(denoiser, canvas, settings, cache=dual)
+        return run_once
+
+    graphed_ms, eager_ms = interleaved_medians(with_graphs(denoiser, completion("graphed")), completion("eager"),
+                                               device, runs)
+    ids = canvas.ids[None].to(device)
+    reference = denoiser.session(canvas, 1, dual)
+    reference.logits(ids)
+    want = reference.logits(ids)
+    session = denoiser.session(canvas, 1, dual)
+
+    def step():
+        return session.logits(ids)
+
+    with_graphs(denoiser, step)()                          # the full pass
+    got = with_graphs(denoiser, step)()                    # the capture, answered by its warm-up
+    step_ms = statistics.median(timed(with_graphs(denoiser, step), device, runs * 2))
+    decoder = GraphedAutoregressive(model, ctx_ids.numel() + span)
+    same_tokens = torch.equal(decoder.decode(ctx_ids, span), autoregressive_decode(model, ctx_ids, span))
+    ar_ms = statistics.median(timed(lambda: decoder.decode(ctx_ids, span), device, runs))
+    bound = eager["bound"]
+    figures = {
+        "capture": "diffusion: per session, inside each completion's time; autoregressive: once, kept across decodes",
+        "completion_dual_cache_ms": round(graphed_ms, 3),
+        "completion_dual_cache_eager_ms": round(eager_ms, 3),
+        "completion_p50_vs_eager": round(graphed_ms / eager_ms, 3),
+        "same_completion": torch.equal(outcomes["graphed"].span_ids, outcomes["eager"].span_ids),
+        "cached_step_ms": round(step_ms, 3),
+        "cached_step_over_bound": round(step_ms / bound, 3),
+        "cached_step_greedy_agree": float((got.argmax(-1) == want.argmax(-1)).float().mean()),
+        "autoregressive_ms": round(ar_ms, 3),
+        "autoregressive_decode_per_token_ms": round((ar_ms - eager["ar_prefill"]) / max(span - 1, 1), 3),
+        "same_autoregressive_tokens": same_tokens,
+        "dual_vs_autoregressive": round(ar_ms / graphed_ms, 3),
+        "generation_only_dual_vs_autoregressive":
+            round((ar_ms - eager["ar_prefill"]) / max(graphed_ms - eager["full_pass"], 1e-9), 3),
+    }
+    if profile:
+        figures["profile"] = {"cached_step": profile_calls(with_graphs(denoiser, step), device),
+                              "autoregressive_prefill_and_one_token": profile_calls(
+                                  lambda: decoder.decode(ctx_ids, 2), device)}
+    return figures
 
 
 def memory_bandwidth_gbs(device: torch.device, mib: int = 1024) -> float:
@@ -333,6 +481,7 @@ def run(args: argparse.Namespace) -> dict:
     context = args.context or (64 if quick else 2048)
     span, steps = args.span if not quick else min(args.span, 8), args.steps if not quick else min(args.steps, 4)
     runs = args.runs or (2 if quick else 10)
+    graphs = device.type == "cuda" if args.cuda_graphs is None else args.cuda_graphs
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     if span % steps:
         raise SystemExit("--span must be a multiple of --steps so every step commits the same number of tokens")
@@ -386,6 +535,18 @@ def run(args: argparse.Namespace) -> dict:
     dual_ms, none_ms = results["dual"]["median_ms"], results["none"]["median_ms"]
     step_ms = statistics.median(cached_step)
     full_ms = statistics.median(full_pass)
+    graphed = shared_graphed = None
+    if graphs:
+        graphed = guarded("cuda_graphs", errors, None, lambda: graphed_figures(
+            denoiser, canvas, settings, ctx_ids, runs,
+            {"bound": bound_ms, "ar_prefill": ar_prefill_ms, "full_pass": full_ms}, args.profile))
+        # Does sharing still pay once a lone request's steps replay? The in-turn side replayed.
+        shared_graphed = guarded("shared_step_cuda_graphs", errors, [], lambda: shared_steps(
+            denoiser, cfg, context, span, args.shared, runs * 2, graphed_in_turn=True))
+    # The targets are judged from each side's faster form (eager or replayed).
+    best_step_ms = min(step_ms, graphed["cached_step_ms"]) if graphed else step_ms
+    best_dual_ms = min(dual_ms, graphed["completion_dual_cache_ms"]) if graphed else dual_ms
+    best_ar_ms = min(ar_ms, graphed["autoregressive_ms"]) if graphed else ar_ms
     ar_decode_ms = ar_ms - ar_prefill_ms
     diffusion_after_first_ms = dual_ms - full_ms
     figures = {
@@ -419,7 +580,10 @@ def run(args: argparse.Namespace) -> dict:
             "uncached_vs_autoregressive": round(ar_ms / none_ms, 3),
             "dual_vs_uncached": round(none_ms / dual_ms, 3),
             "generation_only_dual_vs_autoregressive": round(ar_decode_ms / max(diffusion_after_first_ms, 1e-9), 3),
+            "best_dual_vs_best_autoregressive": round(best_ar_ms / best_dual_ms, 3),
         },
+        # Replayed from CUDA graphs (None: not asked, as on a CPU by default; absent figures failed: `errors`).
+        "cuda_graphs": graphed,
     }
     if args.profile:
         # Launches, syncs and the device's busy share of a cached step, and of an autoregressive
@@ -430,19 +594,22 @@ def run(args: argparse.Namespace) -> dict:
                 lambda: autoregressive_decode(model, ctx_ids, 2), device),
             "autoregressive_prefill": profile_calls(lambda: autoregressive_decode(model, ctx_ids, 1), device)})
     figures["shared_step"] = shared
+    figures["shared_step_cuda_graphs"] = shared_graphed
     figures["shared_keystrokes"] = keystrokes
     figures["context_reuse_after_typing"] = reuse
     if errors:
         figures["errors"] = errors
     at_four = next((r["throughput_gain"] for r in shared if r["requests"] == 4), None)
     figures["targets"] = {
+        "judged_from": "each side's faster form, eager or replayed from CUDA graphs" if graphed else "eager",
         "diffusion_vs_autoregressive_at_least": TARGET_SPEEDUP_VS_AR,
-        "met_speedup": figures["speedup"]["dual_vs_autoregressive"] >= TARGET_SPEEDUP_VS_AR,
-        # The same comparison without the context pass both sides share (the first full pass / the prefill).
+        "met_speedup": best_ar_ms / best_dual_ms >= TARGET_SPEEDUP_VS_AR,
+        # The same comparison without the context pass both sides share (the first full pass / the prefill), eager.
         "met_speedup_generation_only":
             figures["speedup"]["generation_only_dual_vs_autoregressive"] >= TARGET_SPEEDUP_VS_AR,
         "cached_step_within_bound_factor": TARGET_STEP_VS_BOUND,
-        "met_step_bound": step_ms / bound_ms <= TARGET_STEP_VS_BOUND,
+        "best_cached_step_over_bound": round(best_step_ms / bound_ms, 3),
+        "met_step_bound": best_step_ms / bound_ms <= TARGET_STEP_VS_BOUND,
         "shared_step_gain_at_4_requests_at_least": TARGET_SHARED_GAIN_AT_4,
         "met_shared_step_gain": None if at_four is None else at_four >= TARGET_SHARED_GAIN_AT_4,
         "context_reuse_speedup_at_least": TARGET_REUSE_SPEEDUP,
@@ -467,6 +634,12 @@ def summary(f: dict) -> str:
         f"  speedup vs autoregressive: {f['speedup']['dual_vs_autoregressive']:.2f}x "
         f"(generation only {f['speedup']['generation_only_dual_vs_autoregressive']:.2f}x)",
     ]
+    g = f.get("cuda_graphs")
+    if g:
+        lines.append(f"  CUDA graphs: completion {g['completion_dual_cache_ms']:.2f} ms "
+                     f"({g['completion_p50_vs_eager']:.2f}x eager), cached step {g['cached_step_ms']:.2f} ms "
+                     f"({g['cached_step_over_bound']:.2f}x the bound), autoregressive {g['autoregressive_ms']:.2f} ms: "
+                     f"{g['dual_vs_autoregressive']:.2f}x")
     reuse = f["context_reuse_after_typing"]
     for name, error in f.get("errors", {}).items():
         lines.append(f"  {name}: failed ({error})")
@@ -477,6 +650,9 @@ def summary(f: dict) -> str:
     for r in f.get("shared_step", []):
         lines.append(f"  {r['requests']} request(s): shared cached step {r['shared_step_ms']:.2f} ms, "
                      f"in turn {r['steps_in_turn_ms']:.2f} ms: {r['throughput_gain']:.2f}x throughput")
+    for r in f.get("shared_step_cuda_graphs") or []:
+        lines.append(f"  {r['requests']} request(s): shared cached step {r['shared_step_ms']:.2f} ms, "
+                     f"replayed in turn {r['steps_in_turn_ms']:.2f} ms: {r['throughput_gain']:.2f}x throughput")
     for r in f.get("shared_keystrokes", []):
         lines.append(f"  {r['requests']} keystroke(s), context kept: first passes shared {r['shared_first_passes_ms']:.2f} ms, "
                      f"in turn {r['first_passes_in_turn_ms']:.2f} ms: {r['throughput_gain']:.2f}x throughput")

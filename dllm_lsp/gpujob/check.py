@@ -226,6 +226,10 @@ def check_engine(device: torch.device, families: list[str], env: dict) -> list[d
                       (str(shipped), str(device), 1, ()), (str(shipped), str(device), len(REQUESTS), ())))
         pairs.append((f"embedded ({shipped.name}), CUDA-graph steps on the device against eager ones",
                       (str(shipped), str(device), 1, ()), (str(shipped), str(device), 1, ("--cuda-graphs",))))
+        # An open checkpoint's cached steps replayed from graphs (checkpoints/session.py) against eager ones.
+        for label, model in models[1:2]:
+            pairs.append((f"{label}, CUDA-graph cached steps on the device against eager ones",
+                          (model, str(device), 1, ()), (model, str(device), 1, ("--cuda-graphs",))))
         runs = list(dict.fromkeys(run for _, *both in pairs for run in both))
         with ThreadPoolExecutor(max_workers=min(len(runs), max(usable_cpus(), 2))) as pool:
             futures = {run: pool.submit(infill_texts, *run[:2], requests, env, run[2], run[3]) for run in runs}

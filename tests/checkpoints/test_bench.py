@@ -4,7 +4,8 @@ import json
 import pytest
 import torch
 
-from dllm_lsp.bench.checkpoint_latency import TINY, autoregressive_decode, guarded, main, random_model
+from dllm_lsp.bench.checkpoint_latency import (TINY, GraphedAutoregressive, autoregressive_decode, guarded, main,
+                                              random_model)
 
 
 def test_quick_bench_writes_its_figures(tmp_path, capsys):
@@ -89,3 +90,45 @@ def test_a_failed_measurement_is_recorded_and_the_rest_kept(capsys):
     assert guarded("context_reuse_after_typing", errors, None, lambda: {"speedup": 2.0}) == {"speedup": 2.0}
     assert errors == {"shared_step": "RuntimeError: CUDA out of memory"}
     assert "CUDA out of memory" in capsys.readouterr().err
+
+
+def test_cuda_graph_figures_sit_beside_the_eager_ones(tmp_path):
+    # On a CPU `--cuda-graphs` runs the replay bookkeeping eagerly: the code path, and the checks
+    # that a replayed step and a static-shape autoregressive token give what the eager ones give.
+    out = tmp_path / "figures.json"
+    assert main(["--quick", "--device", "cpu", "--out", str(out), "--runs", "1", "--shared", "1,2",
+                 "--cuda-graphs", "--profile"]) == 0
+    figures = json.loads(out.read_text())
+    assert "errors" not in figures
+    graphed = figures["cuda_graphs"]
+    assert graphed["same_completion"] is True and graphed["same_autoregressive_tokens"] is True
+    assert graphed["cached_step_greedy_agree"] == 1.0
+    for key in ("completion_dual_cache_ms", "completion_dual_cache_eager_ms", "cached_step_ms", "autoregressive_ms"):
+        assert graphed[key] > 0
+    assert graphed["dual_vs_autoregressive"] == pytest.approx(
+        graphed["autoregressive_ms"] / graphed["completion_dual_cache_ms"], rel=2e-3)
+    assert set(graphed["profile"]) == {"cached_step", "autoregressive_prefill_and_one_token"}
+    assert [r["requests"] for r in figures["shared_step_cuda_graphs"]] == [1, 2]
+    # Each target from each side's faster form.
+    assert figures["targets"]["best_cached_step_over_bound"] == pytest.approx(
+        min(figures["weight_read_bound"]["cached_step_over_bound"], graphed["cached_step_over_bound"]), rel=2e-3)
+    assert figures["targets"]["judged_from"].startswith("each side's faster form")
+
+
+def test_without_cuda_graphs_a_cpu_run_says_so(tmp_path):
+    out = tmp_path / "figures.json"
+    assert main(["--quick", "--device", "cpu", "--out", str(out), "--runs", "1", "--shared", ""]) == 0
+    figures = json.loads(out.read_text())
+    assert figures["cuda_graphs"] is None and figures["shared_step_cuda_graphs"] is None
+    assert figures["targets"]["judged_from"] == "eager"
+
+
+def test_the_graphed_autoregressive_decode_gives_the_eager_tokens_and_refuses_an_overflow():
+    model = random_model(TINY, torch.device("cpu"), torch.float32)
+    context = torch.randint(0, 1000, (20,))
+    decoder = GraphedAutoregressive(model, 30)
+    want = autoregressive_decode(model, context, 6)
+    assert torch.equal(decoder.decode(context, 6), want)
+    assert torch.equal(decoder.decode(context[:15], 6), autoregressive_decode(model, context[:15], 6))  # kept, reused
+    with pytest.raises(ValueError, match="do not fit"):
+        decoder.decode(context, 11)

@@ -134,6 +134,10 @@ def test_the_bench_plan_orders_missing_figures_first_and_names_what_each_measure
     assert order.index("latency") < order.index("typing-graphs")
     (results / "latency-cpu-dllm-embedded-30m.json").write_text('{"cases": {}, "profile": {}}')
     assert [item.name for item in job.bench_order("cpu")][-2:] == ["latency", "batching"]   # had: last, in order
+    (results / "checkpoint-cpu.json").write_text('{"completion_ms": {}}')     # from before the graphed figures
+    assert job.bench_order("cpu")[-2].name == "latency"
+    (results / "checkpoint-cpu.json").write_text('{"completion_ms": {}, "cuda_graphs": null}')
+    assert [item.name for item in job.bench_order("cpu")][-3:] == ["checkpoint", "latency", "batching"]
     args = {item.name: job.bench_args(item, tmp_path / f"{item.name}.json") for item in BENCHES}
     assert "--profile" in args["kernels"] and "--profile" in args["checkpoint"] and "--profile" in args["latency"]
     variants = [a for i, a in enumerate(args["typing-graphs"]) if args["typing-graphs"][i - 1] == "--serve-variant"]

@@ -52,6 +52,8 @@ def test_a_failing_kernel_is_reported_and_disabled_for_the_rest_of_the_job(job):
     assert all(row["ok"] for row in check["engine"])          # the engine path still works without it
     shared = [row for row in check["engine"] if "shared steps" in row["model"]]
     assert len(shared) == 1 and shared[0]["agree"] == "3/3"   # all requests at once: the same completions
+    graphed = [row for row in check["engine"] if "CUDA-graph cached steps" in row["model"]]
+    assert len(graphed) == 1 and graphed[0]["model"].startswith("dream")   # an open checkpoint's, too
     assert "disabled from now on: rope" in (out / "job.log").read_text()
 
 
