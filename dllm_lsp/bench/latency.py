@@ -1,11 +1,13 @@
 """`dllm-lsp bench`: end-to-end completion latency of a model (engine only)."""
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from dataclasses import replace
 
 import torch
 
+from dllm_lsp.engine.denoise import RUN_STATE_ENV
 from dllm_lsp.engine.types import GROWING_SLOT_START, DecodeSettings, InfillRequest
 
 from .environment import environment, percentiles
@@ -30,10 +32,28 @@ def return_tail(text: str, start: int) -> tuple[str, str, int]:
 
 ALTERNATIVES = 4      # the line tail once more with this many suggestions (the `alternatives` option)
 GRAPHED = "_cuda_graphs"   # the case with its steady steps replayed from CUDA graphs (engine/cuda_graph.py)
+DEVICE_STATE = "_device_state"   # the case with the run's state on the model's device (denoise.state_device)
+
+
+@contextmanager
+def run_state(where: str | None):
+    """The decode runs' state on "host" or "device" (`DLLM_LSP_RUN_STATE`) for a while; None: as set."""
+    if where is None:
+        yield
+        return
+    before = os.environ.get(RUN_STATE_ENV)
+    os.environ[RUN_STATE_ENV] = where
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(RUN_STATE_ENV, None)
+        else:
+            os.environ[RUN_STATE_ENV] = before
 
 
 def run_latency_bench(engine, runs: int = 20, steps: int = 8, profile: bool = False,
-                      cuda_graphs: bool | None = None) -> dict:
+                      cuda_graphs: bool | None = None, device_state: bool | None = None) -> dict:
     """Each case twice, runs interleaved so both see the same machine: with a growing slot
     (starting at GROWING_SLOT_START tokens, the server's default) and with the slot at full width
     from the first step (`<case>_full_width`, `slotStartTokens: 0`): the pair that moved the GPU's
@@ -42,13 +62,20 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8, profile: bool = Fa
     sampled others in one batch, growing slot): what the `alternatives` option costs.
     `cuda_graphs` (None: on CUDA, where the model can): each case also with its steady steps
     replayed from CUDA graphs (`<case>_cuda_graphs`, growing slot; `p50_vs_eager`), interleaved
-    with the others. `profile`: where the line tail's time goes (`profiling.profile_calls`: host
-    or device, launches, syncs, the project's Python functions), with and without the graphs:
-    the figures that say what a GPU completion is bound by."""
+    with the others. `device_state` (None: where the model is not on the host): each case also
+    with the run's state on the model's device (`<case>_device_state`, and with the graphs
+    `<case>_cuda_graphs_device_state`; `p50_vs_host_state`): what keeping it on the host
+    (denoise.state_device) buys. `profile`: where the line tail's time goes
+    (`profiling.profile_calls`: host or device, launches, syncs, the project's Python
+    functions), for each of those layouts: the figures that say what a GPU completion is bound by."""
     denoiser = engine.denoiser
     graphs_wanted = denoiser.device.type == "cuda" if cuda_graphs is None else cuda_graphs
     can_graph = graphs_wanted and hasattr(denoiser, "cuda_graphs")
     graphs_before = getattr(denoiser, "cuda_graphs", False)
+    states = denoiser.device.type != "cpu" if device_state is None else device_state
+    # The layouts of the steps (eager, replayed) and where the run's state is kept.
+    layouts_of_steps = [""] + ([GRAPHED] if can_graph else [])
+    layouts_of_steps += [step + DEVICE_STATE for step in layouts_of_steps] if states else []
 
     @contextmanager
     def graphs(on: bool):
@@ -73,13 +100,12 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8, profile: bool = Fa
         variants = dict(layouts)
         if name == "line_tail":
             variants[several] = replace(growing, n=ALTERNATIVES, temperature=0.8, greedy_first=True)
-        if can_graph:
-            variants[GRAPHED] = growing
+        variants.update({steps_: growing for steps_ in layouts_of_steps if steps_})
         samples: dict[str, list[float]] = {suffix_: [] for suffix_ in variants}
         last = {}
 
         def infill(suffix_: str, settings: DecodeSettings):
-            with graphs(suffix_ == GRAPHED):
+            with graphs(GRAPHED in suffix_), run_state("device" if DEVICE_STATE in suffix_ else None):
                 return engine.infill(request, settings)
 
         for suffix_, settings in variants.items():   # warm-up (allocations, prefix cache)
@@ -102,11 +128,17 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8, profile: bool = Fa
             graphed = cases[name + GRAPHED]
             graphed["p50_vs_eager"] = round(graphed["p50_ms"] / cases[name]["p50_ms"], 3)
             graphed["same_completion"] = graphed["completion"] == cases[name]["completion"]
+        for suffix_ in ("", GRAPHED):
+            if suffix_ + DEVICE_STATE in variants:
+                on_device, on_host = cases[name + suffix_ + DEVICE_STATE], cases[name + suffix_]
+                on_device["p50_vs_host_state"] = round(on_device["p50_ms"] / on_host["p50_ms"], 3)
+                on_device["same_completion"] = on_device["completion"] == on_host["completion"]
     figures = {
         "benchmark": "completion latency (engine, warm prefix cache)",
         "model": engine.denoiser.describe(),
         "settings": {"steps": steps, "runs": runs, "context_tokens": engine.context_tokens,
                      "cuda_graphs_variant": can_graph, "cuda_graphs_default": graphs_before,
+                     "device_state_variant": states, "run_state": os.environ.get(RUN_STATE_ENV, "host"),
                      "slot_start_tokens": GROWING_SLOT_START,
                      "default_slot_start": engine.start_tokens(DecodeSettings()),
                      "torch_threads": torch.get_num_threads()},
@@ -116,8 +148,8 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8, profile: bool = Fa
     if profile:
         line_tail = InfillRequest.single(prefix, suffix, *CASES["line_tail"])
         figures["profile"] = {}
-        for suffix_ in ("", GRAPHED) if can_graph else ("",):
-            with graphs(suffix_ == GRAPHED):
+        for suffix_ in layouts_of_steps:
+            with graphs(GRAPHED in suffix_), run_state("device" if DEVICE_STATE in suffix_ else None):
                 figures["profile"]["line_tail" + suffix_] = {
                     "steps": cases["line_tail" + suffix_]["steps"],
                     **profile_calls(lambda: engine.infill(line_tail, growing), denoiser.device)}

@@ -15,6 +15,7 @@ with a typed word decides its first positions in order until it has written it (
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -28,6 +29,28 @@ from .slot_index import first_in_slot
 from .span_ends import SpanEnds
 from .span_starts import SpanStarts, StartGate
 from .types import CacheSettings, DecodeSettings
+
+
+RUN_STATE_ENV = "DLLM_LSP_RUN_STATE"
+RUN_STATES = ("host", "device")
+
+
+def state_device(model_device: torch.device) -> torch.device:
+    """Where a fixed-length run keeps its own state (the canvas, what is undecided, the commit
+    confidences) and makes a step's decisions: on the host, unless `DLLM_LSP_RUN_STATE=device`.
+
+    Why: those decisions are ~120 small ops a step on [candidates x span] tensors and about a
+    dozen scalar reads (counted on the CPU: docs/results/profile-cpu-preview.json). On a GPU each
+    op is a kernel launch and each read a device sync: more than the model's own step costs once
+    that replays from a CUDA graph. On the host they cost microseconds; a step then copies the
+    canvas and its undecided rows to the device and the chosen tokens and their confidences
+    back (one sync), and the choice over the vocabulary stays on the device. "device" keeps
+    everything on the model's device, as before: `dllm-lsp bench` on CUDA times both, and the GPU
+    job falls back to it for the rest of a lease should the host layout fail there."""
+    wanted = os.environ.get(RUN_STATE_ENV, "host").strip().lower() or "host"
+    if wanted not in RUN_STATES:
+        raise ValueError(f"{RUN_STATE_ENV} must be one of {RUN_STATES}, not {wanted!r}")
+    return torch.device(model_device) if wanted == "device" else torch.device("cpu")
 
 
 class Cancelled(Exception):
@@ -241,7 +264,8 @@ class FixedLengthRun:
         self.denoiser, self.settings, self.on_step, self.cache = denoiser, settings, on_step, cache
         self.special = special = denoiser.special
         self.batch = settings.n
-        self.end_ids = torch.tensor(special.end_ids or (-1,), device=device)
+        self.host = host = state_device(device)    # where the run's own state lives (state_device)
+        self.end_ids = torch.tensor(special.end_ids or (-1,), device=host)
         self.gate = EndGate.for_run(ends, settings, denoiser)
         self.starts = StartGate.for_run(starts, self.batch)
         self.pad_fill = special.end_ids[0] if special.end_ids else special.mask_id
@@ -253,23 +277,43 @@ class FixedLengthRun:
         self.budget = settings.steps    # forward passes allowed so far (`steps` more per growth)
         self.filled = False
         n_span = canvas.span_positions().numel()
-        self._open(canvas, canvas.ids.to(device)[None].repeat(self.batch, 1),
-                   torch.ones(self.batch, n_span, dtype=torch.bool, device=device),
-                   torch.zeros(self.batch, n_span, device=device))
+        self._open(canvas, canvas.ids.to(host)[None].repeat(self.batch, 1),
+                   torch.ones(self.batch, n_span, dtype=torch.bool, device=host),
+                   torch.zeros(self.batch, n_span, device=host))
 
     def _open(self, canvas: Canvas, ids: torch.Tensor, masked: torch.Tensor, committed_conf: torch.Tensor,
               pinned: torch.Tensor | None = None) -> None:
         """Lay the run out on `canvas` (the first, or a widened one) and open its model session."""
-        device = self.denoiser.device
+        host = self.host
         self.canvas = canvas
-        self.span_pos = canvas.span_positions().to(device)
-        self.slot_of = canvas.span_slot_index().to(device)
+        self.span_pos = canvas.span_positions().to(host)
+        self.slot_of = canvas.span_slot_index().to(host)
         self.n_span = self.span_pos.numel()
         self.n_slots = len(canvas.slot_ranges)
-        self.ids, self.masked, self.committed_conf = ids, masked, committed_conf
+        self.canvas_ids, self.masked, self.committed_conf = ids, masked, committed_conf
         self.pinned = pinned if pinned is not None else torch.zeros_like(masked)   # a typed start's positions
-        self.session = self.denoiser.open_session(canvas, self.batch, self.cache, ids)   # its context work starts here
+        self._for_model: tuple[torch.Tensor, torch.Tensor] | None = None
+        # Its context work starts here.
+        self.session = self.denoiser.open_session(canvas, self.batch, self.cache, self.ids)
         self.step_index = 0             # loop iterations in this window (the step budget counts these)
+
+    @property
+    def ids(self) -> torch.Tensor:
+        """[B, T]: the canvas the next model call runs, on the model's device."""
+        return self._model_inputs()[0]
+
+    def rows(self) -> torch.Tensor:
+        """[B, S] bool on the model's device: the span rows whose logits the next `advance` reads
+        (the undecided ones). Decided rows still go through the model's layers (every span row
+        attends to them), but need no LM head and no selection over the vocabulary."""
+        return self._model_inputs()[1]
+
+    def _model_inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        # The run's state copied to the model's device once a step (nothing when they are one device).
+        if self._for_model is None:
+            device = self.denoiser.device
+            self._for_model = (self.canvas_ids.to(device), self.masked.to(device))
+        return self._for_model
 
     @property
     def done(self) -> bool:
@@ -308,7 +352,7 @@ class FixedLengthRun:
         canvas, special = self.canvas, self.special
         if not canvas.max_widths or not special.end_ids:
             return False
-        span = self.ids[:, self.span_pos]
+        span = self.canvas_ids[:, self.span_pos]
         widths, new_widths, full_rows = canvas.widths, [], []
         offset = 0
         for width, cap in zip(widths, canvas.capacity):
@@ -329,8 +373,8 @@ class FixedLengthRun:
             masked[full, start + width:start + new_width] = True
             start += new_width
         new_span[masked] = special.mask_id
-        ids = wide.ids.to(self.denoiser.device)[None].repeat(self.batch, 1)
-        ids[:, wide.span_positions().to(ids.device)] = new_span
+        ids = wide.ids.to(self.host)[None].repeat(self.batch, 1)
+        ids[:, wide.span_positions().to(self.host)] = new_span
         self._open(wide, ids, masked, conf, relayout(self.pinned, widths, new_widths, False))
         self.budget += self.settings.steps
         return True
@@ -356,18 +400,15 @@ class FixedLengthRun:
         rows, and on a first step the context rows it computes."""
         return StepRows(int(self.masked.numel()), self.denoiser.pending_rows(self.session))
 
-    def rows(self) -> torch.Tensor:
-        """[B, S] bool: the span rows whose logits the next `advance` reads (the undecided ones).
-        Decided rows still go through the model's layers (every span row attends to them), but
-        need no LM head and no selection over the vocabulary."""
-        return self.masked
-
     def advance(self, logits: torch.Tensor) -> None:
         """Apply the logits of the current canvas (`self.ids`) at the rows `rows()` selects,
-        [R, V] in row-major order: one step, or the greedy fill."""
+        [R, V] in row-major order: one step, or the greedy fill. The logits, and the choice of a
+        token and a confidence per row over the vocabulary, stay on the model's device; the rest
+        of the step reads those two vectors on the run's own device (state_device)."""
         masked = self.masked
+        self._for_model = None                  # the state changes: copied again for the next call
         if self.gate is not None:
-            self.gate.refuse_at_frontier(logits, self.ids[:, self.span_pos], masked, self.slot_of,
+            self.gate.refuse_at_frontier(logits, self.canvas_ids[:, self.span_pos], masked, self.slot_of,
                                          self.canvas.widths)
         starts = self.starts
         if starts is not None:
@@ -375,13 +416,13 @@ class FixedLengthRun:
         if self.needs_greedy_fill:
             # The last pass of a window; the run ends after it unless a slot grows.
             logits[..., self.special.mask_id] = -math.inf
-            token, score = propose_greedy(logits, self.settings.confidence)
-            span_now = self.ids[:, self.span_pos]
+            token, score = (t.to(self.host) for t in propose_greedy(logits, self.settings.confidence))
+            span_now = self.canvas_ids[:, self.span_pos]
             span_now[masked] = token
             self.committed_conf[masked] = score
             if starts is not None:
                 starts.record(span_now)
-            self.ids[:, self.span_pos] = span_now
+            self.canvas_ids[:, self.span_pos] = span_now
             self.masked[:] = False
             self.steps += 1
             return
@@ -390,7 +431,7 @@ class FixedLengthRun:
         logits[..., special.mask_id] = -math.inf           # a mask is never an answer
         self.steps += 1
         self.step_index += 1
-        token, score = propose(logits, settings, self.generator, greedy_rows(settings, masked))
+        token, score = (t.to(self.host) for t in propose(logits, settings, self.generator, greedy_rows(settings, masked)))
         # Back to [B, S]: decided rows get no proposal (the mask id) and no confidence.
         conf = torch.full(masked.shape, -math.inf, device=masked.device)
         conf[masked] = score
@@ -406,7 +447,7 @@ class FixedLengthRun:
             at_frontier = hold_back_early_ends(conf, proposal, masked & ~commit, slot_of, end_ids, n_slots)
             ends_now = masked & torch.isin(proposal, end_ids) & (at_frontier >= settings.threshold)
             if self.gate is not None:
-                ends_now = self.gate.allowed(ends_now, torch.where(commit, proposal, self.ids[:, self.span_pos]),
+                ends_now = self.gate.allowed(ends_now, torch.where(commit, proposal, self.canvas_ids[:, self.span_pos]),
                                              slot_of, self.canvas.widths)
             commit |= ends_now
         else:
@@ -417,7 +458,7 @@ class FixedLengthRun:
                 commit |= forced
                 self.pinned |= forced
                 starts.record(proposal)
-        span_now = self.ids[:, self.span_pos]
+        span_now = self.canvas_ids[:, self.span_pos]
         span_now = torch.where(commit, proposal, span_now)
         self.committed_conf = torch.where(commit, conf, self.committed_conf)
         masked &= ~commit
@@ -431,14 +472,15 @@ class FixedLengthRun:
             span_now, masked, commit, conf, slot_of, end_ids, self.pad_fill, self.collapse_threshold,
             n_slots=n_slots,
         )
-        self.ids[:, self.span_pos] = span_now
+        self.canvas_ids[:, self.span_pos] = span_now
         if self.on_step is not None:
             finite = conf[commit]
             mean_conf = float(finite.float().mean()) if finite.numel() else 0.0
             self.on_step(self.steps, *self.at_capacity(span_now, self.masked.clone()), mean_conf, self.budget)
 
     def outcome(self) -> DenoiseOutcome:
-        return DenoiseOutcome(self.ids, self.ids[:, self.span_pos], self.steps, self.canvas, self.committed_conf)
+        return DenoiseOutcome(self.canvas_ids, self.canvas_ids[:, self.span_pos], self.steps, self.canvas,
+                              self.committed_conf)
 
 
 def denoise(
@@ -527,7 +569,7 @@ class EndGate:
         frontier = (masked & (index == first)).nonzero().tolist()
         if not frontier:
             return
-        rows = masked.flatten().cumsum(0) - 1
+        rows = (masked.flatten().cumsum(0) - 1).tolist()
         n_span = masked.shape[1]
         for b, position in self._open(frontier, span, slot_of, widths):
             logits[rows[b * n_span + position], self.end_ids] = -math.inf

@@ -33,6 +33,7 @@ import torch
 from dllm_lsp.bench.environment import environment
 from dllm_lsp.checkpoints.tiny import LAYOUTS, write_tiny_checkpoint
 from dllm_lsp.cpus import usable_cpus
+from dllm_lsp.engine.denoise import RUN_STATE_ENV
 from dllm_lsp.kernels import dispatch, rmsnorm, rope, span_attention, unmask_select
 from dllm_lsp.loader import default_model_path
 
@@ -196,10 +197,25 @@ def infill_texts(model: str, device: str, requests: Path, env: dict, concurrency
             "seconds": round(time.perf_counter() - started, 2)}
 
 
-def described(run: tuple[str, str, int, tuple[str, ...]]) -> str:
-    """A (model, device, concurrency, flags) run as a note names it: `cuda x1 --cuda-graphs`."""
-    _, device, concurrency, flags = run
-    return " ".join([device, f"x{concurrency}", *flags])
+# One `dllm-lsp infill` process: (model, device, concurrency, flags, environment settings).
+Run = tuple[str, str, int, tuple[str, ...], tuple[str, ...]]
+DEVICE_STATE = (f"{RUN_STATE_ENV}=device",)     # the decode runs' state on the model's device
+
+
+def described(run: Run) -> str:
+    """A run as a note names it: `cuda x1 --cuda-graphs`, `cuda x1 DLLM_LSP_RUN_STATE=device`."""
+    _, device, concurrency, flags, settings = run
+    return " ".join([device, f"x{concurrency}", *flags, *settings])
+
+
+def run_state_fallback(engine_rows: list[dict]) -> str | None:
+    """"device" when the decode runs failed on the device with their state on the host (the
+    default) but ran with it on the device: the job then keeps it there for the rest of the
+    lease (denoise.state_device), so the benchmarks still measure. None otherwise."""
+    pair = next((row for row in engine_rows if row.get("run_state_pair")), None)
+    if pair is None or pair.get("ok"):
+        return None
+    return "device" if pair.get("host_failed") and not pair.get("device_failed") else None
 
 
 def check_engine(device: torch.device, families: list[str], env: dict) -> list[dict]:
@@ -221,20 +237,30 @@ def check_engine(device: torch.device, families: list[str], env: dict) -> list[d
         # The shipped model once more on the device with every request in flight at once: its
         # shared steps (the eval phase's, the server's) against the same requests one at a time.
         # And once with its steady steps replayed from CUDA graphs (`--cuda-graphs`) against eager steps.
-        pairs = [(label, (model, "cpu", 1, ()), (model, str(device), 1, ())) for label, model in models]
+        on = str(device)
+        embedded = str(shipped)
+        pairs: list[tuple[str, Run, Run]] = [(label, (model, "cpu", 1, (), ()), (model, on, 1, (), ()))
+                                             for label, model in models]
         pairs.append((f"embedded ({shipped.name}), shared steps on the device against one at a time",
-                      (str(shipped), str(device), 1, ()), (str(shipped), str(device), len(REQUESTS), ())))
+                      (embedded, on, 1, (), ()), (embedded, on, len(REQUESTS), (), ())))
         pairs.append((f"embedded ({shipped.name}), CUDA-graph steps on the device against eager ones",
-                      (str(shipped), str(device), 1, ()), (str(shipped), str(device), 1, ("--cuda-graphs",))))
+                      (embedded, on, 1, (), ()), (embedded, on, 1, ("--cuda-graphs",), ())))
         # An open checkpoint's cached steps replayed from graphs (checkpoints/session.py) against eager ones.
         for label, model in models[1:2]:
             pairs.append((f"{label}, CUDA-graph cached steps on the device against eager ones",
-                          (model, str(device), 1, ()), (model, str(device), 1, ("--cuda-graphs",))))
+                          (model, on, 1, (), ()), (model, on, 1, ("--cuda-graphs",), ())))
+        # The decode runs' state on the host (the default) against on the device (denoise.state_device).
+        pairs.append((f"embedded ({shipped.name}), run state on the host against on the device",
+                      (embedded, on, 1, (), ()), (embedded, on, 1, (), DEVICE_STATE)))
         runs = list(dict.fromkeys(run for _, *both in pairs for run in both))
         with ThreadPoolExecutor(max_workers=min(len(runs), max(usable_cpus(), 2))) as pool:
-            futures = {run: pool.submit(infill_texts, *run[:2], requests, env, run[2], run[3]) for run in runs}
+            futures = {run: pool.submit(infill_texts, *run[:2], requests, {**env, **dict(
+                setting.split("=", 1) for setting in run[4])}, run[2], run[3]) for run in runs}
         for label, first, second in pairs:
             row = {"model": label}
+            if second[4] == DEVICE_STATE:
+                row.update(run_state_pair=True, host_failed=futures[first].exception() is not None,
+                           device_failed=futures[second].exception() is not None)
             try:
                 here, there = futures[first].result(), futures[second].result()
                 same = sum(here["texts"][k] == there["texts"].get(k) for k in here["texts"])
@@ -268,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         env["DLLM_LSP_DISABLE_KERNELS"] = ",".join(filter(None, [env.get("DLLM_LSP_DISABLE_KERNELS", ""), *failed]))
     write(a.out, report)   # the kernel verdicts count even if the engine comparison runs out of time
     report["engine"] = check_engine(device, [f for f in families if f], env)
+    report["run_state_fallback"] = run_state_fallback(report["engine"])
     for row in report["engine"]:
         print(json.dumps({k: row.get(k) for k in ("model", "ok", "agree", "error", "note")}), flush=True)
     write(a.out, report)

@@ -21,6 +21,7 @@ from typing import TextIO
 
 from dllm_lsp.bench.environment import environment
 from dllm_lsp.cpus import usable_cpus
+from dllm_lsp.engine.denoise import RUN_STATE_ENV
 from dllm_lsp.eval.tasks import FILES as EVAL_FILES
 from dllm_lsp.loader import ModelLoadError, default_model_path, resolve_device
 from dllm_lsp.train.presets import MODEL_KEYS, preset
@@ -136,6 +137,7 @@ class Job:
         self.budget = Budget(opts.minutes, phases=opts.phases)
         self.log = log or open(self.out / "job.log", "a", encoding="utf-8", buffering=1)
         self.disabled: list[str] = []
+        self.run_state: str | None = None    # "device": the check found the host layout failing here
         self.state = {
             "job": "dllm-lsp GPU job", "started": now(), "finished": None, "options": opts.to_json(),
             "host": platform.node(), "environment": environment(opts.device), "phases": {},
@@ -175,6 +177,8 @@ class Job:
         env["PYTHONUNBUFFERED"] = "1"
         if self.disabled:
             env["DLLM_LSP_DISABLE_KERNELS"] = ",".join(self.disabled)
+        if self.run_state:
+            env[RUN_STATE_ENV] = self.run_state
         if self.opts.device == "cpu":
             env.setdefault("TRITON_INTERPRET", "1")   # the dry run checks the kernels in the interpreter
         return env
@@ -262,6 +266,12 @@ class Job:
                 self.disabled.append(kernel)
         if self.disabled:
             self.say(f"check: kernels failing on this device, disabled from now on: {', '.join(self.disabled)}")
+        if data.get("run_state_fallback"):
+            # The decode runs failed with their state on the host and ran with it on the device: the
+            # benchmarks still measure, in the layout before (engine/denoise.py state_device).
+            self.run_state = self.state["run_state"] = data["run_state_fallback"]
+            self.say(f"check: decode runs fail here with their state on the host; {RUN_STATE_ENV}="
+                     f"{self.run_state} from now on")
         self.phase("check")["summary"] = {
             "kernels": {k: v for k, v in data.get("kernels", {}).items() if k != "cases"},
             "engine": [{k: row.get(k) for k in ("model", "ok", "agree", "error")} for row in data.get("engine", [])],

@@ -1,11 +1,14 @@
 """The GPU job's time boxes and its pack / unpack, without running a job."""
 import io
 import json
+import os
 import random
 
 import pytest
 
+from dllm_lsp.engine.denoise import RUN_STATE_ENV
 from dllm_lsp.gpujob.budget import Budget, parse_phases
+from dllm_lsp.gpujob.check import DEVICE_STATE, described, run_state_fallback
 from dllm_lsp.gpujob.pack import pack_job, unpack
 from dllm_lsp.gpujob.run import BENCHES, Job, JobOptions
 from dllm_lsp.loader import default_name
@@ -153,3 +156,23 @@ def test_a_continued_model_warms_its_fresh_optimizer_up_briefly(tmp_path):
     told = Job(JobOptions(out=tmp_path / "told", minutes=5, device="cpu", train_args=["--warmup=300"]),
                log=io.StringIO())
     assert told.continued_warmup() == []                              # --train-arg decides
+
+
+def test_the_run_state_falls_back_to_the_device_only_when_the_host_layout_alone_fails():
+    pair = {"model": "embedded, run state on the host against on the device", "run_state_pair": True}
+    assert run_state_fallback([{"model": "x", "ok": True}]) is None                    # no such pair
+    assert run_state_fallback([{**pair, "ok": True, "host_failed": False, "device_failed": False}]) is None
+    assert run_state_fallback([{**pair, "ok": False, "host_failed": True, "device_failed": False}]) == "device"
+    assert run_state_fallback([{**pair, "ok": False, "host_failed": True, "device_failed": True}]) is None
+    assert described(("m", "cuda", 1, (), DEVICE_STATE)) == "cuda x1 DLLM_LSP_RUN_STATE=device"
+
+
+def test_a_job_told_to_keep_the_run_state_on_the_device_passes_it_to_every_child(tmp_path):
+    job = Job(JobOptions(out=tmp_path / "job", minutes=5, device="cpu"), log=io.StringIO())
+    assert RUN_STATE_ENV not in job.env() or job.env()[RUN_STATE_ENV] == os.environ.get(RUN_STATE_ENV)
+    report = tmp_path / "job" / "check" / "cuda-check.json"
+    report.parent.mkdir(parents=True)
+    report.write_text(json.dumps({"kernels": {}, "engine": [], "run_state_fallback": "device"}))
+    job.child = lambda *args, **kwargs: None        # the check's report is already there
+    job.check(60.0)
+    assert job.env()[RUN_STATE_ENV] == "device" and job.state["run_state"] == "device"

@@ -54,6 +54,9 @@ def test_a_failing_kernel_is_reported_and_disabled_for_the_rest_of_the_job(job):
     assert len(shared) == 1 and shared[0]["agree"] == "3/3"   # all requests at once: the same completions
     graphed = [row for row in check["engine"] if "CUDA-graph cached steps" in row["model"]]
     assert len(graphed) == 1 and graphed[0]["model"].startswith("dream")   # an open checkpoint's, too
+    states = [row for row in check["engine"] if row.get("run_state_pair")]
+    assert len(states) == 1 and states[0]["agree"] == "3/3" and not states[0]["host_failed"]
+    assert check["run_state_fallback"] is None and "run_state" not in state
     assert "disabled from now on: rope" in (out / "job.log").read_text()
 
 
