@@ -39,10 +39,10 @@ def state_device(model_device: torch.device) -> torch.device:
     """Where a fixed-length run keeps its own state (the canvas, what is undecided, the commit
     confidences) and makes a step's decisions: on the host, unless `DLLM_LSP_RUN_STATE=device`.
 
-    Why: those decisions are ~120 small ops a step on [candidates x span] tensors and about a
-    dozen scalar reads (counted on the CPU: docs/results/profile-cpu-preview.json). On a GPU each
-    op is a kernel launch and each read a device sync: more than the model's own step costs once
-    that replays from a CUDA graph. On the host they cost microseconds; a step then copies the
+    Why: those decisions are many small ops a step on [candidates x span] tensors and about a
+    dozen scalar reads (docs/results/profile-cpu-preview.json; docs/serving.md#the-runs-state-on-the-host).
+    On a GPU each op is a kernel launch and each read a device sync: more than the model's own
+    step costs once that replays from a CUDA graph. On the host they cost microseconds; a step then copies the
     canvas and its undecided rows to the device and the chosen tokens and their confidences
     back (one sync), and the choice over the vocabulary stays on the device. "device" keeps
     everything on the model's device, as before: `dllm-lsp bench` on CUDA times both, and the GPU
