@@ -581,6 +581,9 @@ def run(args: argparse.Namespace) -> dict:
             "dual_vs_uncached": round(none_ms / dual_ms, 3),
             "generation_only_dual_vs_autoregressive": round(ar_decode_ms / max(diffusion_after_first_ms, 1e-9), 3),
             "best_dual_vs_best_autoregressive": round(best_ar_ms / best_dual_ms, 3),
+            # The most diffusion could gain here: every step after the first full pass free. Both
+            # sides pay the context's pass, so a long context caps the ratio whatever the steps cost.
+            "ceiling_steps_free": round(best_ar_ms / full_ms, 3),
         },
         # Replayed from CUDA graphs (None: not asked, as on a CPU by default; absent figures failed: `errors`).
         "cuda_graphs": graphed,

@@ -113,6 +113,8 @@ def test_cuda_graph_figures_sit_beside_the_eager_ones(tmp_path):
     assert figures["targets"]["best_cached_step_over_bound"] == pytest.approx(
         min(figures["weight_read_bound"]["cached_step_over_bound"], graphed["cached_step_over_bound"]), rel=2e-3)
     assert figures["targets"]["judged_from"].startswith("each side's faster form")
+    best_ar = min(figures["completion_ms"]["autoregressive_kv_cache"], graphed["autoregressive_ms"])
+    assert figures["speedup"]["ceiling_steps_free"] == pytest.approx(best_ar / figures["parts_ms"]["full_pass"], rel=2e-3)
 
 
 def test_without_cuda_graphs_a_cpu_run_says_so(tmp_path):
