@@ -376,14 +376,11 @@ def shared_against_in_turn(denoiser, sessions: list, ids: list[torch.Tensor], co
                 group[0].logits(group_ids[0])
 
         def in_turn():
-            denoiser.cuda_graphs = graphed_in_turn
-            try:
-                for session, step_ids in zip(group, group_ids):
-                    session.logits(step_ids)
-            finally:
-                denoiser.cuda_graphs = False
-            if graphed_in_turn and any(session.graphed is None for session in group):
-                raise RuntimeError("a cached step could not be captured in a CUDA graph (see the log)")
+            for session, step_ids in zip(group, group_ids):
+                session.logits(step_ids)
+
+        if graphed_in_turn:
+            in_turn = with_graphs(denoiser, in_turn)
 
         s, t = interleaved_medians(shared, in_turn, device, runs)
         rows.append({"requests": k, "shared_step_ms": round(s, 3), "steps_in_turn_ms": round(t, 3),
