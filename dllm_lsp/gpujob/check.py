@@ -209,13 +209,11 @@ def described(run: Run) -> str:
 
 
 def run_state_fallback(engine_rows: list[dict]) -> str | None:
-    """"device" when the decode runs failed on the device with their state on the host (the
+    """"device" when a model's decode runs failed on the device with their state on the host (the
     default) but ran with it on the device: the job then keeps it there for the rest of the
     lease (denoise.state_device), so the benchmarks still measure. None otherwise."""
-    pair = next((row for row in engine_rows if row.get("run_state_pair")), None)
-    if pair is None or pair.get("ok"):
-        return None
-    return "device" if pair.get("host_failed") and not pair.get("device_failed") else None
+    pairs = [row for row in engine_rows if row.get("run_state_pair")]
+    return "device" if any(p.get("host_failed") and not p.get("device_failed") for p in pairs) else None
 
 
 def check_engine(device: torch.device, families: list[str], env: dict) -> list[dict]:
@@ -249,9 +247,11 @@ def check_engine(device: torch.device, families: list[str], env: dict) -> list[d
         for label, model in models[1:2]:
             pairs.append((f"{label}, CUDA-graph cached steps on the device against eager ones",
                           (model, on, 1, (), ()), (model, on, 1, ("--cuda-graphs",), ())))
-        # The decode runs' state on the host (the default) against on the device (denoise.state_device).
-        pairs.append((f"embedded ({shipped.name}), run state on the host against on the device",
-                      (embedded, on, 1, (), ()), (embedded, on, 1, (), DEVICE_STATE)))
+        # The decode runs' state on the host (the default) against on the device (denoise.state_device),
+        # for the embedded model and an open checkpoint (its prefill takes the run's canvas).
+        for label, model in [(f"embedded ({shipped.name})", embedded), *models[1:2]]:
+            pairs.append((f"{label}, run state on the host against on the device",
+                          (model, on, 1, (), ()), (model, on, 1, (), DEVICE_STATE)))
         runs = list(dict.fromkeys(run for _, *both in pairs for run in both))
         with ThreadPoolExecutor(max_workers=min(len(runs), max(usable_cpus(), 2))) as pool:
             futures = {run: pool.submit(infill_texts, *run[:2], requests, {**env, **dict(

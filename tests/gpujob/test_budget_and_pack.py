@@ -164,6 +164,8 @@ def test_the_run_state_falls_back_to_the_device_only_when_the_host_layout_alone_
     assert run_state_fallback([{**pair, "ok": True, "host_failed": False, "device_failed": False}]) is None
     assert run_state_fallback([{**pair, "ok": False, "host_failed": True, "device_failed": False}]) == "device"
     assert run_state_fallback([{**pair, "ok": False, "host_failed": True, "device_failed": True}]) is None
+    fine = {**pair, "ok": True, "host_failed": False, "device_failed": False}
+    assert run_state_fallback([fine, {**pair, "ok": False, "host_failed": True, "device_failed": False}]) == "device"
     assert described(("m", "cuda", 1, (), DEVICE_STATE)) == "cuda x1 DLLM_LSP_RUN_STATE=device"
 
 

@@ -55,7 +55,8 @@ def test_a_failing_kernel_is_reported_and_disabled_for_the_rest_of_the_job(job):
     graphed = [row for row in check["engine"] if "CUDA-graph cached steps" in row["model"]]
     assert len(graphed) == 1 and graphed[0]["model"].startswith("dream")   # an open checkpoint's, too
     states = [row for row in check["engine"] if row.get("run_state_pair")]
-    assert len(states) == 1 and states[0]["agree"] == "3/3" and not states[0]["host_failed"]
+    assert len(states) == 2 and all(row["agree"] == "3/3" and not row["host_failed"] for row in states)
+    assert states[1]["model"].startswith("dream")
     assert check["run_state_fallback"] is None and "run_state" not in state
     assert "disabled from now on: rope" in (out / "job.log").read_text()
 
