@@ -23,7 +23,7 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from dllm_lsp.kernels.rmsnorm import add_rms_norm
 from dllm_lsp.kernels.span_attention import span_attention, span_attention_ragged
 
-from .layers import RMSNorm, Rotary, SwiGLU, apply_rotary
+from .layers import FusedSwiGLU, RMSNorm, Rotary, SwiGLU, apply_rotary, fused_linear
 
 ARCHITECTURE = "DllmLspEmbedded"
 MODEL_TYPE = "dllm-lsp-embedded"
@@ -125,12 +125,24 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=False)
         self.v_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=False)
         self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
+        self.register_module("qkv_proj", None)    # set by fuse() in a loaded (inference) model
+
+    def fuse(self) -> None:
+        """One [q; k; v] projection instead of three (fewer launches a step); frees the separate ones."""
+        fused = fused_linear((self.q_proj, self.k_proj, self.v_proj))
+        del self.q_proj, self.k_proj, self.v_proj
+        self.qkv_proj = fused
 
     def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        if self.qkv_proj is not None:
+            hq, hkv = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+            q, k, v = self.qkv_proj(x).split((hq, hkv, hkv), dim=-1)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q = q.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+        k = k.view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
 
     def out(self, y: torch.Tensor) -> torch.Tensor:
@@ -214,6 +226,18 @@ class EmbeddedModel(nn.Module):
                 # Residual-branch outputs scaled down with depth (GPT-2 style) keeps early training stable.
                 scale = 1 / math.sqrt(2 * self.cfg.n_layers) if name.endswith(("o_proj.weight", "down_proj.weight")) else 1
                 nn.init.normal_(p, mean=0.0, std=std * scale)
+
+    def fuse_projections(self) -> "EmbeddedModel":
+        """After loading, for inference: q/k/v and gate/up as single matmuls (the open checkpoints'
+        serving layout too). Same results; three launches fewer per layer and step, which count on
+        a GPU, where a small model's step is bound by its launches. Training keeps the separate
+        projections (the weights are saved that way)."""
+        for layer in self.layers:
+            if layer.attn.qkv_proj is None:
+                layer.attn.fuse()
+            if isinstance(layer.mlp, SwiGLU):
+                layer.mlp = FusedSwiGLU(layer.mlp)
+        return self
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
         """Tied embeddings: the LM head is the embedding matrix."""

@@ -184,7 +184,7 @@ class EmbeddedDenoiser(Denoiser):
         check_weights_match({name: tuple(t.shape) for name, t in model.state_dict().items()}, state, folder)
         model.load_state_dict(state, strict=True, assign=True)
         tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        return cls(model.to(device), tokenizer, folder.name)
+        return cls(model.fuse_projections().to(device), tokenizer, folder.name)
 
     def session(self, canvas: Canvas, batch: int, cache: CacheSettings = CacheSettings()) -> EmbeddedSession:
         # `cache` is for approximate caches: this model's context cache is exact, always on.

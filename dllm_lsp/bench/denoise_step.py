@@ -48,7 +48,8 @@ def kernel_mode(mode: str):
 
 
 def build_model(cfg: EmbeddedConfig, device: torch.device, dtype: torch.dtype) -> EmbeddedModel:
-    """Random weights straight on the device in `dtype` (no fp32 copy of 7B parameters)."""
+    """Random weights straight on the device in `dtype` (no fp32 copy of 7B parameters), in the
+    layout a loaded model serves with (q/k/v and gate/up fused)."""
     with torch.device("meta"):
         model = EmbeddedModel(cfg)
     model = model.to(dtype).to_empty(device=device)
@@ -57,7 +58,7 @@ def build_model(cfg: EmbeddedConfig, device: torch.device, dtype: torch.dtype) -
         for module in model.modules():
             if isinstance(module, RMSNorm):
                 module.weight.fill_(1.0)
-    return model.eval()
+    return model.fuse_projections().eval()
 
 
 def weight_bytes(model: EmbeddedModel) -> int:
@@ -97,7 +98,7 @@ def bench_step(device: torch.device, quick: bool, n_ctx: int, span_len: int, ban
     step = make_step(model, n_ctx, span_len)
     weights = weight_bytes(model)
     result = {
-        "model": {**shape, "head_dim": cfg.head_dim, "tied_head": True, "weights": "random",
+        "model": {**shape, "head_dim": cfg.head_dim, "tied_head": True, "weights": "random", "fused_projections": True,
                   "parameters": model.num_parameters(), "dtype": str(dtype).removeprefix("torch.")},
         "context_tokens": n_ctx, "span_tokens": span_len, "batch": 1, "temperature": 0.0,
         "weight_bytes": weights, "kv_cache_bytes": step.kv_bytes,

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dllm_lsp.arch.layers import RMSNorm, Rotary, SwiGLU
+from dllm_lsp.arch.layers import FusedSwiGLU, RMSNorm, Rotary, SwiGLU, fused_linear
 from dllm_lsp.kernels.rmsnorm import add_rms_norm, rms_norm
 from dllm_lsp.kernels.rope import apply_rotary
 from dllm_lsp.kernels.span_attention import span_attention, span_attention_ragged
@@ -65,7 +65,7 @@ class Attention(nn.Module):
     def fuse(self) -> None:
         """One [q; k; v] projection instead of three (fewer launches per step); frees the separate ones."""
         parts = (self.q_proj, self.k_proj, self.v_proj)
-        fused = _fused_linear(parts)
+        fused = fused_linear(parts)
         del self.q_proj, self.k_proj, self.v_proj
         self.qkv_proj = fused
 
@@ -102,31 +102,6 @@ class Attention(nn.Module):
         rows; also the rows' keys/values [1, Hkv, T, D]."""
         q, k, v = self.qkv(x, cos, sin)                                        # [1, H, T, D]
         return self.out(span_attention_ragged(q, k, v, shapes, contexts)), (k, v)
-
-
-class FusedSwiGLU(nn.Module):
-    """SwiGLU with gate and up projections in one matmul: down(silu(gate(x)) * up(x))."""
-
-    def __init__(self, mlp: SwiGLU) -> None:
-        super().__init__()
-        self.gate_up_proj = _fused_linear((mlp.gate_proj, mlp.up_proj))
-        self.down_proj = mlp.down_proj
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
-
-
-def _fused_linear(parts: tuple[nn.Linear, ...]) -> nn.Linear:
-    """One Linear whose output is the concatenation of `parts`' outputs (weights moved, not copied twice)."""
-    first = parts[0]
-    with torch.device("meta"):
-        fused = nn.Linear(first.in_features, sum(p.out_features for p in parts), bias=first.bias is not None)
-    with torch.no_grad():
-        fused.weight = nn.Parameter(torch.cat([p.weight for p in parts]), requires_grad=False)
-        if first.bias is not None:
-            fused.bias = nn.Parameter(torch.cat([p.bias for p in parts]), requires_grad=False)
-    return fused
 
 
 class Block(nn.Module):
