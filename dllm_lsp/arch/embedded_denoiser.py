@@ -10,7 +10,7 @@ engine's step scheduler), first steps and later ones alike.
 
 With `cuda_graphs` on, a request running alone replays its steady steps (the span against a
 context that no longer changes) from a CUDA graph captured on the first of them
-(engine/cuda_graph.py): one launch instead of ~150 per step.
+(engine/cuda_graph.py): one launch instead of over a hundred per step.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Why: a denoising step of a small model on a GPU is bound by the host, not the device. The
 32M-parameter embedded model's step cost about 6 ms on an H200 (docs/results/
 latency-h200-dllm-embedded-30m.json: 36 ms for 6 steps), far above its arithmetic, because each
-of its ~150 kernels is launched from Python one by one. Replaying a captured graph launches them
+of its hundred-odd kernels is launched from Python one by one. Replaying a captured graph launches them
 all at once. The shapes of a request's steady steps are fixed (the span's rows against a context
 that no longer changes), so the graph is captured on its first such step and replayed on the
 rest; a slot that grows opens a new session, and with it a new graph.
