@@ -14,9 +14,7 @@ a denoising step's L rows are compared with.
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from contextlib import contextmanager
 
 import torch
 
@@ -25,6 +23,7 @@ from dllm_lsp.arch.layers import RMSNorm
 from dllm_lsp.engine.cuda_graph import GraphedCall
 from dllm_lsp.kernels.unmask_select import unmask_select
 
+from .environment import variable_set
 from .kernel_cases import kernels_runnable, median_ms
 from .profiling import profile_calls
 
@@ -33,18 +32,9 @@ DREAM_7B = dict(vocab_size=152064, dim=3584, n_layers=28, n_heads=28, n_kv_heads
 QUICK_SHAPE = dict(vocab_size=97, dim=32, n_layers=2, n_heads=4, n_kv_heads=1, ffn_dim=48)
 
 
-@contextmanager
 def kernel_mode(mode: str):
     """Route every dispatch function through one path ("triton" or "reference") for a while."""
-    before = os.environ.get("DLLM_LSP_KERNELS")
-    os.environ["DLLM_LSP_KERNELS"] = mode
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("DLLM_LSP_KERNELS", None)
-        else:
-            os.environ["DLLM_LSP_KERNELS"] = before
+    return variable_set("DLLM_LSP_KERNELS", mode)
 
 
 def build_model(cfg: EmbeddedConfig, device: torch.device, dtype: torch.dtype) -> EmbeddedModel:

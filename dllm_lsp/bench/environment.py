@@ -4,11 +4,31 @@ from __future__ import annotations
 import os
 import platform
 import statistics
+from contextlib import contextmanager
 from datetime import datetime, timezone
 
 import torch
 
 from dllm_lsp.cpus import usable_cpus
+
+
+@contextmanager
+def variable_set(name: str, value: str | None):
+    """The environment variable `name` set to `value` for a while (None: left as it is): the
+    switches the engine reads per call (the kernels' path, where a run keeps its state), which a
+    benchmark flips between the variants it interleaves."""
+    if value is None:
+        yield
+        return
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 def environment(device: str | None = None) -> dict:

@@ -10,7 +10,7 @@ import torch
 from dllm_lsp.engine.denoise import RUN_STATE_ENV
 from dllm_lsp.engine.types import GROWING_SLOT_START, DecodeSettings, InfillRequest
 
-from .environment import environment, percentiles
+from .environment import environment, percentiles, variable_set
 from .overhead import synthetic_python
 from .profiling import profile_calls
 
@@ -33,23 +33,6 @@ def return_tail(text: str, start: int) -> tuple[str, str, int]:
 ALTERNATIVES = 4      # the line tail once more with this many suggestions (the `alternatives` option)
 GRAPHED = "_cuda_graphs"   # the case with its steady steps replayed from CUDA graphs (engine/cuda_graph.py)
 DEVICE_STATE = "_device_state"   # the case with the run's state on the model's device (denoise.state_device)
-
-
-@contextmanager
-def run_state(where: str | None):
-    """The decode runs' state on "host" or "device" (`DLLM_LSP_RUN_STATE`) for a while; None: as set."""
-    if where is None:
-        yield
-        return
-    before = os.environ.get(RUN_STATE_ENV)
-    os.environ[RUN_STATE_ENV] = where
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(RUN_STATE_ENV, None)
-        else:
-            os.environ[RUN_STATE_ENV] = before
 
 
 def run_latency_bench(engine, runs: int = 20, steps: int = 8, profile: bool = False,
@@ -105,7 +88,7 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8, profile: bool = Fa
         last = {}
 
         def infill(suffix_: str, settings: DecodeSettings):
-            with graphs(GRAPHED in suffix_), run_state("device" if DEVICE_STATE in suffix_ else None):
+            with graphs(GRAPHED in suffix_), variable_set(RUN_STATE_ENV, "device" if DEVICE_STATE in suffix_ else None):
                 return engine.infill(request, settings)
 
         for suffix_, settings in variants.items():   # warm-up (allocations, prefix cache)
@@ -149,7 +132,7 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8, profile: bool = Fa
         line_tail = InfillRequest.single(prefix, suffix, *CASES["line_tail"])
         figures["profile"] = {}
         for suffix_ in layouts_of_steps:
-            with graphs(GRAPHED in suffix_), run_state("device" if DEVICE_STATE in suffix_ else None):
+            with graphs(GRAPHED in suffix_), variable_set(RUN_STATE_ENV, "device" if DEVICE_STATE in suffix_ else None):
                 figures["profile"]["line_tail" + suffix_] = {
                     "steps": cases["line_tail" + suffix_]["steps"],
                     **profile_calls(lambda: engine.infill(line_tail, growing), denoiser.device)}
