@@ -23,7 +23,7 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from dllm_lsp.kernels.rmsnorm import add_rms_norm
 from dllm_lsp.kernels.span_attention import span_attention, span_attention_ragged
 
-from .layers import FusedSwiGLU, RMSNorm, Rotary, SwiGLU, apply_rotary, fused_linear
+from .layers import AttentionProjections, FusedSwiGLU, RMSNorm, Rotary, SwiGLU
 
 ARCHITECTURE = "DllmLspEmbedded"
 MODEL_TYPE = "dllm-lsp-embedded"
@@ -117,53 +117,25 @@ def causal_masks(counts: list[int], cached: list[int], device: torch.device) -> 
             for m, n in zip(counts, cached)]
 
 
-class Attention(nn.Module):
+class Attention(AttentionProjections):
     def __init__(self, cfg: EmbeddedConfig) -> None:
-        super().__init__()
-        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        self.q_proj = nn.Linear(cfg.dim, cfg.n_heads * cfg.head_dim, bias=False)
-        self.k_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=False)
-        self.v_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=False)
-        self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
-        self.register_module("qkv_proj", None)    # set by fuse() in a loaded (inference) model
-
-    def fuse(self) -> None:
-        """One [q; k; v] projection instead of three (fewer launches a step); frees the separate ones."""
-        fused = fused_linear((self.q_proj, self.k_proj, self.v_proj))
-        del self.q_proj, self.k_proj, self.v_proj
-        self.qkv_proj = fused
-
-    def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        b, t, _ = x.shape
-        if self.qkv_proj is not None:
-            hq, hkv = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
-            q, k, v = self.qkv_proj(x).split((hq, hkv, hkv), dim=-1)
-        else:
-            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        q = q.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
-        k = k.view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        v = v.view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
-
-    def out(self, y: torch.Tensor) -> torch.Tensor:
-        b, _, t, _ = y.shape
-        return self.o_proj(y.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
+        super().__init__(cfg.dim, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim)
 
     def masked(self, x, cos, sin, mask: torch.Tensor | None):
         """Attention under an explicit boolean mask [B or 1, 1, T, T] (None: every pair)."""
-        q, k, v = self.project(x, cos, sin)
+        q, k, v = self.qkv(x, cos, sin)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_heads != self.n_kv_heads)
         return self.out(y)
 
     def flex(self, x, cos, sin, block_mask):
         """Attention under a flex-attention block mask (training on CUDA: fused, blocks skipped)."""
-        q, k, v = self.project(x, cos, sin)
+        q, k, v = self.qkv(x, cos, sin)
         y = flex_attention(q, k, v, block_mask=block_mask, enable_gqa=self.n_heads != self.n_kv_heads)
         return self.out(y)
 
     def span(self, x, cos, sin, ctx: KV):
         """Span rows attend to all cached context and all span rows: no mask."""
-        q, k, v = self.project(x, cos, sin)
+        q, k, v = self.qkv(x, cos, sin)
         return self.out(span_attention(q, ctx[0], ctx[1], k, v))
 
 
@@ -306,7 +278,7 @@ class EmbeddedModel(nn.Module):
         masks = causal_masks(counts, [r.context[0][0].shape[2] for r in requests], h.device) if new else None
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
-            q, k, v = layer.attn.project(layer.input_norm(h), cos, sin)             # [1, H, T, D]
+            q, k, v = layer.attn.qkv(layer.input_norm(h), cos, sin)             # [1, H, T, D]
             # Past their last keys/values the context rows are never read: the last layer's
             # attention and MLP, and the head, run on span rows only.
             y_ctx, kv = extend_contexts(q[:, :, :new], k[:, :, :new], v[:, :, :new], counts,

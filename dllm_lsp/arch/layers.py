@@ -30,6 +30,47 @@ class SwiGLU(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+class AttentionProjections(nn.Module):
+    """Grouped-query attention's projections, shared by the embedded model and the open
+    checkpoints: q/k/v in (rotary applied to q and k), o out. `fuse()` makes q/k/v one matrix
+    product for inference (a loaded model's layout); the separate ones stay for training and
+    for the weights' names on disk."""
+
+    def __init__(self, dim: int, n_heads: int, n_kv_heads: int, head_dim: int, qkv_bias: bool = False,
+                 out_bias: bool = False) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, head_dim
+        self.q_proj = nn.Linear(dim, n_heads * head_dim, bias=qkv_bias)
+        self.k_proj = nn.Linear(dim, n_kv_heads * head_dim, bias=qkv_bias)
+        self.v_proj = nn.Linear(dim, n_kv_heads * head_dim, bias=qkv_bias)
+        self.o_proj = nn.Linear(n_heads * head_dim, dim, bias=out_bias)
+        self.register_module("qkv_proj", None)    # set by fuse() once the weights are loaded
+
+    def fuse(self) -> None:
+        """One [q; k; v] projection instead of three (fewer launches per step); frees the separate ones."""
+        fused = fused_linear((self.q_proj, self.k_proj, self.v_proj))
+        del self.q_proj, self.k_proj, self.v_proj
+        self.qkv_proj = fused
+
+    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """x [B, T, dim] -> q [B, H, T, D], k and v [B, Hkv, T, D], rotary applied to q and k."""
+        b, t, _ = x.shape
+        hq, hkv = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        if self.qkv_proj is not None:
+            q, k, v = self.qkv_proj(x).split((hq, hkv, hkv), dim=-1)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q = q.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+        k = k.view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
+
+    def out(self, y: torch.Tensor) -> torch.Tensor:
+        """y [B, H, T, D] -> [B, T, dim]."""
+        b, _, t, _ = y.shape
+        return self.o_proj(y.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
+
+
 class FusedSwiGLU(nn.Module):
     """SwiGLU with gate and up projections in one matmul: down(silu(gate(x)) * up(x)), the
     inference layout of a loaded model (one launch fewer per layer)."""

@@ -21,9 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dllm_lsp.arch.layers import FusedSwiGLU, RMSNorm, Rotary, SwiGLU, fused_linear
+from dllm_lsp.arch.layers import AttentionProjections, FusedSwiGLU, RMSNorm, Rotary, SwiGLU
 from dllm_lsp.kernels.rmsnorm import add_rms_norm, rms_norm
-from dllm_lsp.kernels.rope import apply_rotary
 from dllm_lsp.kernels.span_attention import span_attention, span_attention_ragged
 
 KV = tuple[torch.Tensor, torch.Tensor]   # keys, values [B, Hkv, N, D], rotary already applied
@@ -52,38 +51,9 @@ class BiConfig:
             raise ValueError(f"{self.n_heads} attention heads do not divide into {self.n_kv_heads} key/value heads")
 
 
-class Attention(nn.Module):
+class Attention(AttentionProjections):
     def __init__(self, cfg: BiConfig) -> None:
-        super().__init__()
-        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        self.q_proj = nn.Linear(cfg.dim, cfg.n_heads * cfg.head_dim, bias=cfg.qkv_bias)
-        self.k_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
-        self.v_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
-        self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=cfg.out_bias)
-        self.register_module("qkv_proj", None)    # set by fuse() once the weights are loaded
-
-    def fuse(self) -> None:
-        """One [q; k; v] projection instead of three (fewer launches per step); frees the separate ones."""
-        parts = (self.q_proj, self.k_proj, self.v_proj)
-        fused = fused_linear(parts)
-        del self.q_proj, self.k_proj, self.v_proj
-        self.qkv_proj = fused
-
-    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        b, t, _ = x.shape
-        hq, hkv = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
-        if self.qkv_proj is not None:
-            q, k, v = self.qkv_proj(x).split((hq, hkv, hkv), dim=-1)
-        else:
-            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        q = q.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
-        k = k.view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        v = v.view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
-
-    def out(self, y: torch.Tensor) -> torch.Tensor:
-        b, _, t, _ = y.shape
-        return self.o_proj(y.transpose(1, 2).reshape(b, t, -1))
+        super().__init__(cfg.dim, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.qkv_bias, cfg.out_bias)
 
     def full(self, x, cos, sin) -> tuple[torch.Tensor, KV]:
         q, k, v = self.qkv(x, cos, sin)
