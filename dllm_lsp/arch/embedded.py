@@ -23,7 +23,7 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from dllm_lsp.kernels.rmsnorm import add_rms_norm
 from dllm_lsp.kernels.span_attention import span_attention, span_attention_ragged
 
-from .layers import AttentionProjections, FusedSwiGLU, RMSNorm, Rotary, SwiGLU
+from .layers import AttentionProjections, RMSNorm, Rotary, SwiGLU, fuse_blocks
 
 ARCHITECTURE = "DllmLspEmbedded"
 MODEL_TYPE = "dllm-lsp-embedded"
@@ -204,11 +204,7 @@ class EmbeddedModel(nn.Module):
         serving layout too). Same results; three launches fewer per layer and step, which count on
         a GPU, where a small model's step is bound by its launches. Training keeps the separate
         projections (the weights are saved that way)."""
-        for layer in self.layers:
-            if layer.attn.qkv_proj is None:
-                layer.attn.fuse()
-            if isinstance(layer.mlp, SwiGLU):
-                layer.mlp = FusedSwiGLU(layer.mlp)
+        fuse_blocks(self.layers)
         return self
 
     def head(self, h: torch.Tensor) -> torch.Tensor:

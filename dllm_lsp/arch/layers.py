@@ -85,6 +85,17 @@ class FusedSwiGLU(nn.Module):
         return self.down_proj(F.silu(gate) * up)
 
 
+def fuse_blocks(blocks) -> None:
+    """A loaded model's blocks (each with `attn`, AttentionProjections, and `mlp`, a SwiGLU) in
+    the inference layout: q/k/v and gate/up as single matrix products. Same results, three
+    launches fewer per block and step; fusing again changes nothing."""
+    for block in blocks:
+        if block.attn.qkv_proj is None:
+            block.attn.fuse()
+        if isinstance(block.mlp, SwiGLU):
+            block.mlp = FusedSwiGLU(block.mlp)
+
+
 def fused_linear(parts: tuple[nn.Linear, ...]) -> nn.Linear:
     """One Linear whose output is the concatenation of `parts`' outputs (weights moved, not copied twice)."""
     first = parts[0]

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dllm_lsp.arch.layers import AttentionProjections, FusedSwiGLU, RMSNorm, Rotary, SwiGLU
+from dllm_lsp.arch.layers import AttentionProjections, RMSNorm, Rotary, SwiGLU, fuse_blocks
 from dllm_lsp.kernels.rmsnorm import add_rms_norm, rms_norm
 from dllm_lsp.kernels.span_attention import span_attention, span_attention_ragged
 
@@ -190,11 +190,7 @@ class BidirectionalLM(nn.Module):
 
     def fuse_projections(self) -> "BidirectionalLM":
         """After loading: q/k/v and gate/up as single matmuls (inference layout; same results)."""
-        for layer in self.layers:
-            if layer.attn.qkv_proj is None:
-                layer.attn.fuse()
-            if isinstance(layer.mlp, SwiGLU):
-                layer.mlp = FusedSwiGLU(layer.mlp)
+        fuse_blocks(self.layers)
         return self
 
     def num_parameters(self) -> int:
