@@ -40,13 +40,13 @@ def state_device(model_device: torch.device) -> torch.device:
     confidences) and makes a step's decisions: on the host, unless `DLLM_LSP_RUN_STATE=device`.
 
     Why: those decisions are many small ops a step on [candidates x span] tensors and about a
-    dozen scalar reads (docs/results/profile-cpu-preview.json; docs/serving.md#the-runs-state-on-the-host).
-    On a GPU each op is a kernel launch and each read a device sync: more than the model's own
-    step costs once that replays from a CUDA graph. On the host they cost microseconds; a step then copies the
-    canvas and its undecided rows to the device and the chosen tokens and their confidences
-    back (one sync), and the choice over the vocabulary stays on the device. "device" keeps
-    everything on the model's device, as before: `dllm-lsp bench` on CUDA times both, and the GPU
-    job falls back to it for the rest of a lease should the host layout fail there."""
+    dozen scalar reads (docs/serving.md#the-runs-state-on-the-host). On a GPU each op is a kernel
+    launch and each read a device sync: more than the model's own step costs once that replays
+    from a CUDA graph. On the host they cost microseconds; a step then copies the canvas and its
+    undecided rows to the device and the chosen tokens and their confidences back (one sync),
+    and the choice over the vocabulary stays on the device. "device" keeps everything on the
+    model's device, as before: `dllm-lsp bench` on CUDA times both, and the GPU job falls back to
+    it for the rest of a lease should the host layout fail there."""
     wanted = os.environ.get(RUN_STATE_ENV, "host").strip().lower() or "host"
     if wanted not in RUN_STATES:
         raise ValueError(f"{RUN_STATE_ENV} must be one of {RUN_STATES}, not {wanted!r}")
@@ -431,7 +431,8 @@ class FixedLengthRun:
         logits[..., special.mask_id] = -math.inf           # a mask is never an answer
         self.steps += 1
         self.step_index += 1
-        token, score = (t.to(self.host) for t in propose(logits, settings, self.generator, greedy_rows(settings, masked)))
+        proposed = propose(logits, settings, self.generator, greedy_rows(settings, masked))
+        token, score = (t.to(self.host) for t in proposed)
         # Back to [B, S]: decided rows get no proposal (the mask id) and no confidence.
         conf = torch.full(masked.shape, -math.inf, device=masked.device)
         conf[masked] = score
