@@ -12,8 +12,8 @@ first token -- attending to the stored context plus themselves. Every `refresh_e
 
 With the model's `cuda_graphs` on, a session's cached steps (its active rows against the
 stored context, the head over every span row included) replay from a CUDA graph captured on
-the first of them (engine/cuda_graph.py). Why: a 7B model's eager cached step is hundreds of kernel
-launches from Python, and on an H200 it cost 16.3 ms against a 3.4 ms weight-read bound
+the first of them (engine/cuda_graph.py). Why: a 7B model's eager cached step is hundreds of
+kernel launches from Python, and on an H200 it cost 16.3 ms against a 3.4 ms weight-read bound
 (docs/results/gpu-job/20261126-0024/after/checkpoint-h200-no-shared-step.json). A refresh
 replaces the stored context, so the next cached step captures anew.
 """
