@@ -61,16 +61,18 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8, profile: bool = Fa
     layouts_of_steps += [step + DEVICE_STATE for step in layouts_of_steps] if states else []
 
     @contextmanager
-    def graphs(on: bool):
-        """The model's CUDA graphs on or off for a while, where this run measures them."""
-        if not can_graph:
-            yield
-            return
-        denoiser.cuda_graphs = on
-        try:
-            yield
-        finally:
-            denoiser.cuda_graphs = graphs_before
+    def laid_out(suffix_: str):
+        """A case's layout for a while: the model's CUDA graphs on or off (where this run measures
+        them) and the run's state on the host or the device, as its name's suffix says."""
+        with variable_set(RUN_STATE_ENV, "device" if DEVICE_STATE in suffix_ else None):
+            if not can_graph:
+                yield
+                return
+            denoiser.cuda_graphs = GRAPHED in suffix_
+            try:
+                yield
+            finally:
+                denoiser.cuda_graphs = graphs_before
 
     text = synthetic_python(400)
     prefix, suffix, _ = return_tail(text, len(text) // 2)
@@ -88,7 +90,7 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8, profile: bool = Fa
         last = {}
 
         def infill(suffix_: str, settings: DecodeSettings):
-            with graphs(GRAPHED in suffix_), variable_set(RUN_STATE_ENV, "device" if DEVICE_STATE in suffix_ else None):
+            with laid_out(suffix_):
                 return engine.infill(request, settings)
 
         for suffix_, settings in variants.items():   # warm-up (allocations, prefix cache)
@@ -132,7 +134,7 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8, profile: bool = Fa
         line_tail = InfillRequest.single(prefix, suffix, *CASES["line_tail"])
         figures["profile"] = {}
         for suffix_ in layouts_of_steps:
-            with graphs(GRAPHED in suffix_), variable_set(RUN_STATE_ENV, "device" if DEVICE_STATE in suffix_ else None):
+            with laid_out(suffix_):
                 figures["profile"]["line_tail" + suffix_] = {
                     "steps": cases["line_tail" + suffix_]["steps"],
                     **profile_calls(lambda: engine.infill(line_tail, growing), denoiser.device)}
