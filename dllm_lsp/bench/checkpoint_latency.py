@@ -429,12 +429,10 @@ def graphed_figures(denoiser: CheckpointDenoiser, canvas: Canvas, settings: Deco
     want = reference.logits(ids)
     session = denoiser.session(canvas, 1, dual)
 
-    def step():
-        return session.logits(ids)
-
-    with_graphs(denoiser, step)()                          # the full pass
-    got = with_graphs(denoiser, step)()                    # the capture, answered by its warm-up
-    step_ms = statistics.median(timed(with_graphs(denoiser, step), device, runs * 2))
+    replayed = with_graphs(denoiser, lambda: session.logits(ids))
+    replayed()                                             # the full pass
+    got = replayed()                                       # the capture, answered by its warm-up
+    step_ms = statistics.median(timed(replayed, device, runs * 2))
     decoder = GraphedAutoregressive(model, ctx_ids.numel() + span)
     same_tokens = torch.equal(decoder.decode(ctx_ids, span), autoregressive_decode(model, ctx_ids, span))
     ar_ms = statistics.median(timed(lambda: decoder.decode(ctx_ids, span), device, runs))
@@ -456,7 +454,7 @@ def graphed_figures(denoiser: CheckpointDenoiser, canvas: Canvas, settings: Deco
             round((ar_ms - eager["ar_prefill"]) / max(graphed_ms - eager["full_pass"], 1e-9), 3),
     }
     if profile:
-        figures["profile"] = {"cached_step": profile_calls(with_graphs(denoiser, step), device),
+        figures["profile"] = {"cached_step": profile_calls(replayed, device),
                               "autoregressive_prefill_and_one_token": profile_calls(
                                   lambda: decoder.decode(ctx_ids, 2), device)}
     return figures
