@@ -132,7 +132,9 @@ def test_alternatives_cycle_with_alt_brackets(tmp_path, editor_model):
     workspace = tmp_path / "ws"
     workspace.mkdir()
     (workspace / "demo.txt").write_text(BEFORE, encoding="utf-8")
-    with CodeServer(workspace, editor_model, tmp_path / "home", {"dllm.alternatives": 3}) as vscode:
+    # The toolbar always shown: it counts the items VS Code holds, which the driver waits on.
+    settings = {"dllm.alternatives": 3, "editor.inlineSuggest.showToolbar": "always"}
+    with CodeServer(workspace, editor_model, tmp_path / "home", settings) as vscode:
         seen = play(vscode, tmp_path, editor_model, {
             "kind": "cycle", "file": "demo.txt", "line": 2, "column": len("the quick brown fox ") + 1,
             "typed": TYPED, "expectGhost": expected, "presses": 3, "timeoutMs": 60000,
@@ -144,5 +146,8 @@ def test_alternatives_cycle_with_alt_brackets(tmp_path, editor_model):
     count = shown.index(expected, 1)
     assert count in (2, 3) and shown[count:] == shown[:len(shown) - count], seen
     assert seen["back"] == shown[-2], seen
+    # The toolbar follows: "k/N" after k-1 presses, N the number of distinct items.
+    total = int(seen["counts"][0].split("/")[1])
+    assert total == count and seen["counts"] == [f"{i % total + 1}/{total}" for i in range(len(shown))], seen
     saved = (workspace / "demo.txt").read_text(encoding="utf-8")
     assert saved == "alpha beta gamma\n" + LINE + seen["back"] + "\n", seen

@@ -28,6 +28,14 @@ async function ghostText(page) {
   return page.evaluate(`(${READ_GHOST})()`);
 }
 
+// VS Code's inline suggestion toolbar: "2/3" is the second of three items.
+async function suggestionCount(page) {
+  return page.evaluate(() => {
+    const item = document.querySelector(".inlineSuggestionsHints .availableSuggestionCount");
+    return item ? item.textContent.trim() : null;
+  });
+}
+
 async function statusBarText(page) {
   return page.evaluate(() => {
     const item = [...document.querySelectorAll(".statusbar-item")].find((e) => /^dllm( ·|$| \()/.test((e.textContent || "").trim()));
@@ -216,6 +224,14 @@ async function cycle(page, out) {
   await goTo(page, scenario.line, scenario.column);
   await page.keyboard.type(scenario.typed, { delay: 40 });
   await waitGhost(page, scenario.expectGhost, scenario.timeoutMs);
+  // The ghost text can be the stream's last report (one item) before the final answer with the
+  // alternatives has reached VS Code; an Alt+] then has nothing to cycle to and is spent. The
+  // toolbar (editor.inlineSuggest.showToolbar: always) counts the items VS Code holds: wait for
+  // "1/N" with N > 1.
+  out.counts = [await waitFor(async () => {
+    const count = await suggestionCount(page);
+    return count && /^1\/([2-9]|\d\d+)$/.test(count) ? count : null;
+  }, scenario.timeoutMs, "the toolbar to count the server's alternatives")];
   const shown = [scenario.expectGhost];
   for (let i = 0; i < scenario.presses; i++) {
     const before = await ghostText(page);
@@ -226,6 +242,7 @@ async function cycle(page, out) {
     }, 20000, `Alt+] to show another suggestion than ${JSON.stringify(before)}`);
     note(`Alt+] ghost ${JSON.stringify(ghost)}`);
     shown.push(ghost);
+    out.counts.push(await suggestionCount(page));
   }
   out.shown = shown;
   const before = await ghostText(page);
