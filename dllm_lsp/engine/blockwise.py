@@ -40,7 +40,7 @@ import torch
 
 from .denoise import (
     CallRun, DenoiseOutcome, ModelCall, StepCallback, StepRows, choose_commits, collapse_after_pad,
-    EndGate, greedy_rows, hold_back_early_ends, propose, propose_greedy, run_alone,
+    EndGate, greedy_rows, hold_back_early_ends, propose, propose_greedy, run_alone, state_device,
 )
 from .denoiser import Canvas, SpecialTokens
 from .span_ends import SpanEnds
@@ -165,10 +165,14 @@ class _Loop:
         self.settings = settings
         self.ends = ends
         self.starts = starts
+        # The sampling runs where the logits are; the loop's own state and decisions where
+        # `state_device` says (the host by default, as for the fixed-length loop): a block step's
+        # commit rules are a few dozen small ops and scalar reads, launches and syncs on a GPU.
         self.generator = (torch.Generator(device=port.device).manual_seed(settings.seed)
                           if settings.temperature > 0 else None)
+        self.host = state_device(port.device)
         special = port.special
-        self.end_ids = torch.tensor(special.end_ids or (-1,), device=port.device)
+        self.end_ids = torch.tensor(special.end_ids or (-1,), device=self.host)
         self.pad_fill = special.end_ids[0] if special.end_ids else special.mask_id
         self.steps = 0
         self.budget = 0     # forward passes allowed so far: `steps` per sub-block entered
@@ -182,9 +186,9 @@ class _Loop:
         ids = canvas.ids.tolist()
         widths = [b - a for a, b in ranges]
         offsets = [sum(widths[:k]) for k in range(len(ranges))]
-        span = torch.full((batch, sum(widths)), special.mask_id, dtype=torch.long, device=port.device)
+        span = torch.full((batch, sum(widths)), special.mask_id, dtype=torch.long, device=self.host)
         masked = torch.ones_like(span, dtype=torch.bool)
-        confidence = torch.zeros(span.shape, device=port.device)    # each token's, when committed
+        confidence = torch.zeros(span.shape, device=self.host)    # each token's, when committed
         for k, (a, b) in enumerate(ranges):
             suffix = _suffix(ids, ranges, k)
             seg = slice(offsets[k], offsets[k] + widths[k])
@@ -209,8 +213,8 @@ class _Loop:
                                                  first_candidate=row == 0,
                                                  starts=StartGate.for_run(self.starts, 1, only_slot=k))
                 span[row, seg], masked[row, seg], confidence[row, seg] = out[0], False, conf[0]
-        full = canvas.ids.to(port.device)[None].repeat(batch, 1)
-        full[:, canvas.span_positions().to(port.device)] = span
+        full = canvas.ids.to(self.host)[None].repeat(batch, 1)
+        full[:, canvas.span_positions().to(self.host)] = span
         return DenoiseOutcome(full, span, self.steps, canvas, confidence)
 
     def fill(self, prefix: list[int], suffix: list[int], width: int, batch: int, single_line: bool,
@@ -220,24 +224,24 @@ class _Loop:
         width], the confidence each was committed with [batch, width]). `first_candidate`: the
         rows are candidate 0's alone (a later slot decoded row by row), greedy under `greedy_first`.
         `starts`: the slot must begin with a typed word (span_starts.py)."""
-        port, settings, device = self.port, self.settings, self.port.device
+        port, settings, host = self.port, self.settings, self.host
         special = port.special
         context = port.context_ids(prefix, suffix)
         t0, bs = len(context), port.block_size
         total = t0 + width
         padded = -(-total // bs) * bs
-        seq = torch.full((batch, padded), special.mask_id, dtype=torch.long, device=device)
-        seq[:, :t0] = torch.tensor(context, dtype=torch.long, device=device)
-        masked = torch.ones(batch, width, dtype=torch.bool, device=device)
-        committed = torch.zeros(batch, width, device=device)
-        slot_of = torch.zeros(width, dtype=torch.long, device=device)
+        seq = torch.full((batch, padded), special.mask_id, dtype=torch.long, device=host)
+        seq[:, :t0] = torch.tensor(context, dtype=torch.long, device=host)
+        masked = torch.ones(batch, width, dtype=torch.bool, device=host)
+        committed = torch.zeros(batch, width, device=host)
+        slot_of = torch.zeros(width, dtype=torch.long, device=host)
         collapse = -math.inf if settings.ends_in_order else settings.pad_collapse_threshold
-        newlines = port.newline_ids() if single_line else None
+        newlines = port.newline_ids().to(host) if single_line else None
         # The context's whole blocks join the cache in the first call, with the first block's masks:
         # no pass of their own (and in a shared step, no pass run alone at admission).
         start = (t0 // bs) * bs
         state = _Block(port, port.new_cache(batch), 0)
-        index = torch.arange(width, device=device)
+        index = torch.arange(width, device=host)
         while start < total and masked.any():
             state.start = start
             sub = port.sub_block_size or bs
@@ -267,7 +271,7 @@ class _Loop:
                         gate.refuse_at_frontier(best, seq[:, t0:total], left, slot_of, (width,))
                     if starts is not None:
                         starts.restrict(best, left, masked, slot_of, 1)
-                    token, score = propose_greedy(best, settings.confidence)
+                    token, score = (t.to(host) for t in propose_greedy(best, settings.confidence))
                     seq[:, t0:total][left] = token      # a view: the writes land in seq
                     if starts is not None:
                         starts.record(seq[:, t0:total])
@@ -306,7 +310,8 @@ class _Loop:
         if starts is not None:
             starts.restrict(logits, todo, masked, slot_of, 1)
         greedy = int(todo.sum()) if first_candidate and settings.greedy_first else greedy_rows(settings, todo)
-        token, score = propose(logits, settings, self.generator, greedy)   # one per row of `todo`, row-major
+        # One per row of `todo`, row-major, chosen on the model's device; read here (one sync).
+        token, score = (t.to(self.host) for t in propose(logits, settings, self.generator, greedy))
         conf = torch.full(todo.shape, -math.inf, device=seq.device)
         proposal = torch.full(todo.shape, special.mask_id, dtype=torch.long, device=seq.device)
         conf[todo] = score
@@ -347,10 +352,11 @@ class _Block:
         self.port, self.cache, self.cached, self.start = port, cache, cached, cached
 
     def call(self, seq: torch.Tensor, rows: torch.Tensor, greedy: bool) -> ModelCall:
-        """The next model call: the finished blocks since the last call, then the current block.
+        """The next model call: the finished blocks since the last call, then the current block,
+        copied to the model's device (the loop's state may live on the host: state_device).
         After it, the cache holds everything before the current block."""
-        end = self.start + self.port.block_size
-        call = ModelCall(BlockStep(self.port, self.cache, self.cached), seq[:, self.cached:end], rows, greedy,
-                         context_rows=seq.shape[0] * (self.start - self.cached))
+        end, device = self.start + self.port.block_size, self.port.device
+        call = ModelCall(BlockStep(self.port, self.cache, self.cached), seq[:, self.cached:end].to(device),
+                         rows.to(device), greedy, context_rows=seq.shape[0] * (self.start - self.cached))
         self.cached = self.start
         return call

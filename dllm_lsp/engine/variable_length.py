@@ -24,7 +24,9 @@ from typing import Any
 
 import torch
 
-from .denoise import CallRun, DenoiseOutcome, ModelCall, StepCallback, StepRows, choose_commits, propose, run_alone
+from .denoise import (
+    CallRun, DenoiseOutcome, ModelCall, StepCallback, StepRows, choose_commits, propose, run_alone, state_device,
+)
 from .denoiser import Canvas, Denoiser, SpecialTokens
 from .span_ends import SpanEnds
 from .span_starts import SpanStarts
@@ -120,35 +122,39 @@ def _candidates(denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings, on
         layout, used = yield from _run_one(denoiser, canvas, one, on_step if candidate == 0 else None, cache)
         finals.append(layout)
         steps = max(steps, used)      # denoising steps per candidate
-    return _outcome(finals, steps, denoiser.special, denoiser.device)
+    return _outcome(finals, steps, denoiser.special, state_device(denoiser.device))
 
 
 def _run_one(denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings, on_step,
              cache: CacheSettings) -> Calls:
-    special, device = denoiser.special, denoiser.device
+    # The layout is host lists; the step's masks, proposals and commits are on the run's own device
+    # (state_device: the host by default), the model's inputs copied to its device and the chosen
+    # tokens and confidences copied back, one sync a step.
+    special, device, host = denoiser.special, denoiser.device, state_device(denoiser.device)
     layout = initial_layout(canvas, special)
     generator = torch.Generator(device=device).manual_seed(settings.seed) if settings.temperature > 0 else None
     session = None
     steps = 0
     for step in range(settings.steps):
         now = layout.canvas()
-        masked = torch.tensor([t == special.mask_id for slot in layout.slots for t in slot], device=device)
+        masked = torch.tensor([t == special.mask_id for slot in layout.slots for t in slot], device=host)
         if not masked.any():
             break
         ids = now.ids[None].to(device)
         if session is None:
             session = denoiser.open_session(now, 1, cache)
         steps_left = settings.steps - step
-        logits = yield ModelCall(session, ids, masked[None], greedy=False)      # [R, V]: the masked rows
+        logits = yield ModelCall(session, ids, masked[None].to(device), greedy=False)   # [R, V]: the masked rows
         steps += 1
-        logits[no_expansion(layout, steps_left)[masked], special.expand_id] = float("-inf")
-        token, score = propose(logits, settings, generator)
-        conf = torch.full((masked.numel(),), -math.inf, device=device)
+        held = no_expansion(layout, steps_left).to(host)[masked]   # rows of the logits, as a mask of the run's
+        logits[held, special.expand_id] = float("-inf")
+        token, score = (t.to(host) for t in propose(logits, settings, generator))
+        conf = torch.full((masked.numel(),), -math.inf, device=host)
         conf[masked] = score
         proposal = torch.full_like(masked, special.mask_id, dtype=torch.long)
         proposal[masked] = token
         commit = choose_commits(conf[None], masked[None], settings, steps_left)[0]
-        flat = torch.where(commit, proposal, torch.tensor([t for s in layout.slots for t in s], device=device))
+        flat = torch.where(commit, proposal, torch.tensor([t for s in layout.slots for t in s], device=host))
         if apply_resizes(layout, flat.tolist(), commit.tolist(), special):
             session = None           # positions moved: recompute the context at the next step
         if on_step is not None:
@@ -163,12 +169,12 @@ def _fill_left(denoiser: Denoiser, layout: Layout, cache: CacheSettings) -> Call
     """Masks left when the step budget ran out (only if a step was skipped): the argmax, no resizing."""
     special = denoiser.special
     flat = [t for slot in layout.slots for t in slot]
-    masked = torch.tensor([t == special.mask_id for t in flat], device=denoiser.device)
+    masked = torch.tensor([t == special.mask_id for t in flat])
     if not masked.any():
         return
-    now = layout.canvas()
+    now, device = layout.canvas(), denoiser.device
     session = denoiser.open_session(now, 1, cache)
-    logits = yield ModelCall(session, now.ids[None].to(denoiser.device), masked[None], greedy=True)
+    logits = yield ModelCall(session, now.ids[None].to(device), masked[None].to(device), greedy=True)
     logits[:, special.expand_id] = float("-inf")
     best = iter(logits.argmax(-1).tolist())
     filled = [next(best) if t == special.mask_id else t for t in flat]

@@ -5,9 +5,12 @@
    disagrees is reported with its error and listed in `failed_kernels`; the job disables it for
    every later phase (DLLM_LSP_DISABLE_KERNELS) and goes on with the reference.
 2. The engine path: the same infill requests through `dllm-lsp infill` on the device and on
-   the CPU, for the shipped embedded model and a tiny random checkpoint of every family,
+   the CPU, for the shipped embedded model and a tiny random checkpoint of every family (the
+   masked-diffusion ones, and block diffusion with and without sub-blocks: `CHECK_BLOCK_LAYOUTS`),
    compared text for text; and the shipped model on the device with all of them in flight at
-   once (shared steps, `--concurrency`) against one at a time.
+   once (shared steps, `--concurrency`) against one at a time; CUDA-graph steps against eager
+   ones; each decode loop's state on the host against on the device. A request answered with an
+   error fails its row (it is not a disagreement), and the rows are written as they complete.
 
     python -m dllm_lsp.gpujob.check --device cuda --out check.json [--quick] [--drill-fail KERNEL]
 
@@ -31,6 +34,7 @@ from pathlib import Path
 import torch
 
 from dllm_lsp.bench.environment import environment
+from dllm_lsp.checkpoints.block_tiny import BLOCK_LAYOUTS, write_tiny_block_checkpoint
 from dllm_lsp.checkpoints.tiny import LAYOUTS, write_tiny_checkpoint
 from dllm_lsp.cpus import usable_cpus
 from dllm_lsp.engine.denoise import RUN_STATE_ENV
@@ -42,6 +46,10 @@ HEADS = {"test": (4, 2, 16), "test-odd": (6, 3, 24), "embedded": (8, 4, 64), "dr
 DIMS = {"test": 48, "test-odd": 72, "embedded": 512, "dream-7b": 3584}
 VOCABS = {"test": 1000, "test-odd": 777, "embedded": 16384, "dream-7b": 152064}
 QUICK = ("test", "test-odd")
+# The block-diffusion loop (engine/blockwise.py) through a dense block model and through one that
+# decodes its blocks in sub-blocks (Fast-dLLM v2); the others differ from these in their weights'
+# layout only, which the CPU tests cover. Each family is two more processes in the check's box.
+CHECK_BLOCK_LAYOUTS = ("sdar", "fast-dllm-v2")
 REQUESTS = [
     {"id": "tail", "prefix": "def area(width, height):\n    return ", "suffix": "\n", "max_tokens": 12},
     {"id": "body", "prefix": "class Stack:\n    def push(self, item):\n", "suffix": "\n    def pop(self):\n        pass\n",
@@ -193,6 +201,11 @@ def infill_texts(model: str, device: str, requests: Path, env: dict, concurrency
     if done.returncode != 0:
         raise RuntimeError(f"dllm-lsp infill on {device} exited {done.returncode}: {done.stderr.strip()[-400:]}")
     replies = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    failed = [r for r in replies if "error" in r]
+    if failed:
+        # A request the engine could not answer here (a tensor on the wrong device, say) is a failure of
+        # this run, not a completion that happens to differ from the other side's.
+        raise RuntimeError(f"dllm-lsp infill on {device}: request {failed[0].get('id')!r} failed: {failed[0]['error']}")
     return {"texts": {r["id"]: r.get("completion", r.get("error")) for r in replies},
             "seconds": round(time.perf_counter() - started, 2)}
 
@@ -216,8 +229,18 @@ def run_state_fallback(engine_rows: list[dict]) -> str | None:
     return "device" if any(p.get("host_failed") and not p.get("device_failed") for p in pairs) else None
 
 
-def check_engine(device: torch.device, families: list[str], env: dict) -> list[dict]:
-    rows = []
+def write_tiny(folder: Path, layout: str) -> Path:
+    """A tiny random checkpoint of `layout`, a masked-diffusion or a block-diffusion one."""
+    if layout in BLOCK_LAYOUTS:
+        return write_tiny_block_checkpoint(folder, layout)
+    return write_tiny_checkpoint(folder, layout)
+
+
+def check_engine(device: torch.device, families: list[str], env: dict,
+                 on_row: Callable[[list[dict]], None] = lambda rows: None) -> list[dict]:
+    """The engine comparison's rows; `on_row(rows so far)` after each, so a box that ends the
+    check midway still leaves the rows finished by then."""
+    rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         requests = Path(tmp) / "requests.jsonl"
         requests.write_text("".join(json.dumps(r) + "\n" for r in REQUESTS))
@@ -227,7 +250,7 @@ def check_engine(device: torch.device, families: list[str], env: dict) -> list[d
         models = [(f"embedded (shipped default on {device.type}: {shipped.name})", str(shipped))]
         for layout in families:
             folder = Path(tmp) / layout
-            write_tiny_checkpoint(folder, layout)
+            write_tiny(folder, layout)
             models.append((f"{layout} (tiny random)", str(folder)))
         # Every (model, device) run is its own process, mostly start-up (imports, CUDA, the load):
         # all of them at once, so the comparison fits its share of the check's box.
@@ -248,29 +271,34 @@ def check_engine(device: torch.device, families: list[str], env: dict) -> list[d
             pairs.append((f"{label}, CUDA-graph cached steps on the device against eager ones",
                           (model, on, 1, (), ()), (model, on, 1, ("--cuda-graphs",), ())))
         # The decode runs' state on the host (the default) against on the device (denoise.state_device),
-        # for the embedded model and an open checkpoint (its prefill takes the run's canvas).
-        for label, model in [(f"embedded ({shipped.name})", embedded), *models[1:2]]:
+        # for the embedded model, an open checkpoint (its prefill takes the run's canvas), and each other
+        # decode loop checked: variable-length (DreamOn) and block-wise (the first of each).
+        own_loops = [next((m for m, layout in zip(models[1:], families) if wanted(layout)), None)
+                     for wanted in (lambda layout: layout == "dreamon", lambda layout: layout in BLOCK_LAYOUTS)]
+        for label, model in [(f"embedded ({shipped.name})", embedded), *models[1:2],
+                             *[m for m in own_loops if m is not None and m not in models[1:2]]]:
             pairs.append((f"{label}, run state on the host against on the device",
                           (model, on, 1, (), ()), (model, on, 1, (), DEVICE_STATE)))
         runs = list(dict.fromkeys(run for _, *both in pairs for run in both))
         with ThreadPoolExecutor(max_workers=min(len(runs), max(usable_cpus(), 2))) as pool:
             futures = {run: pool.submit(infill_texts, *run[:2], requests, {**env, **dict(
                 setting.split("=", 1) for setting in run[4])}, run[2], run[3]) for run in runs}
-        for label, first, second in pairs:
-            row = {"model": label}
-            if second[4] == DEVICE_STATE:
-                row.update(run_state_pair=True, host_failed=futures[first].exception() is not None,
-                           device_failed=futures[second].exception() is not None)
-            try:
-                here, there = futures[first].result(), futures[second].result()
-                same = sum(here["texts"][k] == there["texts"].get(k) for k in here["texts"])
-                row.update(ok=True, agree=f"{same}/{len(here['texts'])}", cpu=here, device=there)
-                if same < len(here["texts"]):
-                    # Greedy ties on random weights (bf16 on the GPU, fp32 here) flip tokens: noted, not a failure.
-                    row["note"] = f"completions differ between {described(first)} and {described(second)}"
-            except Exception as exc:
-                row.update(ok=False, error=f"{type(exc).__name__}: {exc}".splitlines()[0])
-            rows.append(row)
+            for label, first, second in pairs:
+                row = {"model": label}
+                if second[4] == DEVICE_STATE:
+                    row.update(run_state_pair=True, host_failed=futures[first].exception() is not None,
+                               device_failed=futures[second].exception() is not None)
+                try:
+                    here, there = futures[first].result(), futures[second].result()
+                    same = sum(here["texts"][k] == there["texts"].get(k) for k in here["texts"])
+                    row.update(ok=True, agree=f"{same}/{len(here['texts'])}", cpu=here, device=there)
+                    if same < len(here["texts"]):
+                        # Greedy ties on random weights (bf16 on the GPU, fp32 here) flip tokens: noted, not a failure.
+                        row["note"] = f"completions differ between {described(first)} and {described(second)}"
+                except Exception as exc:
+                    row.update(ok=False, error=f"{type(exc).__name__}: {exc}".splitlines()[0])
+                rows.append(row)
+                on_row(rows)
     return rows
 
 
@@ -283,7 +311,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drill-fail", choices=dispatch.KERNEL_NAMES, default=None)
     a = ap.parse_args(argv)
     device = torch.device(a.device)
-    families = a.families.split(",") if a.families else (["dream"] if a.quick else list(LAYOUTS))
+    families = a.families.split(",") if a.families else (["dream"] if a.quick else [*LAYOUTS, *CHECK_BLOCK_LAYOUTS])
+    unknown = sorted(set(families) - set(LAYOUTS) - set(BLOCK_LAYOUTS) - {""})
+    if unknown:
+        ap.error(f"--families: unknown layout(s) {', '.join(unknown)}; choose from {', '.join(LAYOUTS + BLOCK_LAYOUTS)}")
     report = {"device": str(device), "environment": environment(str(device))}
     report["kernels"] = check_kernels(device, a.quick, a.drill_fail)
     print(json.dumps({"kernels": {k: v for k, v in report["kernels"].items() if k != "cases"}}), flush=True)
@@ -293,10 +324,14 @@ def main(argv: list[str] | None = None) -> int:
     if failed:
         env["DLLM_LSP_DISABLE_KERNELS"] = ",".join(filter(None, [env.get("DLLM_LSP_DISABLE_KERNELS", ""), *failed]))
     write(a.out, report)   # the kernel verdicts count even if the engine comparison runs out of time
-    report["engine"] = check_engine(device, [f for f in families if f], env)
-    report["run_state_fallback"] = run_state_fallback(report["engine"])
-    for row in report["engine"]:
-        print(json.dumps({k: row.get(k) for k in ("model", "ok", "agree", "error", "note")}), flush=True)
+
+    def landed(rows: list[dict]) -> None:
+        # Each row as it completes, to the log and the report: the job's box may end the check midway.
+        print(json.dumps({k: rows[-1].get(k) for k in ("model", "ok", "agree", "error", "note")}), flush=True)
+        write(a.out, {**report, "engine": rows, "engine_finished": False, "run_state_fallback": run_state_fallback(rows)})
+
+    rows = check_engine(device, [f for f in families if f], env, landed)
+    report.update(engine=rows, engine_finished=True, run_state_fallback=run_state_fallback(rows))
     write(a.out, report)
     return 0
 
