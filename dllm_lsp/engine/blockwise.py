@@ -171,6 +171,7 @@ class _Loop:
         self.generator = (torch.Generator(device=port.device).manual_seed(settings.seed)
                           if settings.temperature > 0 else None)
         self.host = state_device(port.device)
+        self._newlines: torch.Tensor | None = None
         special = port.special
         self.end_ids = torch.tensor(special.end_ids or (-1,), device=self.host)
         self.pad_fill = special.end_ids[0] if special.end_ids else special.mask_id
@@ -236,7 +237,7 @@ class _Loop:
         committed = torch.zeros(batch, width, device=host)
         slot_of = torch.zeros(width, dtype=torch.long, device=host)
         collapse = -math.inf if settings.ends_in_order else settings.pad_collapse_threshold
-        newlines = port.newline_ids().to(host) if single_line else None
+        newlines = self.newlines() if single_line else None
         # The context's whole blocks join the cache in the first call, with the first block's masks:
         # no pass of their own (and in a shared step, no pass run alone at admission).
         start = (t0 // bs) * bs
@@ -289,6 +290,12 @@ class _Loop:
             # No pass of its own for the finished block: it joins the cache in the next block's first call.
             start += bs
         return seq[:, t0:total], committed
+
+    def newlines(self) -> torch.Tensor:
+        """The port's line-break tokens where the loop's state is, copied once per run."""
+        if self._newlines is None:
+            self._newlines = self.port.newline_ids().to(self.host)
+        return self._newlines
 
     def _block_rows(self, todo: torch.Tensor, start: int, t0: int) -> torch.Tensor:
         """[B, width] span positions -> [B, block_size] rows of the block at `start`."""

@@ -61,7 +61,8 @@ class TokenIndex:
                 self._text_of[token] = text
         self._by_text = dict(by_text)
         self._sorted = sorted(self._by_text)
-        self._masks: OrderedDict[tuple[str, str, bool], torch.Tensor] = OrderedDict()
+        # (rest, device, beyond) -> (the mask on that device, the smallest agreeing id or `size`)
+        self._masks: OrderedDict[tuple[str, str, bool], tuple[torch.Tensor, int]] = OrderedDict()
         self._going_on: dict[str, torch.Tensor] = {}      # device -> the `going_on` mask
 
     @classmethod
@@ -105,6 +106,14 @@ class TokenIndex:
 
     def mask(self, rest: str, device: torch.device | str, beyond: bool = False) -> torch.Tensor:
         """[size] bool on `device`: the tokens `agreeing` with `rest`."""
+        return self._entry(rest, device, beyond)[0]
+
+    def agrees_below(self, rest: str, limit: int, device: torch.device | str, beyond: bool = False) -> bool:
+        """Whether a token below `limit` agrees with `rest`: asked of the host, where the mask's
+        `.any()` on a GPU would be a device sync."""
+        return self._entry(rest, device, beyond)[1] < limit
+
+    def _entry(self, rest: str, device: torch.device | str, beyond: bool) -> tuple[torch.Tensor, int]:
         key = (rest, str(device), beyond)
         cached = self._masks.get(key)
         if cached is not None:
@@ -114,11 +123,10 @@ class TokenIndex:
         agree = self.agreeing(rest, beyond)
         if agree:
             flags[torch.tensor(agree)] = True
-        flags = flags.to(device)
-        self._masks[key] = flags
+        entry = self._masks[key] = (flags.to(device), min(agree, default=self.size))
         if len(self._masks) > _MASKS_KEPT:
             self._masks.popitem(last=False)
-        return flags
+        return entry
 
     def going_on(self, device: torch.device | str) -> torch.Tensor:
         """[size] bool on `device`: the tokens that write text on the line (something besides
@@ -244,10 +252,11 @@ class StartGate:
                     continue
                 # The logits may have more columns than the tokenizer has tokens (padded
                 # embeddings: never an agreeing token) or fewer (tokens the model cannot write).
-                allowed = self.index.mask(rest, logits.device, self.beyond[slot])[:logits.shape[-1]]
-                if not bool(allowed.any()):
+                vocab = logits.shape[-1]
+                if not self.index.agrees_below(rest, vocab, logits.device, self.beyond[slot]):
                     row[slot] = ""           # no token agrees (a character split into bytes)
                     continue
+                allowed = self.index.mask(rest, logits.device, self.beyond[slot])[:vocab]
                 _keep_only(logits[rows[b * n_span + position]], allowed)
                 self._frontiers.append((b, position, slot))
                 if self.goes_on[slot]:

@@ -49,7 +49,10 @@ def test_the_index_finds_exactly_the_agreeing_tokens(embedded):
                 assert (token in found) == agrees(text, rest), (rest, token, text)
         mask = index.mask(rest, "cpu")
         assert mask.nonzero().flatten().tolist() == sorted(found)
+        # What the gate asks of the host instead of the mask's .any(): a token below a vocabulary's end.
+        assert index.agrees_below(rest, min(found) + 1, "cpu") and not index.agrees_below(rest, min(found), "cpu")
     assert index.agreeing("\u2603\u2603") == []     # nothing agrees with a character the vocabulary lacks
+    assert not index.agrees_below("\u2603\u2603", tokenizer.get_vocab_size(), "cpu")
     # Typed blanks are followed by text in the token that finishes them: not the blank alone, no line break.
     followed = index.agreeing(" ", beyond=True)
     assert followed and all(tokenizer.decode([t])[1:].strip() for t in followed)
