@@ -46,10 +46,13 @@ HEADS = {"test": (4, 2, 16), "test-odd": (6, 3, 24), "embedded": (8, 4, 64), "dr
 DIMS = {"test": 48, "test-odd": 72, "embedded": 512, "dream-7b": 3584}
 VOCABS = {"test": 1000, "test-odd": 777, "embedded": 16384, "dream-7b": 152064}
 QUICK = ("test", "test-odd")
-# The block-diffusion loop (engine/blockwise.py) through a dense block model and through one that
-# decodes its blocks in sub-blocks (Fast-dLLM v2); the others differ from these in their weights'
-# layout only, which the CPU tests cover. Each family is two more processes in the check's box.
+# The tiny checkpoints the check runs: one per model family (DiffuCoder's folders load as the Dream
+# family: its tiny layout differs in names only, which the CPU tests cover), and the block-diffusion
+# loop (engine/blockwise.py) through a dense block model and through one that decodes its blocks in
+# sub-blocks (Fast-dLLM v2); the other block layouts differ from these in their weights' layout only.
+# Each is two more processes in the check's box.
 CHECK_BLOCK_LAYOUTS = ("sdar", "fast-dllm-v2")
+CHECK_LAYOUTS = (*(layout for layout in LAYOUTS if layout != "diffucoder"), *CHECK_BLOCK_LAYOUTS)
 REQUESTS = [
     {"id": "tail", "prefix": "def area(width, height):\n    return ", "suffix": "\n", "max_tokens": 12},
     {"id": "body", "prefix": "class Stack:\n    def push(self, item):\n", "suffix": "\n    def pop(self):\n        pass\n",
@@ -262,14 +265,6 @@ def check_engine(device: torch.device, families: list[str], env: dict,
         embedded = str(shipped)
         pairs: list[tuple[str, Run, Run]] = [(label, (model, "cpu", 1, (), ()), (model, on, 1, (), ()))
                                              for label, model in models]
-        pairs.append((f"embedded ({shipped.name}), shared steps on the device against one at a time",
-                      (embedded, on, 1, (), ()), (embedded, on, len(REQUESTS), (), ())))
-        pairs.append((f"embedded ({shipped.name}), CUDA-graph steps on the device against eager ones",
-                      (embedded, on, 1, (), ()), (embedded, on, 1, ("--cuda-graphs",), ())))
-        # An open checkpoint's cached steps replayed from graphs (checkpoints/session.py) against eager ones.
-        for label, model in models[1:2]:
-            pairs.append((f"{label}, CUDA-graph cached steps on the device against eager ones",
-                          (model, on, 1, (), ()), (model, on, 1, ("--cuda-graphs",), ())))
         # The decode runs' state on the host (the default) against on the device (denoise.state_device),
         # for the embedded model, an open checkpoint (its prefill takes the run's canvas), and each other
         # decode loop checked: variable-length (DreamOn) and block-wise (the first of each).
@@ -279,6 +274,16 @@ def check_engine(device: torch.device, families: list[str], env: dict,
                              *[m for m in own_loops if m is not None and m not in models[1:2]]]:
             pairs.append((f"{label}, run state on the host against on the device",
                           (model, on, 1, (), ()), (model, on, 1, (), DEVICE_STATE)))
+        # After them (their runs start later when the pool is full): shared steps and CUDA-graph steps;
+        # the run-state pairs go first since every later phase depends on their verdict.
+        pairs.append((f"embedded ({shipped.name}), shared steps on the device against one at a time",
+                      (embedded, on, 1, (), ()), (embedded, on, len(REQUESTS), (), ())))
+        pairs.append((f"embedded ({shipped.name}), CUDA-graph steps on the device against eager ones",
+                      (embedded, on, 1, (), ()), (embedded, on, 1, ("--cuda-graphs",), ())))
+        # An open checkpoint's cached steps replayed from graphs (checkpoints/session.py) against eager ones.
+        for label, model in models[1:2]:
+            pairs.append((f"{label}, CUDA-graph cached steps on the device against eager ones",
+                          (model, on, 1, (), ()), (model, on, 1, ("--cuda-graphs",), ())))
         runs = list(dict.fromkeys(run for _, *both in pairs for run in both))
         with ThreadPoolExecutor(max_workers=min(len(runs), max(usable_cpus(), 2))) as pool:
             futures = {run: pool.submit(infill_texts, *run[:2], requests, {**env, **dict(
@@ -311,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drill-fail", choices=dispatch.KERNEL_NAMES, default=None)
     a = ap.parse_args(argv)
     device = torch.device(a.device)
-    families = a.families.split(",") if a.families else (["dream"] if a.quick else [*LAYOUTS, *CHECK_BLOCK_LAYOUTS])
+    families = a.families.split(",") if a.families else (["dream"] if a.quick else list(CHECK_LAYOUTS))
     unknown = sorted(set(families) - set(LAYOUTS) - set(BLOCK_LAYOUTS) - {""})
     if unknown:
         ap.error(f"--families: unknown layout(s) {', '.join(unknown)}; choose from {', '.join(LAYOUTS + BLOCK_LAYOUTS)}")

@@ -10,8 +10,9 @@ import os
 import pytest
 import torch
 
-from dllm_lsp.gpujob.check import CHECK_BLOCK_LAYOUTS, check_engine, infill_texts, main
 from dllm_lsp.checkpoints.block_tiny import BLOCK_LAYOUTS
+from dllm_lsp.checkpoints.tiny import FAMILY_OF
+from dllm_lsp.gpujob.check import CHECK_BLOCK_LAYOUTS, CHECK_LAYOUTS, check_engine, infill_texts, main
 
 
 def test_every_decode_loop_is_compared_with_its_state_on_the_host_and_on_the_device():
@@ -39,7 +40,10 @@ def test_a_request_answered_with_an_error_fails_the_run(tmp_path, tiny_model_dir
 
 
 def test_the_check_takes_block_layouts_and_refuses_unknown_ones(tmp_path, capsys):
-    assert set(CHECK_BLOCK_LAYOUTS) <= set(BLOCK_LAYOUTS)
+    assert set(CHECK_BLOCK_LAYOUTS) <= set(BLOCK_LAYOUTS) and set(CHECK_BLOCK_LAYOUTS) <= set(CHECK_LAYOUTS)
+    # Every masked-diffusion family is run (a layout left out loads as a family that is in).
+    assert {FAMILY_OF[layout].key for layout in FAMILY_OF} == {FAMILY_OF[layout].key for layout in CHECK_LAYOUTS
+                                                               if layout in FAMILY_OF}
     with pytest.raises(SystemExit):
         main(["--device", "cpu", "--out", str(tmp_path / "c.json"), "--families", "dream,sdra"])
     assert "unknown layout(s) sdra" in capsys.readouterr().err
