@@ -268,10 +268,11 @@ def check_engine(device: torch.device, families: list[str], env: dict,
         # The decode runs' state on the host (the default) against on the device (denoise.state_device),
         # for the embedded model, an open checkpoint (its prefill takes the run's canvas), and each other
         # decode loop checked: variable-length (DreamOn) and block-wise (the first of each).
-        own_loops = [next((m for m, layout in zip(models[1:], families) if wanted(layout)), None)
-                     for wanted in (lambda layout: layout == "dreamon", lambda layout: layout in BLOCK_LAYOUTS)]
-        for label, model in [(f"embedded ({shipped.name})", embedded), *models[1:2],
-                             *[m for m in own_loops if m is not None and m not in models[1:2]]]:
+        tiny = list(zip(models[1:], families))
+        dreamon = [model for model, layout in tiny if layout == "dreamon"][:1]
+        blockwise = [model for model, layout in tiny if layout in BLOCK_LAYOUTS][:1]
+        checked = [(f"embedded ({shipped.name})", embedded), *models[1:2], *dreamon, *blockwise]
+        for label, model in dict.fromkeys(checked):     # once each (the first checkpoint may be DreamOn)
             pairs.append((f"{label}, run state on the host against on the device",
                           (model, on, 1, (), ()), (model, on, 1, (), DEVICE_STATE)))
         # After them (their runs start later when the pool is full): shared steps and CUDA-graph steps;
