@@ -209,7 +209,7 @@ def infill_texts(model: str, device: str, requests: Path, env: dict, concurrency
         # A request the engine could not answer here (a tensor on the wrong device, say) is a failure of
         # this run, not a completion that happens to differ from the other side's.
         raise RuntimeError(f"dllm-lsp infill on {device}: request {failed[0].get('id')!r} failed: {failed[0]['error']}")
-    return {"texts": {r["id"]: r.get("completion", r.get("error")) for r in replies},
+    return {"texts": {r["id"]: r["completion"] for r in replies},
             "seconds": round(time.perf_counter() - started, 2)}
 
 
