@@ -125,15 +125,18 @@ def test_tcp_server_manual_trigger_and_toggle(tmp_path, editor_model):
 
 def test_alternatives_cycle_with_alt_brackets(tmp_path, editor_model):
     """dllm.alternatives: 3: the ghost text is the greedy suggestion first (the one without
-    alternatives); VS Code's Alt+] shows the server's other items in turn and comes back round,
-    Alt+[ goes back one, and Tab inserts the suggestion shown."""
+    alternatives); Alt+] shows the server's other items in turn and comes back round, Alt+[ goes
+    back one, and Tab inserts the suggestion shown. The first Alt+] is pressed while the server is
+    still denoising (a slow stream, the press at the first ghost text): it shows the second item
+    once the answer with the alternatives has come, instead of being spent on the report's one."""
     text = BEFORE.replace("fox \n", f"fox {TYPED}\n")
-    expected = ghost_of(server_completion(editor_model, text, 1, len(LINE)), LINE, len(LINE))
+    expected = ghost_of(server_inline(editor_model, text, 1, len(LINE), SLOW_STREAM), LINE, len(LINE))
     workspace = tmp_path / "ws"
     workspace.mkdir()
     (workspace / "demo.txt").write_text(BEFORE, encoding="utf-8")
-    # The toolbar always shown: it counts the items VS Code holds, which the driver waits on.
-    settings = {"dllm.alternatives": 3, "editor.inlineSuggest.showToolbar": "always"}
+    # The toolbar always shown: it counts the items VS Code holds, which the driver reads.
+    settings = {**{f"dllm.{k}": v for k, v in SLOW_STREAM.items()},
+                "dllm.alternatives": 3, "editor.inlineSuggest.showToolbar": "always"}
     with CodeServer(workspace, editor_model, tmp_path / "home", settings) as vscode:
         seen = play(vscode, tmp_path, editor_model, {
             "kind": "cycle", "file": "demo.txt", "line": 2, "column": len("the quick brown fox ") + 1,
@@ -148,6 +151,8 @@ def test_alternatives_cycle_with_alt_brackets(tmp_path, editor_model):
     assert seen["back"] == shown[-2], seen
     # The toolbar follows: "k/N" after k-1 presses, N the number of distinct items.
     total = int(seen["counts"][0].split("/")[1])
-    assert total == count and seen["counts"] == [f"{i % total + 1}/{total}" for i in range(len(shown))], seen
+    assert total == count and seen["counts"] == [f"{i % total + 1}/{total}" for i in range(1, len(shown))], seen
+    # The first press came while VS Code held the stream's report alone, not yet the alternatives.
+    assert seen["countAtPress"] != f"1/{total}", seen
     saved = (workspace / "demo.txt").read_text(encoding="utf-8")
     assert saved == "alpha beta gamma\n" + LINE + seen["back"] + "\n", seen

@@ -38,6 +38,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     statusBar.render();
     if (!settings.completionsEnabled()) await vscode.commands.executeCommand("editor.action.inlineSuggest.hide");
   });
+  // Alt+] / Alt+[ (package.json): VS Code's own cycling, once the stream at the cursor has ended
+  // and VS Code holds the alternatives (StreamingInlineCompletions.settledAtCursor says why).
+  command("dllm.inlineSuggest.showNext", () => cycleInlineSuggestion("showNext"));
+  command("dllm.inlineSuggest.showPrevious", () => cycleInlineSuggestion("showPrevious"));
   command("dllm.fillHolesInSelection", fillHolesInSelection);
   command("dllm.nextEdits", () => nextEdits.suggest());
   command("dllm.nextEdits.acceptAll", () => nextEdits.acceptAll());
@@ -64,6 +68,14 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     }),
   );
   await startClient();
+}
+
+/** How long a cycling key waits for the stream at the cursor to end; past it, it cycles what is shown. */
+const CYCLE_WAIT_MS = 3000;
+
+async function cycleInlineSuggestion(which: "showNext" | "showPrevious"): Promise<void> {
+  await streaming.settledAtCursor(CYCLE_WAIT_MS);
+  await vscode.commands.executeCommand(`editor.action.inlineSuggest.${which}`);
 }
 
 export async function deactivate(): Promise<void> {

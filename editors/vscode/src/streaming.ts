@@ -39,10 +39,13 @@ class Stream {
   /** shownKey of what the provider last returned for this stream. */
   shown?: string;
   done = false;
+  /** VS Code holds the final answer's items (set once the stream is done). */
+  private held = false;
   failed?: unknown;
   readonly cts = new vscode.CancellationTokenSource();
   readonly started = Date.now();
   private waiters: (() => void)[] = [];
+  private settleWaiters: (() => void)[] = [];
 
   constructor(
     readonly key: string,
@@ -54,6 +57,32 @@ class Stream {
   changed(): void {
     const waiters = this.waiters;
     this.waiters = [];
+    waiters.forEach((w) => w());
+    this.wakeIfSettled();
+  }
+
+  /** VS Code holds what this stream ended with: it failed (or was cancelled), or it answered and
+   *  VS Code has taken the answer's items (no redraw was needed, or the redraw has finished). */
+  get settled(): boolean {
+    return this.done && (this.failed !== undefined || this.held);
+  }
+
+  /** VS Code holds the final answer's items now. */
+  noteHeld(): void {
+    this.held = true;
+    this.wakeIfSettled();
+  }
+
+  /** Resolves once `settled`. */
+  whenSettled(): Promise<void> {
+    if (this.settled) return Promise.resolve();
+    return new Promise((resolve) => this.settleWaiters.push(resolve));
+  }
+
+  private wakeIfSettled(): void {
+    if (!this.settled) return;
+    const waiters = this.settleWaiters;
+    this.settleWaiters = [];
     waiters.forEach((w) => w());
   }
 
@@ -79,6 +108,7 @@ export class StreamingInlineCompletions implements vscode.Disposable {
   /** undefined: not known yet (the first request tells). */
   private supported?: boolean;
   private retriggerPending = false;
+  private streamingKey = false;
 
   constructor(
     private readonly clientRef: () => LanguageClient | undefined,
@@ -90,6 +120,17 @@ export class StreamingInlineCompletions implements vscode.Disposable {
   dispose(): void {
     this.current?.cts.cancel();
     this.current = undefined;
+    this.setStreaming(false);
+  }
+
+  /** The context key `dllm.inlineStreaming`: a stream for the cursor runs, or its answer is being
+   *  drawn. The extension's Alt+] / Alt+[ are bound while it is set as well as while a suggestion is
+   *  visible, since each redraw of a report hides the suggestion for a moment (see retrigger), and a
+   *  press in that moment would otherwise reach no binding at all. */
+  private setStreaming(on: boolean): void {
+    if (this.streamingKey === on) return;
+    this.streamingKey = on;
+    void vscode.commands.executeCommand("setContext", "dllm.inlineStreaming", on);
   }
 
   /** Called once the server has answered `initialize`. */
@@ -139,6 +180,10 @@ export class StreamingInlineCompletions implements vscode.Disposable {
     key: string,
   ): Stream {
     const stream = new Stream(key, document.uri.toString(), document.version, position);
+    this.setStreaming(true);
+    void stream.whenSettled().then(() => {
+      if (this.current === stream) this.setStreaming(false);
+    });
     const partialResultToken = `dllm-inline-${process.pid}-${++tokenCounter}`;
     const progress = client.onProgress(new ProgressType<StreamReport>(), partialResultToken, (value) => {
       if (stream.done || value?.kind !== "report") return;
@@ -163,6 +208,7 @@ export class StreamingInlineCompletions implements vscode.Disposable {
         const changed = shownKey(true, result, undefined) !== shownKey(false, undefined, stream.latest);
         stream.done = true;
         progress.dispose();
+        if (!changed) stream.noteHeld();
         stream.changed();
         if (changed) this.retrigger(stream);
       },
@@ -182,17 +228,27 @@ export class StreamingInlineCompletions implements vscode.Disposable {
     return stream;
   }
 
+  /** Resolves once the stream at the active editor's cursor has ended and VS Code holds its final
+   *  items (the suggestion and its alternatives); at once when no stream runs there; after `limitMs`
+   *  at the latest. Why: VS Code cycles (Alt+] / Alt+[) only among the items it holds. While the
+   *  server denoises, that is the latest report's one item, and the explicit fetch a cycle starts is
+   *  "already satisfied" by the redraw that drew the report, so a press then would be spent on a list
+   *  of one. The extension's Alt+] and Alt+[ wait here first. */
+  async settledAtCursor(limitMs: number): Promise<void> {
+    const stream = this.current;
+    if (!stream || !atCursor(stream)) return;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([stream.whenSettled(), new Promise<void>((resolve) => (timer = setTimeout(resolve, limitMs)))]);
+    clearTimeout(timer);
+  }
+
   /** Asks VS Code to query the provider again, if the cursor is still where the stream started. */
   private retrigger(stream: Stream): void {
     if (this.retriggerPending) return;
-    const editor = vscode.window.activeTextEditor;
-    if (
-      !editor ||
-      this.current !== stream ||
-      editor.document.uri.toString() !== stream.uri ||
-      editor.document.version !== stream.version ||
-      !editor.selection.active.isEqual(stream.position)
-    ) {
+    if (this.current !== stream) return;
+    if (!atCursor(stream)) {
+      // The cursor has left: this stream's answer will not be drawn, so the cycling keys go back to VS Code.
+      if (stream.done) this.setStreaming(false);
       return;
     }
     this.retriggerPending = true;
@@ -204,6 +260,8 @@ export class StreamingInlineCompletions implements vscode.Disposable {
         await vscode.commands.executeCommand("editor.action.inlineSuggest.trigger");
       } finally {
         this.retriggerPending = false;
+        // The trigger command returns once VS Code has fetched and taken the provider's items.
+        if (stream.done && stream.shown === shownKeyOf(stream)) stream.noteHeld();
         // Reports that came while this ran: show the newest one too.
         if (this.current === stream && stream.shown !== shownKeyOf(stream)) this.retrigger(stream);
       }
@@ -225,6 +283,17 @@ export class StreamingInlineCompletions implements vscode.Disposable {
     const range = report.range ? client.protocol2CodeConverter.asRange(report.range) : new vscode.Range(position, position);
     return [new vscode.InlineCompletionItem(report.text, range)];
   }
+}
+
+/** Whether the active editor's document and cursor are still those the stream started at. */
+function atCursor(stream: Stream): boolean {
+  const editor = vscode.window.activeTextEditor;
+  return (
+    editor !== undefined &&
+    editor.document.uri.toString() === stream.uri &&
+    editor.document.version === stream.version &&
+    editor.selection.active.isEqual(stream.position)
+  );
 }
 
 /** What the provider gives VS Code for this stream now, as one string to compare: the texts of
