@@ -132,6 +132,27 @@ def test_cycle_through_alternatives_then_accept_one(version, tmp_path, editor_mo
         assert state["ghost"] is None
 
 
+# One token per step over 64 steps, every step reported: the answer takes long enough to come that
+# a key can be pressed while only a streamed report is drawn.
+SLOW_STREAM = {"steps": 64, "threshold": 1.0, "maxLineTokens": 64, "streamIntervalMs": 0}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_cycle_pressed_while_the_answer_streams(version, tmp_path, editor_model):
+    """Alt-] pressed while the server is still denoising (what is drawn is a streamed report, one
+    item, not yet the answer with its alternatives) is kept and applied when the answer comes: the
+    second suggestion is drawn with its "(2/N)" hint, and insert mode is kept, instead of the press
+    being spent on a list of one or falling through to the key's own meaning."""
+    with open_session(version, tmp_path, editor_model, server_options={**SLOW_STREAM, "alternatives": 3}) as nv:
+        type_on_line_2(nv)
+        nv.wait(lambda s: s["ghost"], what="a first ghost text")
+        nv.keys("M-]")
+        state = nv.wait(lambda s: (s["hint"] or "").startswith("(2/"), what="the second suggestion")
+        assert state["mode"].startswith("i") and state["ghost"], state
+        # The press came while the answer was still coming (the stream is long), and was kept.
+        assert state["stats"]["deferred_cycles"] == 1, state["stats"]
+
+
 # Characters of 2, 3 and 4 UTF-8 bytes before the cursor; the last is 2 UTF-16 units (a surrogate
 # pair): the server's ranges (UTF-16 by default) and Neovim's byte columns disagree by different
 # amounts on this line.

@@ -14,6 +14,9 @@ function M.available()
 end
 
 local pending = {} ---@type table<integer, fun()> bufnr -> cancel of the running streamed request
+-- bufnr -> next / prev pressed while that request's answer was still coming (Neovim then holds the
+-- report's one item): applied once the answer with the alternatives is Neovim's.
+local deferred = {} ---@type table<integer, integer>
 
 --- Wraps client.request (on_init of the dllm client).
 function M.wrap_client(client)
@@ -26,6 +29,7 @@ function M.wrap_client(client)
     if pending[bufnr] then
       pending[bufnr]()
     end
+    deferred[bufnr] = nil
     local tick = vim.api.nvim_buf_get_changedtick(bufnr)
     local win = vim.fn.bufwinid(bufnr)
     local cursor = win ~= -1 and vim.api.nvim_win_get_cursor(win) or nil
@@ -45,14 +49,19 @@ function M.wrap_client(client)
         handler(nil, { items = { { insertText = item.text, range = item.range } } }, ctx)
       end
     end, function(err, result)
+      local cycles
       if pending[bufnr] == cancel then
         pending[bufnr] = nil
+        cycles, deferred[bufnr] = deferred[bufnr], nil
       end
       if util.is_cancelled(err) then
         return
       end
       if err or current() then
         handler(err, result, ctx)
+        if not err and cycles and cycles ~= 0 then
+          vim.lsp.inline_completion.select({ bufnr = bufnr, count = cycles })
+        end
       end
     end, request)
     pending[bufnr] = cancel
@@ -70,6 +79,7 @@ function M.attach(client, bufnr)
         pending[bufnr]()
         pending[bufnr] = nil
       end
+      deferred[bufnr] = nil
     end,
   })
 end
@@ -80,6 +90,7 @@ function M.detach(bufnr)
     pending[bufnr]()
     pending[bufnr] = nil
   end
+  deferred[bufnr] = nil
 end
 
 --- The text Neovim's current suggestion still has to insert at the cursor (nil when none).
@@ -136,6 +147,11 @@ function M.cycle(delta, bufnr)
   local _, where = ghost.read(bufnr)
   if not where or not where.native then
     return false
+  end
+  if pending[bufnr] then
+    deferred[bufnr] = (deferred[bufnr] or 0) + delta
+    stream.stats.deferred_cycles = stream.stats.deferred_cycles + 1
+    return true
   end
   vim.lsp.inline_completion.select({ bufnr = bufnr, count = delta })
   return true

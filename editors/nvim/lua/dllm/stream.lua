@@ -8,7 +8,8 @@ local M = {}
 M.supported = nil -- nil: unknown until the first answer
 M.after_completion = nil ---@type fun(client: vim.lsp.Client)?
 M.enabled = true
-M.stats = { requests = 0, reports = 0, last_reports = 0, last_latency_ms = nil, last_error = nil }
+-- deferred_cycles: next / prev pressed while an answer was still coming, applied when it came.
+M.stats = { requests = 0, reports = 0, last_reports = 0, last_latency_ms = nil, last_error = nil, deferred_cycles = 0 }
 
 local router = {} ---@type table<string|integer, fun(value: table)>
 local counter = 0

@@ -14,6 +14,7 @@ local M = {}
 ---@field items? table[] every suggestion of the last answer: the greedy one, then its alternatives
 ---@field index? integer which of `items` is `item`
 ---@field cycled? boolean the user has cycled: the index hint is drawn
+---@field deferred? integer cycling asked for while the answer was still coming: applied to it
 ---@field cancel? fun() cancels the running request
 ---@field done? boolean the request has answered
 ---@field timer? uv.uv_timer_t
@@ -102,7 +103,7 @@ function M.dismiss(bufnr)
   if st.cancel then
     st.cancel()
   end
-  st.cancel, st.item, st.items, st.index, st.done = nil, nil, nil, nil, nil
+  st.cancel, st.item, st.items, st.index, st.done, st.deferred = nil, nil, nil, nil, nil, nil
   ghost.clear(bufnr)
 end
 
@@ -124,7 +125,7 @@ function M.request(bufnr)
     local r, c = cursor(bufnr)
     return vim.api.nvim_buf_is_valid(bufnr) and vim.api.nvim_buf_get_changedtick(bufnr) == tick and r == row and c == col
   end
-  st.done = false
+  st.done, st.deferred = false, nil
   st.cancel = stream.request(client, bufnr, params, function(item)
     if current() then
       show(bufnr, { item }, client.offset_encoding)
@@ -140,7 +141,12 @@ function M.request(bufnr)
     end
     if current() then
       show(bufnr, stream.items(result), client.offset_encoding)
+      local deferred = st.deferred or 0
+      for _ = 1, math.abs(deferred) do
+        M.cycle(deferred > 0 and 1 or -1, bufnr)
+      end
     end
+    st.deferred = nil
   end)
 end
 
@@ -150,7 +156,14 @@ function M.cycle(delta, bufnr)
   bufnr = util.buf(bufnr)
   local st = state(bufnr)
   local items = st.items
-  if not st.done or not items or #items < 2 or not M.remainder(bufnr, st.item) then
+  if not st.done and st.cancel and M.remainder(bufnr, st.item) then
+    -- What is drawn is a streamed report, one item: the answer with the alternatives has not come.
+    -- The press is kept and applied to it when it comes, not spent on a list of one.
+    st.deferred = (st.deferred or 0) + delta
+    stream.stats.deferred_cycles = stream.stats.deferred_cycles + 1
+    return true
+  end
+  if not items or #items < 2 or not M.remainder(bufnr, st.item) then
     return false
   end
   local n = #items
