@@ -7,7 +7,7 @@ import random
 import pytest
 
 from dllm_lsp.engine.denoise import RUN_STATE_ENV
-from dllm_lsp.gpujob.budget import Budget, parse_phases
+from dllm_lsp.gpujob.budget import FLOOR_S, Budget, parse_phases
 from dllm_lsp.gpujob.check import DEVICE_STATE, described, run_state_fallback
 from dllm_lsp.gpujob.pack import pack_job, unpack
 from dllm_lsp.gpujob.run import BENCHES, Job, JobOptions
@@ -24,22 +24,29 @@ class Clock:
 
 def test_boxes_follow_the_priorities():
     clock = Clock()
-    budget = Budget(25, clock=clock)                       # a 25-minute lease
-    assert budget.box("check") == pytest.approx(120)       # 8% of 1500 s
+    total = 2400
+    budget = Budget(total / 60, clock=clock)               # a 40-minute job: every share above its floor
+    assert budget.box("check") == pytest.approx(0.08 * total)
     clock.now += 100                                       # the check ended early
-    assert budget.box("corpus") == pytest.approx(150)      # 10%, not more
-    clock.now += 150
+    assert budget.box("corpus") == pytest.approx(0.10 * total)   # 10%, not more
+    clock.now += 0.10 * total
     train = budget.box("train")
     # Training gets all but the shares of eval (14%), bench (18%) and pack (3%).
-    assert train == pytest.approx(1500 - 250 - 0.35 * 1500)
+    assert train == pytest.approx(total - 100 - 0.10 * total - 0.35 * total)
     clock.now += train
-    assert budget.box("eval") == pytest.approx(0.14 * 1500)
-    clock.now += 0.04 * 1500                               # eval ended early: bench gets its time
-    assert budget.box("bench") == pytest.approx(0.28 * 1500)
-    clock.now += 0.10 * 1500
-    assert budget.box("bench") == pytest.approx(0.18 * 1500)
-    clock.now += 0.18 * 1500
-    assert budget.box("pack") == pytest.approx(0.03 * 1500)
+    assert budget.box("eval") == pytest.approx(0.14 * total)
+    clock.now += 0.04 * total                              # eval ended early: bench gets its time
+    assert budget.box("bench") == pytest.approx(0.28 * total)
+    clock.now += 0.10 * total
+    assert budget.box("bench") == pytest.approx(0.18 * total)
+    clock.now += 0.18 * total
+    assert budget.box("pack") == pytest.approx(0.03 * total)
+
+
+def test_the_check_keeps_its_floor_in_a_short_job():
+    """An 11.5-minute measure-only job: 8% would be 55 s, less than the check's ~21 processes need."""
+    budget = Budget(11.5, phases=("check", "bench", "pack"), clock=Clock())
+    assert budget.box("check") == pytest.approx(FLOOR_S["check"])
 
 
 def test_late_phases_get_nothing_once_time_is_gone():
