@@ -109,6 +109,11 @@ export class StreamingInlineCompletions implements vscode.Disposable {
   private supported?: boolean;
   private retriggerPending = false;
   private streamingKey = false;
+  // The cursor has left the stream's place: its answer will not be drawn there, so the cycling
+  // keys go back to VS Code's own bindings.
+  private readonly cursorMoves = vscode.window.onDidChangeTextEditorSelection(() => {
+    if (this.current && !atCursor(this.current)) this.setStreaming(false);
+  });
 
   constructor(
     private readonly clientRef: () => LanguageClient | undefined,
@@ -120,6 +125,7 @@ export class StreamingInlineCompletions implements vscode.Disposable {
   dispose(): void {
     this.current?.cts.cancel();
     this.current = undefined;
+    this.cursorMoves.dispose();
     this.setStreaming(false);
   }
 
@@ -245,12 +251,7 @@ export class StreamingInlineCompletions implements vscode.Disposable {
   /** Asks VS Code to query the provider again, if the cursor is still where the stream started. */
   private retrigger(stream: Stream): void {
     if (this.retriggerPending) return;
-    if (this.current !== stream) return;
-    if (!atCursor(stream)) {
-      // The cursor has left: this stream's answer will not be drawn, so the cycling keys go back to VS Code.
-      if (stream.done) this.setStreaming(false);
-      return;
-    }
+    if (this.current !== stream || !atCursor(stream)) return;
     this.retriggerPending = true;
     // An explicit trigger at the same position and version is "already satisfied" for VS Code and
     // fetches nothing; hiding first drops that state, so the provider is asked again.
