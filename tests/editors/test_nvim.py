@@ -145,7 +145,12 @@ def test_cycle_pressed_while_the_answer_streams(version, tmp_path, editor_model)
     being spent on a list of one or falling through to the key's own meaning."""
     with open_session(version, tmp_path, editor_model, server_options={**SLOW_STREAM, "alternatives": 3}) as nv:
         type_on_line_2(nv)
-        nv.wait(lambda s: s["ghost"], what="a first ghost text")
+        # Polled tightly and cheaply (the ghost text alone, not the whole state): the press has to
+        # land within the stream's few hundred milliseconds.
+        deadline = time.monotonic() + 60
+        while not nv.lua("require('dllm').ghost_text(vim.api.nvim_get_current_buf()) ~= nil"):
+            assert time.monotonic() < deadline, f"no ghost text; screen:\n{nv.screen()}"
+            time.sleep(0.01)
         nv.keys("M-]")
         state = nv.wait(lambda s: (s["hint"] or "").startswith("(2/"), what="the second suggestion")
         assert state["mode"].startswith("i") and state["ghost"], state
