@@ -10,6 +10,13 @@ from pathlib import Path
 
 import pytest
 
+# Server options for a stream long enough to be seen: the tiny model denoises a line in ~10 ms,
+# and an editor redraws a report only after a round trip (VS Code asks its provider again), so a
+# stream that short shows one state on a busy machine. One token per step over 64 steps, every
+# step reported, keeps intermediate states on screen, and leaves a few hundred milliseconds in
+# which a key can be pressed while only a report is drawn.
+SLOW_STREAM = {"steps": 64, "threshold": 1.0, "maxLineTokens": 64, "streamIntervalMs": 0}
+
 
 @pytest.fixture(scope="session")
 def editor_model(tmp_path_factory) -> Path:

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from . import tools
-from .conftest import TcpServer, apply_text_edits, edits_of, server_completion, server_fill_holes
+from .conftest import SLOW_STREAM, TcpServer, apply_text_edits, edits_of, server_completion, server_fill_holes
 from .expected import ghost_of, leading_printable, line, word
 from .nvim_session import NvimSession
 
@@ -130,11 +130,6 @@ def test_cycle_through_alternatives_then_accept_one(version, tmp_path, editor_mo
         state = nv.wait(lambda s: s["lines"][1] != LINE, what="the suggestion shown to be inserted")
         assert "\n".join(state["lines"][1:]).rstrip("\n") == (LINE + shown[-1]).rstrip("\n")
         assert state["ghost"] is None
-
-
-# One token per step over 64 steps, every step reported: the answer takes long enough to come that
-# a key can be pressed while only a streamed report is drawn.
-SLOW_STREAM = {"steps": 64, "threshold": 1.0, "maxLineTokens": 64, "streamIntervalMs": 0}
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -9,7 +9,8 @@ import pytest
 
 from . import tools
 from .code_server import CodeServer
-from .conftest import TcpServer, apply_text_edits, edits_of, server_completion, server_fill_holes, server_inline
+from .conftest import (SLOW_STREAM, TcpServer, apply_text_edits, edits_of, server_completion, server_fill_holes,
+                       server_inline)
 from .expected import ghost_of
 
 pytestmark = [pytest.mark.editor, pytest.mark.timeout(420)]
@@ -17,13 +18,9 @@ pytestmark = [pytest.mark.editor, pytest.mark.timeout(420)]
 BEFORE = "alpha beta gamma\nthe quick brown fox \n"
 TYPED = "jumps "
 LINE = "the quick brown fox " + TYPED
+SLOW_STREAM_SETTINGS = {f"dllm.{k}": v for k, v in SLOW_STREAM.items()}   # conftest.SLOW_STREAM says why
 HOLES = "def area(w, h):\n    pass\n\n\ndef scale(x):\n    return x * 2\n"
 RENAME = "def area(width, height):\n    return width * height * width\n"
-# The tiny model denoises a line in ~10 ms; VS Code redraws the ghost only when it asks the
-# provider again after a report (a round trip through its commands), so a stream that short
-# shows one state on a busy machine. One token per step over 64 steps, every step reported,
-# keeps the stream long enough for its intermediate states to be drawn.
-SLOW_STREAM = {"steps": 64, "threshold": 1.0, "maxLineTokens": 64, "streamIntervalMs": 0}
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +31,7 @@ def vscode(tmp_path_factory, editor_model):
     (workspace / "demo.txt").write_text(BEFORE, encoding="utf-8")
     (workspace / "shapes.py").write_text(HOLES, encoding="utf-8")
     (workspace / "area.py").write_text(RENAME, encoding="utf-8")
-    with CodeServer(workspace, editor_model, home, settings={f"dllm.{k}": v for k, v in SLOW_STREAM.items()}) as server:
+    with CodeServer(workspace, editor_model, home, settings=SLOW_STREAM_SETTINGS) as server:
         yield server
 
 
@@ -135,8 +132,7 @@ def test_alternatives_cycle_with_alt_brackets(tmp_path, editor_model):
     workspace.mkdir()
     (workspace / "demo.txt").write_text(BEFORE, encoding="utf-8")
     # The toolbar always shown: it counts the items VS Code holds, which the driver reads.
-    settings = {**{f"dllm.{k}": v for k, v in SLOW_STREAM.items()},
-                "dllm.alternatives": 3, "editor.inlineSuggest.showToolbar": "always"}
+    settings = {**SLOW_STREAM_SETTINGS, "dllm.alternatives": 3, "editor.inlineSuggest.showToolbar": "always"}
     with CodeServer(workspace, editor_model, tmp_path / "home", settings) as vscode:
         seen = play(vscode, tmp_path, editor_model, {
             "kind": "cycle", "file": "demo.txt", "line": 2, "column": len("the quick brown fox ") + 1,
