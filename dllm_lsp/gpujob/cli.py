@@ -51,7 +51,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--preset", default="gpu-30m")
     r.add_argument("--init", default="auto",
                    help="auto (continue the shipped model when it is this preset's size), fresh, or a model folder")
-    r.add_argument("--model-name", default="dllm-embedded-30m")
+    r.add_argument("--model-name", default=None,
+                   help="the model folder's name in models/ (default: the --init folder's name in a job "
+                        "without train, else dllm-embedded-30m)")
     r.add_argument("--data", type=Path, default=None,
                    help=f"HumanEval-Infilling folder (default: {STAGE_DIR}/data if present, else ../shared/eval/...)")
     r.add_argument("--folder", type=Path, action="append", default=[], help="corpus folder (default: this Python's)")

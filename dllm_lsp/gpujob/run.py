@@ -108,7 +108,8 @@ class JobOptions:
     device: str = "cuda"
     preset: str = "gpu-30m"
     init: str = "auto"                   # auto | fresh | a model folder to continue
-    model_name: str = "dllm-embedded-30m"
+    model_name: str | None = None        # None: the --init folder's name in a job that does not train,
+                                         # else DEFAULT_MODEL_NAME
     data: Path | None = None             # HumanEval-Infilling folder (eval and decontamination)
     corpus_folders: list[Path] = field(default_factory=list)   # empty: this Python's stdlib + site-packages
     corpus_license: str | None = None    # SPDX license of plain corpus folders (--assume-license)
@@ -129,6 +130,21 @@ class JobOptions:
                 for k, v in asdict(self).items()}
 
 
+DEFAULT_MODEL_NAME = "dllm-embedded-30m"   # the gpu-30m preset's model in models/
+
+
+def job_model_name(opts: JobOptions) -> str:
+    """The job's model folder name, which the pack brings home to models/NAME. A job that trains
+    writes the preset's model (`--model-name`, default DEFAULT_MODEL_NAME). A job that only
+    evaluates and benchmarks the folder `--init` names keeps that folder's name: under the default
+    name, an `--init models/dllm-embedded-3m-cpu-preview` would be unpacked over the 30M model."""
+    if opts.model_name:
+        return opts.model_name
+    if "train" not in opts.phases and opts.init not in ("auto", "fresh"):
+        return Path(opts.init).resolve().name
+    return DEFAULT_MODEL_NAME
+
+
 class Job:
     def __init__(self, opts: JobOptions, log: TextIO | None = None) -> None:
         self.opts = opts
@@ -144,7 +160,8 @@ class Job:
             "disabled_kernels": self.disabled,
             "pid": os.getpid(),   # `gpujob wait --pack-by` signals it (HURRY_SIGNAL) to pack now
         }
-        self.model_dir = self.out / "model" / opts.model_name
+        self.model_name = self.state["model_name"] = job_model_name(opts)
+        self.model_dir = self.out / "model" / self.model_name
         self.continue_from: Path | None = None
         self.tokenizer: Path | None = None
 
@@ -446,7 +463,7 @@ class Job:
         return "cpu" if self.opts.device == "cpu" else "gpu"
 
     def bench_file(self, item: BenchItem, tag: str) -> str:
-        return f"latency-{tag}-{self.opts.model_name}.json" if item.name == "latency" else f"{item.name}-{tag}.json"
+        return f"latency-{tag}-{self.model_name}.json" if item.name == "latency" else f"{item.name}-{tag}.json"
 
     def repo_has(self, item: BenchItem, tag: str) -> bool:
         """Whether the checkout has this figure for this kind of GPU (holding `item.holds`, if named)."""
@@ -531,7 +548,7 @@ class Job:
         return "done"
 
     def card_args(self) -> list[str]:
-        args = ["train", "card", "--model", str(self.model_dir), "--title", self.opts.model_name]
+        args = ["train", "card", "--model", str(self.model_dir), "--title", self.model_name]
         if (self.out / "corpus" / "stats.json").is_file():   # else the folder's own corpus_stats.json
             args += ["--corpus", str(self.out / "corpus")]
         for name in EVALS:

@@ -10,7 +10,7 @@ from dllm_lsp.engine.denoise import RUN_STATE_ENV
 from dllm_lsp.gpujob.budget import FLOOR_S, Budget, parse_phases
 from dllm_lsp.gpujob.check import DEVICE_STATE, described, run_state_fallback
 from dllm_lsp.gpujob.pack import pack_job, unpack
-from dllm_lsp.gpujob.run import BENCHES, Job, JobOptions
+from dllm_lsp.gpujob.run import BENCHES, DEFAULT_MODEL_NAME, Job, JobOptions, job_model_name
 from dllm_lsp.loader import default_name
 
 
@@ -185,3 +185,16 @@ def test_a_job_told_to_keep_the_run_state_on_the_device_passes_it_to_every_child
     job.child = lambda *args, **kwargs: None        # the check's report is already there
     job.check(60.0)
     assert job.env()[RUN_STATE_ENV] == "device" and job.state["run_state"] == "device"
+
+
+def test_a_job_that_does_not_train_keeps_the_init_folders_name(tmp_path):
+    """The pack brings the job's model home to models/NAME: a measure-only job given another model
+    (`--init models/dllm-embedded-3m-cpu-preview`) must not bring it home as the 30M model."""
+    measure = parse_phases("check,bench")
+    preview = tmp_path / "models" / "dllm-embedded-3m-cpu-preview"
+    assert job_model_name(JobOptions(out=tmp_path, minutes=5, phases=measure, init=str(preview))) == preview.name
+    assert job_model_name(JobOptions(out=tmp_path, minutes=5, phases=measure, init=str(preview) + "/")) == preview.name
+    assert job_model_name(JobOptions(out=tmp_path, minutes=5, phases=measure)) == DEFAULT_MODEL_NAME   # auto
+    assert job_model_name(JobOptions(out=tmp_path, minutes=5, init=str(preview))) == DEFAULT_MODEL_NAME  # trains it
+    assert job_model_name(JobOptions(out=tmp_path, minutes=5, phases=measure, init=str(preview),
+                                     model_name="renamed")) == "renamed"

@@ -142,7 +142,7 @@ def test_a_job_without_training_benchmarks_the_given_model_missing_figures_first
     (repo / "docs" / "results" / "latency-cpu-dry-model.json").write_text('{"cases": {}}')
     out = tmp_path / "again"
     rc = main(["run", "--out", str(out), "--minutes", "1.5", "--device", "cpu", "--preset", "tiny-test", "--quick",
-               "--phases", "bench", "--init", str(first / "model" / "dry-model"), "--model-name", "dry-model",
+               "--phases", "bench", "--init", str(first / "model" / "dry-model"),   # no --model-name: the folder's
                "--repo", str(repo), "--bench-estimate", "checkpoint=100000", "--bench-estimate", "block=100000"])
     state = json.loads((out / "job.json").read_text())
     assert rc == 0, (out / "job.log").read_text()[-3000:]
