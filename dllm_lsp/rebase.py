@@ -10,7 +10,9 @@ completion goes now, only when that is exact:
 - they lie before it: it moves with them;
 - they insert, right at the cursor, exactly the characters the completion goes on with (the
   user typed through the suggestion): it keeps its text over the longer typed part, and is
-  used up (None) once every character of it has been typed;
+  used up (None) once every character of it has been typed. An insertion that fits at the
+  cursor is taken to be there, even where the diff could also put it later (text that repeats
+  what follows the cursor);
 - anything else (an edit inside the range, or typing that departs from the suggestion): None,
   the completion no longer fits and is dropped rather than shown in the wrong place.
 """
@@ -36,6 +38,12 @@ def rebase(text: str, start: int, end: int, old: str, new: str) -> Placement | N
     suffix = common_suffix_length(old, new, min(len(old), len(new)) - prefix)
     old_a, old_b = prefix, len(old) - suffix          # the changed region of the old text
     new_b = len(new) - suffix
+    if old_a == old_b > end and len(old) - common_suffix_length(old, new, len(old)) <= end:
+        # A pure insertion the diff places after the cursor that fits at the cursor as well: the
+        # common prefix runs on through text the insertion repeats (Enter and an indent typed
+        # before a line that starts with that indent). Editors type at the cursor, so it goes there.
+        old_a = old_b = end
+        new_b = end + len(new) - len(old)
     if old_a >= end and (old_a > end or old_b > old_a):
         return Placement(text, start, end)             # edited after the completion (not a typing at it)
     if old_b <= start and (old_b < start or old_a < old_b):

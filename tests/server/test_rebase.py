@@ -49,3 +49,28 @@ def test_an_edit_inside_the_typed_part_drops_it(at, remove, insert):
 def test_a_deletion_right_after_the_cursor_keeps_it():
     new = edited(OLD, CURSOR, 1, "")        # the newline after the cursor joined the next line
     assert rebase("width * h", START, CURSOR, OLD, new) == Placement("width * h", START, CURSOR)
+
+
+# Enter and the indentation typed at the end of a header whose next line starts with that same
+# indentation: the diff alone would put the insertion after the cursor (the common prefix runs on
+# through the next line's indent), which kept the suggestion at the old cursor.
+HEADER = "def f(xs):\n    for x in xs:\n        pass\n"
+AFTER_COLON = HEADER.index(":\n        pass") + 1
+
+
+def test_typing_through_a_repeating_insertion_is_typing_at_the_cursor():
+    new = edited(HEADER, AFTER_COLON, 0, "\n        ")
+    assert rebase("\n        print(x)", AFTER_COLON, AFTER_COLON, HEADER, new) == \
+        Placement("\n        print(x)", AFTER_COLON, AFTER_COLON + 9, typed_through=9)
+
+
+def test_a_repeating_insertion_at_the_cursor_that_departs_from_the_suggestion_drops_it():
+    new = edited(HEADER, AFTER_COLON, 0, "\n    ")      # the user went to the next line, the suggestion
+    assert rebase("  # each x", AFTER_COLON, AFTER_COLON, HEADER, new) is None   # was for this one
+
+
+def test_an_insertion_that_only_fits_after_the_cursor_keeps_it_in_place():
+    at = HEADER.index("pass")
+    new = edited(HEADER, at, 0, "# ")
+    assert rebase("\n        print(x)", AFTER_COLON, AFTER_COLON, HEADER, new) == \
+        Placement("\n        print(x)", AFTER_COLON, AFTER_COLON)

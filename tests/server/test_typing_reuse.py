@@ -82,17 +82,17 @@ async def test_an_accepted_suggestion_starts_the_next_completion_ahead(client):
 SLOW = [{"steps": 64, "threshold": 1.0, "maxLineTokens": n} for n in (64, 48, 40, 56)]
 
 
-async def slow_settings_that_show_something(client, uri: str) -> dict:
+async def slow_settings_that_show_something(client, uri: str, source: str = SOURCE) -> dict:
     """Slow decode settings under which the tiny random model's line at `uri` is shown (not every
     gibberish line parses). The document is left open, as it was probed: the same text, the same
     other documents, the same cached context, so the real request computes the same line."""
     for settings in SLOW:
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"dllm": settings}))
-        open_doc(client, uri, SOURCE)
+        open_doc(client, uri, source)
         found = await suggest(client, uri, LINE, COL)
         client.text_document_did_close(types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri)))
         if found is not None:
-            open_doc(client, uri, SOURCE)
+            open_doc(client, uri, source)
             return settings
     raise AssertionError("no slow setting shows a completion")
 
@@ -117,6 +117,26 @@ async def test_an_edit_during_denoising_moves_the_result_or_drops_it(client):
         change(client, uri, 2, LINE, 10, 0, ";", end_line=LINE + 1)   # an edit across the cursor
         assert not (await pending).items
         assert (await status(client))["dropped"] == middle["dropped"] + 1
+    finally:
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+            settings={"dllm": {"steps": 8, "threshold": 0.9, "maxLineTokens": 32}}))
+
+
+async def test_enter_typed_during_denoising_never_leaves_the_result_a_line_above(client):
+    """Enter and an auto-indent typed at the cursor while the model runs, before a line that starts
+    with that same indent: a text diff alone places the insertion after the cursor, which kept the
+    line's suggestion at the old cursor, a line above the user's. It is typing at the cursor that
+    departs from the suggestion (a one-line suggestion has no line break): dropped."""
+    try:
+        uri = "file:///typing/enter.py"
+        source = SOURCE.replace("    return \n", "    return \n    pass\n")
+        await slow_settings_that_show_something(client, uri, source)
+        before = await status(client)
+        pending = asyncio.ensure_future(client.text_document_inline_completion_async(inline_params(uri, LINE, COL)))
+        await asyncio.sleep(0.01)
+        change(client, uri, 2, LINE, COL, COL, "\n    ")
+        assert not (await pending).items
+        assert (await status(client))["dropped"] == before["dropped"] + 1
     finally:
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
             settings={"dllm": {"steps": 8, "threshold": 0.9, "maxLineTokens": 32}}))
