@@ -24,7 +24,7 @@ import ast
 import warnings
 
 from dllm_lsp.syntax.languages import facts_for
-from dllm_lsp.planner.lines import indent_width, leading_ws, line_bounds, render_indent
+from dllm_lsp.planner.lines import indent_width, leading_ws, line_break_near, line_bounds, render_indent
 from dllm_lsp.planner.syntax import check_region
 from dllm_lsp.syntax.snapshot import parse_errors
 from dllm_lsp.planner.types import SpanPlan
@@ -164,7 +164,7 @@ def _finish_block(plan: SpanPlan, doc_text: str, text: str) -> str | None:
     lines = trim_duplicate_lines(lines, suffix if plan.closer_indent is None else suffix.lstrip(" \t"))
     while lines and not lines[-1].strip():
         lines.pop()
-    newline = "\r\n" if "\r\n" in doc_text[line_start: line_start + 4000] else "\n"
+    newline = line_break_near(doc_text, line_start)
 
     def render(body: list[str]) -> str:
         joined = newline.join(body)
@@ -223,23 +223,29 @@ def reindent(text: str, plan: SpanPlan, cursor_ws: str | None) -> list[str]:
 def trim_duplicate_lines(lines: list[str], suffix: str) -> list[str]:
     """Cut the completion where its lines start repeating the suffix's next non-blank lines: either
     all its remaining lines match, or at least two do (the model rewrote what follows)."""
-    completion = [(number, line.strip()) for number, line in enumerate(lines) if line.strip()]
+    completion = [(number, line.strip(), indent_width(leading_ws(line))) for number, line in enumerate(lines)
+                  if line.strip()]
     if not completion:
         return lines
-    following: list[str] = []
+    following: list[tuple[str, int]] = []
     for line in suffix.split("\n"):
         if line.strip():
-            following.append(line.strip())
+            following.append((line.strip(), indent_width(leading_ws(line))))
             if len(following) >= len(completion):
                 break
     if not following:
         return lines
-    for position, (number, _) in enumerate(completion):
+    for position, (number, _, _) in enumerate(completion):
         matched = 0
         while (position + matched < len(completion) and matched < len(following)
-               and completion[position + matched][1] == following[matched]):
+               and completion[position + matched][1] == following[matched][0]):
             matched += 1
-        if matched and (position + matched == len(completion) or matched >= 2):
+        # A lone keyword closer must also match its depth: the `end` of the Lua `if` the model
+        # filled is not the `end` of the function around it. (Punctuation closers need not: the
+        # parse check catches a doubled `}`, and re-indentation may have moved the model's own;
+        # two or more lines in a row are a rewrite at any depth.)
+        lone = matched == 1 and completion[position][1].isidentifier() and completion[position][2] != following[0][1]
+        if matched and not lone and (position + matched == len(completion) or matched >= 2):
             if _removable("\n".join(lines[:number]), "\n".join(lines[number:])):
                 return lines[:number]
     return lines

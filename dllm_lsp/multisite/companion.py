@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from dllm_lsp.engine.types import InfillRequest, InfillResult, Slot, StepState
 
+from dllm_lsp.planner.lines import line_break_near
 from dllm_lsp.syntax.snapshot import Snapshot
 
 from .node_types import COMMENT_TYPES
@@ -166,7 +167,8 @@ def import_edit(statement: str, source: Snapshot) -> CompanionEdit | None:
     if where is None:
         return None
     offset, newline_first = where
-    return CompanionEdit(offset, ("\n" if newline_first else "") + statement + "\n", statement)
+    newline = line_break_near(source.text, max(0, offset - 1))   # the break of the line it follows
+    return CompanionEdit(offset, (newline if newline_first else "") + statement + newline, statement)
 
 
 @dataclass

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dllm_lsp.engine.types import InfillRequest, Slot
+from dllm_lsp.planner.lines import line_break_near
 from dllm_lsp.postprocess import strip_markers
 
 from dllm_lsp.syntax.nodes import ancestors
@@ -95,11 +96,11 @@ def joint_request(text: str, sites: Sequence[Site], language: str | None = None,
                          language)
 
 
-def shape_fill(raw: str, site: Site, following: str = "") -> str:
+def shape_fill(raw: str, site: Site, following: str = "", newline: str = "\n") -> str:
     """The model's slot text made ready to insert: no trailing blanks, one line for one-line
-    sites, later lines indented at least as deep as the site itself, and no `;` doubled with
-    the one that already follows the site."""
-    text = raw.rstrip()
+    sites, later lines indented at least as deep as the site itself and ended with the file's
+    line break (`newline`), and no `;` doubled with the one that already follows the site."""
+    text = raw.replace("\r\n", "\n").rstrip()
     if following.startswith(";") and text.endswith(";"):
         text = text[:-1].rstrip()
     if site.single_line:
@@ -110,7 +111,7 @@ def shape_fill(raw: str, site: Site, following: str = "") -> str:
         if line.strip() and not line.startswith(site.indent):
             line = site.indent + line.lstrip()
         shaped.append(line)
-    return "\n".join(shaped)
+    return newline.join(shaped)
 
 
 def settle(
@@ -131,7 +132,7 @@ def settle(
     outcomes = []
     for site, raw in zip(ordered, slot_texts):
         original = text[site.start:site.end]
-        fill = shape_fill(strip_markers(raw), site, text[site.end:site.end + 1])
+        fill = shape_fill(strip_markers(raw), site, text[site.end:site.end + 1], line_break_near(text, site.start))
         reason = check_fill(fill, original)
         if reason is None and current.tree is not None:
             candidate_edits = accepted + [Outcome(site.start, site.end, fill, site.label, "model")]

@@ -23,6 +23,16 @@ def line_bounds(text: str, offset: int) -> tuple[int, int]:
     return start, end
 
 
+def line_break_near(text: str, offset: int, window: int = 4000) -> str:
+    """The line break the file uses at `offset`: that of the line holding it, else (the last line
+    has none) that of the line before; "\n" in a file of one line. Text the server inserts uses
+    it, so a CRLF file gets no LF-only lines."""
+    end = text.find("\n", offset, offset + window)
+    if end < 0:
+        end = text.rfind("\n", max(0, offset - window), offset)
+    return "\r\n" if end > 0 and text[end - 1] == "\r" else "\n"
+
+
 def leading_ws(line: str) -> str:
     return line[: len(line) - len(line.lstrip(" \t"))]
 

@@ -70,7 +70,12 @@ def cursor_shape(snapshot: Snapshot, offset: int, facts: LanguageFacts) -> Shape
     if head and head[-1] in _PAIRS and tail.startswith(_PAIRS[head[-1]]) \
             and not _inside_comment_or_string(snapshot, line_start + len(head) - 1):
         if head[-1] == "{" and _brace_opens_block(snapshot, line_start + len(head) - 1):
-            return shape("block_body", indent=line_indent + unit, closer=line_indent)
+            # `{ | }`: the blanks after the cursor stay in front of the `}`, which the body pushes
+            # to a line of its own, so they count towards its indentation.
+            blanks = after[:len(after) - len(tail)]
+            closer = line_indent[:len(line_indent) - len(blanks)] if blanks and line_indent.endswith(blanks) \
+                else line_indent
+            return shape("block_body", indent=line_indent + unit, closer=closer)
         return shape("arguments")
 
     if tail:

@@ -65,22 +65,34 @@ def _is_statement_level(node: tree_sitter.Node) -> bool:
     return parent is not None and (parent.parent is None or parent.type in CONTAINER_NODE_TYPES)
 
 
+def _enclosing_statement(snapshot: Snapshot, start: int, end: int) -> tree_sitter.Node | None:
+    """The smallest statement-level node around [start, end) of REGION_MIN_BYTES or more, else the
+    largest one under REGION_LIMIT_BYTES; None if none is."""
+    if snapshot.tree is None:
+        return None
+    best = None
+    node = snapshot.tree.root_node.descendant_for_byte_range(snapshot.byte(start), snapshot.byte(end))
+    while node is not None and node.parent is not None:
+        if _is_statement_level(node):
+            if node.end_byte - node.start_byte > REGION_LIMIT_BYTES:
+                break
+            best = node
+            if node.end_byte - node.start_byte >= REGION_MIN_BYTES:
+                break
+        node = node.parent
+    return best
+
+
 def check_region(snapshot: Snapshot, start: int, end: int) -> tuple[int, int]:
     """Whole lines [lo, hi) of the snapshot text around the edit [start, end) that parse on their
     own: the smallest enclosing statement (or member) of REGION_MIN_BYTES or more, within
     REGION_LIMIT_BYTES; else the edited lines plus the non-blank line before them (a header)."""
     text = snapshot.text
-    best = None
-    if snapshot.tree is not None:
-        node = snapshot.tree.root_node.descendant_for_byte_range(snapshot.byte(start), snapshot.byte(end))
-        while node is not None and node.parent is not None:
-            if _is_statement_level(node):
-                if node.end_byte - node.start_byte > REGION_LIMIT_BYTES:
-                    break
-                best = node
-                if node.end_byte - node.start_byte >= REGION_MIN_BYTES:
-                    break
-            node = node.parent
+    best = _enclosing_statement(snapshot, start, end)
+    if best is None and start > 0:
+        # An edit at the very end of a statement (`else:|` before a blank last line) lies inside
+        # no node smaller than the module; the statement that ends there is the region then.
+        best = _enclosing_statement(snapshot, start - 1, end)
     if best is not None:
         lo, hi = snapshot.char(best.start_byte), snapshot.char(best.end_byte)
     else:

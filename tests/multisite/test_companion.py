@@ -160,3 +160,12 @@ def test_the_pipeline_checks_the_import_against_the_text_it_shows():
     assert junk is not None and junk.text == "x + 1" and junk.companion is None
     needed = shown("import numpy as np", " np.zeros(x)")
     assert needed.text == "np.zeros(x)" and needed.companion.statement == "import numpy as np"
+
+
+def test_a_crlf_file_gets_a_crlf_import_line():
+    text = "import os\r\n\r\ndef f():\r\n    pass\r\n"
+    edit = import_edit("import re", Snapshot.parse(text, "python"))
+    assert edit is not None and (edit.offset, edit.text) == (len("import os\r\n"), "import re\r\n")
+    last_line = "import os"                                 # the import block ends the file, no break after it
+    edit = import_edit("import re", Snapshot.parse("# head\r\n" + last_line, "python"))
+    assert edit is not None and edit.text == "\r\nimport re\r\n"

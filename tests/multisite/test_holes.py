@@ -153,3 +153,11 @@ def test_healed_pieces_leave_the_blanks_before_each_hole_to_the_model():
     assert settle(text, "rust", holes, [b + f for b, f in zip(blanks, fills)]) == settle(text, "rust", holes, fills)
     assert not any(slot.heal_before for slot in healed.slots)
     assert all(slot.heal_before for slot in joint_request(text, holes, heal_before=True).slots)
+
+
+def test_a_crlf_file_gets_a_crlf_fill():
+    text = "def f():\r\n    pass\r\n\r\nx = 1\r\n"
+    hole = find_holes(Snapshot.parse(text, "python"), 0, 0).holes
+    outcomes = settle(text, "python", hole, ["y = 2\nz = 3"])
+    assert outcomes[0].source == "model" and outcomes[0].new_text == "y = 2\r\n    z = 3"
+    assert "\n" not in apply_outcomes(text, outcomes).replace("\r\n", "")

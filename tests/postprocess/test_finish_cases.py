@@ -82,6 +82,16 @@ MULTI_LINE = [
     ("java", "class A {\n    void f() {‸\n    }\n}\n", "\n        return;\n    }", "\n        return;"),
     ("lua", "if x then‸\nend\n", "\n  y()\nend", "\n  y()"),
     ("lua", "function f(a)\n‸\nend\n", "return a * 2\nend", "  return a * 2"),
+    # a lone line repeating the suffix's next line is cut only at that line's depth: the `if`'s own
+    # `end` is not the function's
+    ("lua", "local function f(x)\n  if x then‸\nend\n", "\n    return 1\n  end\n", "\n    return 1\n  end"),
+    ("lua", "local function f(x)\n  if x then‸\n  end\nend\n", "\n    return 1\n  end\n", "\n    return 1"),
+    # the body of an empty `else:` / a header after a bracketed literal, at the end of the file: the
+    # statement that ends at the cursor is the region the parse check reads (not the lines above alone)
+    ("python", "def f(x):\n    if x:\n        return 1\n    else:‸\n", "\n        return 2\n", "\n        return 2"),
+    ("python", "def f(x):\n    y = [\n        1,\n    ]\n    while x:‸\n", "\n        x -= 1\n", "\n        x -= 1"),
+    # `{ ‸ }`: the blanks after the cursor stay before the `}` and count towards its indent
+    ("javascript", "function f(a) {\n  if (a) { ‸ }\n}\n", "\n    a++;\n", "\n    a++;\n "),
     ("plaintext", "section {\n‸\n}\n", "  item\n}", "    item"),
 ]
 
@@ -122,6 +132,14 @@ def test_crlf_documents_get_crlf_bodies():
     plan = plan_span(Snapshot.parse(text, "python"), cursor)
     assert plan.kind == "block_body" and plan.healed == "    "
     assert finish(plan, "    if a:\n        return 1") == "if a:\r\n        return 1"
+
+
+def test_crlf_documents_get_crlf_bodies_on_their_last_line():
+    """The last line has no line break of its own: the one before it says which the file uses."""
+    text = "def f(x):\r\n    for i in x:"
+    plan = plan_span(Snapshot.parse(text, "python"), len(text))
+    assert plan.kind == "block_body"
+    assert finish(plan, "\n        print(i)\n        print(x)\n") == "\r\n        print(i)\r\n        print(x)"
 
 
 def test_finish_reads_only_the_plans_own_snapshot():
