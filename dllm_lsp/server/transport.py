@@ -260,11 +260,19 @@ def replace_lone_surrogates(value: Any) -> tuple[Any, int]:
 
 
 def decode_body(body: bytes) -> Any:
-    """UTF-8 JSON; raises ValueError (UnicodeDecodeError, JSONDecodeError) with the reason."""
+    """UTF-8 JSON; raises ValueError (UnicodeDecodeError, JSONDecodeError, or arrays and objects
+    nested deeper than the parser's recursion limit) with the reason."""
     text = body.decode("utf-8")
-    data = json.loads(text)
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        # Thousands of nested `[` would otherwise end the whole read loop (stdio: the server).
+        raise ValueError("JSON nested too deeply") from None
     if _SURROGATE_ESCAPE.search(text):
-        data, found = replace_lone_surrogates(data)
+        try:
+            data, found = replace_lone_surrogates(data)
+        except RecursionError:
+            raise ValueError("JSON nested too deeply") from None
         if found:
             log.warning("replaced %d lone UTF-16 surrogate(s) with U+FFFD", found)
     return data

@@ -122,6 +122,19 @@ def case_invalid_json(c: RawClient) -> None:
     assert not popups
 
 
+def case_json_nested_too_deeply(c: RawClient) -> None:
+    """Far deeper than Python's recursion limit: the parser's RecursionError once ended the read
+    loop, and with it the stdio server (no answer at all)."""
+    for inner in ("1", '"\\ud800"'):          # the second one also goes through the surrogate repair
+        deep = "[" * 100_000 + inner + "]" * 100_000
+        c.raw(frame(('{"jsonrpc": "2.0", "id": "deep", "method": "dllm/status", "params": {"x": %s}}' % deep).encode()))
+        assert "nested too deeply" in c.wait_for(null_id_error(-32700))["error"]["message"]
+    deep = "[" * 900 + "1" + "]" * 900                   # parses: the request itself is answered
+    c.raw(frame(('{"jsonrpc": "2.0", "id": "deep900", "method": "dllm/status", "params": {"x": %s}}' % deep).encode()))
+    assert "result" in c.response("deep900")
+    still_serves(c)
+
+
 def case_lone_surrogate_in_document(c: RawClient) -> None:
     uri = f"file:///tmp/surrogate{time.monotonic_ns()}.py"
     c.raw(frame('{"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {"uri": "%s", '
