@@ -103,7 +103,13 @@ def serve(args) -> int:
         except OSError as exc:   # the port is taken, the host is not this machine's, ...
             raise UserError(f"cannot listen on {host}:{port}: {os_reason(exc)}") from None
     else:
-        create_server(settings, host=model_host).start_io()
+        code = create_server(settings, host=model_host).start_io()
+        # The client is gone: end the process now. The model threads may still be busy (loading a
+        # checkpoint takes a minute for a 7B one, a denoise step runs to its end), and a normal
+        # interpreter exit would wait for them. Nothing is left to save: every answer was flushed as
+        # it was written, and the log is flushed here.
+        logging.shutdown()
+        os._exit(code)
     return 0
 
 

@@ -56,8 +56,8 @@ class DllmLanguageServer(LanguageServer):
         self.multisite = MultisiteService(self.host)   # its edit history feeds dllm/nextEdits
         self.load_task: asyncio.Task | None = None   # held so the running load is not garbage-collected
 
-    def start_io(self, stdin=None, stdout=None) -> None:
-        start_io(self, stdin, stdout)   # the robust frame reader (docs/protocol.md)
+    def start_io(self, stdin=None, stdout=None) -> int:
+        return start_io(self, stdin, stdout)   # the robust frame reader (docs/protocol.md)
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         # Cancellations and refusals are answered to the client; they are not server faults.

@@ -436,19 +436,33 @@ def _resolve(future: asyncio.Future, data: bytes) -> None:
 
 
 class StdoutWriter:
+    """stdout for pygls. Once it is closed (`exit`) or the client has gone, writes are dropped: the
+    tasks still running as the loop ends (a load's progress report, a completion's answer) would
+    otherwise each fail, and pygls logs each failure with the whole chain of the ones before it
+    (130,000 lines of tracebacks for one `exit` during a model load)."""
+
     def __init__(self, stream) -> None:
         self._stream = stream
+        self._gone = False
 
     def write(self, data: bytes) -> None:
-        self._stream.write(data)
-        self._stream.flush()
+        if self._gone:
+            return
+        try:
+            self._stream.write(data)
+            self._stream.flush()
+        except (OSError, ValueError) as exc:   # BrokenPipeError; ValueError: the file was closed
+            self._gone = True
+            log.info("stdout is closed (%s): nothing more is sent", exc)
 
     def close(self) -> None:
+        self._gone = True
         self._stream.close()
 
 
-def start_io(server, stdin=None, stdout=None) -> None:
-    """Serve one client on stdin/stdout (replaces pygls' start_io); exits with `exit`'s status."""
+def start_io(server, stdin=None, stdout=None) -> int:
+    """Serve one client on stdin/stdout (replaces pygls' start_io); returns the status the process
+    is to exit with: 1 for an `exit` without `shutdown`, else 0."""
     server._stop_event = stop_event = threading.Event()
     server.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
     source = ThreadedByteSource(stdin or sys.stdin.buffer)
@@ -463,4 +477,4 @@ def start_io(server, stdin=None, stdout=None) -> None:
         server.shutdown()
     if code:
         log.info("exit without shutdown: exiting with status %d", code)
-        sys.exit(code)
+    return code or 0

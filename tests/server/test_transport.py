@@ -257,6 +257,28 @@ def test_exit_status_follows_the_protocol(tmp_path, shutdown_first, status):
         stop(proc)
 
 
+@pytest.mark.parametrize("shutdown_first, status", [(True, 0), (False, 1)])
+def test_exit_while_the_model_loads_and_a_completion_waits(tmp_path, tiny_model_dir, shutdown_first, status):
+    """An editor closed right after it opened a file: the load (reported as work-done progress) and
+    a completion waiting for it are still running at `exit`. Their writes to the closed stdout
+    once each failed, and pygls logged each failure with the chain of those before it: some
+    130,000 lines of tracebacks, and the process waited for the load."""
+    client, proc = RawClient.stdio(tmp_path, "--model", str(tiny_model_dir), "--device", "cpu")
+    try:
+        assert "result" in client.initialize(OPTIONS, capabilities={"window": {"workDoneProgress": True}})
+        uri = "file:///tmp/closing.py"
+        client.open(uri, "def main():\n    \n")
+        client.inline(uri, 1, 4)
+        if shutdown_first:
+            client.call("shutdown")
+        client.notify("exit")
+        assert proc.wait(timeout=30) == status
+    finally:
+        stop(proc)
+    log = (tmp_path / "server.log").read_text()
+    assert "Traceback" not in log and len(log.splitlines()) < 20, log[-3000:]
+
+
 def test_requests_after_shutdown_are_refused_not_dropped(tmp_path):
     client, proc = RawClient.stdio(tmp_path)
     try:
