@@ -17,6 +17,7 @@ from cattrs import transform_error
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
 from pygls.workspace import Workspace
 
 from .documents import LspWorkspace
@@ -100,6 +101,20 @@ class DllmProtocol(LanguageServerProtocol):
         log.warning("%s", too_big(uri, size))
         self._server.window_show_message(types.ShowMessageParams(
             type=types.MessageType.Warning, message=f"dllm-lsp: {too_big(uri, size)}"))
+
+    @lsp_method(types.SHUTDOWN)
+    def lsp_shutdown(self, *args):
+        """pygls' shutdown, cancelling the pending requests over a copy of their table: cancelling
+        one that pygls runs as a generator (workspace/executeCommand: dllm.fillHoles) answers it
+        at once, which takes it out of the table pygls iterates. The shutdown then failed
+        (-32603 "dictionary changed size during iteration") and the server never shut down."""
+        if (user_handler := self.fm.features.get(types.SHUTDOWN)) is not None:
+            yield user_handler, args, None
+        current_id = self.msg_id
+        for msg_id, future in list(self._request_futures.items()):
+            if msg_id != current_id and not future.done():
+                future.cancel()
+        self._shutdown = True
 
     def _send_handler_result(self, future: Future, *, msg_id) -> None:
         if not future.cancelled():

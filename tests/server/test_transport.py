@@ -279,6 +279,30 @@ def test_exit_while_the_model_loads_and_a_completion_waits(tmp_path, tiny_model_
     assert "Traceback" not in log and len(log.splitlines()) < 20, log[-3000:]
 
 
+def test_shutdown_while_holes_are_filled(tmp_path, tiny_model_dir):
+    """`shutdown` while dllm.fillHoles denoises (slowly: 200 steps): it is answered, the command is
+    cancelled, the server refuses what follows, and `exit` ends it with status 0. Cancelling the
+    command once broke pygls' walk over the pending requests: the shutdown failed with -32603."""
+    client, proc = RawClient.stdio(tmp_path, "--model", str(tiny_model_dir), "--device", "cpu")
+    try:
+        assert "result" in client.initialize({"steps": 200, "threshold": 1.0, "maxSpanTokens": 200})
+        assert client.wait_loaded()["loaded"]
+        uri = "file:///tmp/holes.py"
+        client.open(uri, "def f():\n    pass\n\ndef main():\n    pass\n")
+        whole = {"start": {"line": 0, "character": 0}, "end": {"line": 5, "character": 0}}
+        fill = client.start("workspace/executeCommand", {"command": "dllm.fillHoles", "arguments": [uri, whole]})
+        time.sleep(0.3)
+        shutdown = client.call("shutdown")
+        assert "result" in shutdown and shutdown["result"] is None, shutdown
+        answer = client.response(fill)
+        assert is_error(answer, -32800) or "result" in answer, answer   # cancelled, unless it had finished
+        assert is_error(client.call("dllm/status", {}), -32600)
+        client.notify("exit")
+        assert proc.wait(timeout=30) == 0
+    finally:
+        stop(proc)
+
+
 def test_requests_after_shutdown_are_refused_not_dropped(tmp_path):
     client, proc = RawClient.stdio(tmp_path)
     try:
