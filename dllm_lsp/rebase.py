@@ -13,6 +13,8 @@ completion goes now, only when that is exact:
   used up (None) once every character of it has been typed. An insertion that fits at the
   cursor is taken to be there, even where the diff could also put it later (text that repeats
   what follows the cursor);
+- a deletion that the diff places after the cursor but that may as well have been a Backspace
+  at it (one of two equal characters): None, as any edit that may touch the completion;
 - anything else (an edit inside the range, or typing that departs from the suggestion): None,
   the completion no longer fits and is dropped rather than shown in the wrong place.
 """
@@ -38,12 +40,19 @@ def rebase(text: str, start: int, end: int, old: str, new: str) -> Placement | N
     suffix = common_suffix_length(old, new, min(len(old), len(new)) - prefix)
     old_a, old_b = prefix, len(old) - suffix          # the changed region of the old text
     new_b = len(new) - suffix
-    if old_a == old_b > end and len(old) - common_suffix_length(old, new, len(old)) <= end:
-        # A pure insertion the diff places after the cursor that fits at the cursor as well: the
-        # common prefix runs on through text the insertion repeats (Enter and an indent typed
-        # before a line that starts with that indent). Editors type at the cursor, so it goes there.
-        old_a = old_b = end
-        new_b = end + len(new) - len(old)
+    if old_a == old_b or new_b == old_a:
+        # A pure insertion or deletion. Inside text that repeats, the diff cannot tell where it was
+        # made: Enter and an indent typed before a line that starts with that indent, one of two
+        # quotes deleted. It may have been made anywhere from `lowest` to `old_a` (the diff's pick).
+        shorter = min(len(old), len(new))
+        lowest = shorter - common_suffix_length(old, new, shorter)
+        if lowest < old_a:
+            if old_a == old_b and lowest <= end:
+                old_a = old_b = end                    # it fits at the cursor: editors type there
+                new_b = end + len(new) - len(old)
+            elif not (lowest > end or (lowest == end and old_b > old_a)) \
+                    and not (old_b <= start and (old_b < start or old_a < old_b)):
+                return None                            # some of its places touch the completion
     if old_a >= end and (old_a > end or old_b > old_a):
         return Placement(text, start, end)             # edited after the completion (not a typing at it)
     if old_b <= start and (old_b < start or old_a < old_b):

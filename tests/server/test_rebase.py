@@ -74,3 +74,20 @@ def test_an_insertion_that_only_fits_after_the_cursor_keeps_it_in_place():
     new = edited(HEADER, at, 0, "# ")
     assert rebase("\n        print(x)", AFTER_COLON, AFTER_COLON, HEADER, new) == \
         Placement("\n        print(x)", AFTER_COLON, AFTER_COLON)
+
+
+def test_a_backspace_the_diff_reads_as_a_deletion_after_the_cursor_drops_it():
+    """`name = '‸'` and the first quote deleted: the text is the same as with the second one
+    deleted, which would keep the suggestion in place, one character right of the user's cursor."""
+    old = "name = ''\n"
+    cursor = old.index("''") + 1
+    new = edited(old, cursor - 1, 1, "")
+    assert rebase("bob", cursor, cursor, old, new) is None
+    assert rebase("bob", cursor, cursor, old, edited(old, cursor + 1, 1, "")) == Placement("bob", cursor, cursor)
+
+
+def test_an_edit_the_diff_cannot_place_but_that_lies_before_it_either_way_moves_it():
+    old = "x = 11\ny = \n"
+    cursor = len("x = 11\ny = ")
+    new = edited(old, 4, 1, "")                        # one of the two 1s: either way before the cursor
+    assert rebase("2", cursor, cursor, old, new) == Placement("2", cursor - 1, cursor - 1)
