@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from dllm_lsp.engine.engine import CancelToken, Engine
 from dllm_lsp.engine.types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState, TokenConfidence
-from dllm_lsp.multisite.companion import (COMPANION_TOKENS, MAX_BETWEEN_CHARS, CompanionEdit, CompanionSlot,
+from dllm_lsp.multisite.companion import (COMPANION_TOKENS, MAX_BETWEEN_CHARS, CompanionEdit, CompanionSlot, import_edit,
                                           with_companion_slot)
 from dllm_lsp.options import CHARS_PER_TOKEN, Options
 from dllm_lsp.planner.spans import plan_span
@@ -81,8 +81,11 @@ class Completion:
 
     def moved(self, start: int, end: int, snapshot: Snapshot) -> Completion:
         """The completion placed on a newer snapshot. Alternatives are dropped: a move follows
-        the text shown (typed through, or mapped through an edit), which the others are not."""
-        return replace(self, start=start, end=end, snapshot=snapshot, alternatives=())
+        the text shown (typed through, or mapped through an edit), which the others are not. Its
+        import is placed afresh on the new text (after the import block as it is now; none if the
+        file has it by now): an edit above the imports would have left the old offset mid-line."""
+        companion = None if self.companion is None else import_edit(self.companion.statement, snapshot)
+        return replace(self, start=start, end=end, snapshot=snapshot, alternatives=(), companion=companion)
 
     @property
     def typed_prefix(self) -> str:

@@ -12,7 +12,7 @@ from dllm_lsp.multisite.companion import (
     with_companion_slot,
 )
 from dllm_lsp.options import Options
-from dllm_lsp.pipeline import plan
+from dllm_lsp.pipeline import Completion, plan
 from dllm_lsp.syntax.snapshot import Snapshot
 
 FILES = {
@@ -169,3 +169,20 @@ def test_a_crlf_file_gets_a_crlf_import_line():
     last_line = "import os"                                 # the import block ends the file, no break after it
     edit = import_edit("import re", Snapshot.parse("# head\r\n" + last_line, "python"))
     assert edit is not None and edit.text == "\r\nimport re\r\n"
+
+
+def test_a_completion_moved_onto_a_newer_version_places_its_import_afresh():
+    """An edit above the imports while the model ran: the completion moves down a line, and the
+    import it needs must go after the import block as it is now (the old offset fell mid-line,
+    `import import torch\n os`), or nowhere once the file has it."""
+    text = '"""Doc."""\nimport os\n\ny = torch.\n'
+    old = Snapshot.parse(text, "python")
+    companion = import_edit("import torch", old)
+    completion = Completion("zeros(3)", len(text) - 1, len(text) - 1, old, span=None, result=None,
+                            companion=companion)
+    newer = Snapshot.parse("# edited\n" + text, "python")
+    moved = completion.moved(completion.start + 9, completion.end + 9, newer)
+    assert moved.companion == import_edit("import torch", newer)
+    assert moved.companion.offset == companion.offset + 9 == newer.text.index("\n\ny") + 1
+    has_it = Snapshot.parse(text.replace("import os\n", "import os\nimport torch\n"), "python")
+    assert completion.moved(completion.start + 13, completion.end + 13, has_it).companion is None
