@@ -71,10 +71,11 @@ def strict_structure(data: Any, cls: type[T]) -> T:
     if attrs.has(cls) and cls.__module__ == __name__ and isinstance(data, dict):
         for field in attrs.fields(attrs.resolve_types(cls)):
             key = _camel(field.name)
-            allowed = tuple(t for t in (typing.get_args(field.type) or (field.type,)) if t in (str, bool))
+            allowed = tuple(t for t in (typing.get_args(field.type) or (field.type,)) if t in (str, bool, int))
             value = data.get(key)
-            if allowed and value is not None and not isinstance(value, allowed):
-                raise TypeError(f"{key} must be a {'string' if str in allowed else 'boolean'}")
+            if allowed and value is not None and (type(value) not in allowed):   # True is no int here
+                names = {str: "a string", bool: "a boolean", int: "an integer"}
+                raise TypeError(f"{key} must be {' or '.join(names[t] for t in allowed)}")
     return _converter.structure(data, cls)
 
 

@@ -208,16 +208,17 @@ async def test_newer_request_supersedes_older(server):
     assert info.value.code == -32800
 
 
-async def test_streamed_completion_reports_states_in_order(server):
+@pytest.mark.parametrize("token", ["stream-1", 71])     # LSP's ProgressToken: a string or an integer
+async def test_streamed_completion_reports_states_in_order(server, token):
     client, seen, _ = server
     client.workspace_did_change_configuration(
         types.DidChangeConfigurationParams(settings={"dllm": {"steps": 6, "threshold": 1.0, "streamIntervalMs": 0}})
     )
     open_doc(client, URI, SOURCE)
-    params = {**raw_inline_params(URI, 4, 11), "partialResultToken": "stream-1"}
+    params = {**raw_inline_params(URI, 4, 11), "partialResultToken": token}
     final = await send_raw_request(client, "dllm/inlineCompletion", params)
-    await wait_until(lambda: any(p.token == "stream-1" and p.value["kind"] == "end" for p in seen.progress))
-    reports = [p.value for p in seen.progress if p.token == "stream-1" and p.value["kind"] == "report"]
+    await wait_until(lambda: any(p.token == token and p.value["kind"] == "end" for p in seen.progress))
+    reports = [p.value for p in seen.progress if p.token == token and p.value["kind"] == "report"]
     steps = [r["step"] for r in reports]
     assert steps == sorted(steps) and len(steps) >= 2
     assert len({r["text"] for r in reports}) >= 2, "the span should sharpen over the steps"
