@@ -128,11 +128,18 @@ class DllmProtocol(LanguageServerProtocol):
 
 
 def document_uri(params: Any) -> str | None:
-    document = getattr(params, "text_document", None)
-    if document is None and isinstance(params, dict) and isinstance(params.get("textDocument"), dict):
-        document = params["textDocument"]
-        return document.get("uri") if isinstance(document.get("uri"), str) else None
-    return getattr(document, "uri", None)
+    """The document a message is about: `textDocument.uri` of the standard params (lsprotocol's
+    attrs), of our own methods' (pygls' `Object` namedtuples, or plain dicts), or the first
+    argument of our commands (`dllm.fillHoles`, `dllm.applyCompanionEdit`: `[uri, ...]`)."""
+    if isinstance(params, types.ExecuteCommandParams):
+        if params.command.startswith("dllm.") and params.arguments and isinstance(params.arguments[0], str):
+            return params.arguments[0]
+        return None
+    document = getattr(params, "text_document", None) or getattr(params, "textDocument", None)
+    if document is None and isinstance(params, dict):
+        document = params.get("textDocument")
+    uri = document.get("uri") if isinstance(document, dict) else getattr(document, "uri", None)
+    return uri if isinstance(uri, str) else None
 
 
 def too_big(uri: str, size: int) -> str:

@@ -152,6 +152,12 @@ def case_document_above_the_limit(c: RawClient) -> None:
     assert "limit" in warning["params"]["message"]
     answer = c.response(c.inline(uri, 0, 5))
     assert is_error(answer, -32803) and "limit" in answer["error"]["message"]
+    at = {"textDocument": {"uri": uri}, "position": {"line": 0, "character": 5}}
+    whole = {"start": {"line": 0, "character": 0}, "end": {"line": 1, "character": 0}}
+    for method, params in [("dllm/inlineCompletion", {**at, "partialResultToken": "big"}), ("dllm/nextEdits", at),
+                           ("workspace/executeCommand", {"command": "dllm.fillHoles", "arguments": [uri, whole]})]:
+        answer = c.call(method, params)                  # our own methods too, not "not open"
+        assert is_error(answer, -32803) and "limit" in answer["error"]["message"], (method, answer)
     c.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
     still_serves(c)
 
