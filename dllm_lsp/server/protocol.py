@@ -20,6 +20,7 @@ from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 from pygls.workspace import Workspace
 
+from .auth import SERVER_NOT_INITIALIZED
 from .documents import LspWorkspace
 
 log = logging.getLogger(__name__)
@@ -57,11 +58,23 @@ class DllmProtocol(LanguageServerProtocol):
             raise
 
     def handle_message(self, message) -> None:
-        if message is _ANSWERED or self.refuse_oversized(message):
+        if message is _ANSWERED or self.refuse_before_initialize(message) or self.refuse_oversized(message):
             return
         super().handle_message(message)
         if getattr(message, "method", None) == types.TEXT_DOCUMENT_DID_CHANGE:
             self.check_size(message.params.text_document.uri)
+
+    def refuse_before_initialize(self, message) -> bool:
+        """LSP: before `initialize`, a request is answered ServerNotInitialized (-32002) and a
+        notification other than `exit` is dropped. (pygls served them, and its handlers failed
+        with -32603 and a traceback: no workspace yet.)"""
+        method = getattr(message, "method", None)
+        if self._workspace is not None or method is None or method in (types.INITIALIZE, types.EXIT):
+            return False
+        if getattr(message, "id", None) is not None:
+            self._send_response(message.id, error=JsonRpcException(
+                f"{method} before initialize: send initialize first", code=SERVER_NOT_INITIALIZED).to_response_error())
+        return True
 
     @property
     def oversized(self) -> dict[str, int]:

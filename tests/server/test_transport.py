@@ -309,6 +309,26 @@ def test_shutdown_while_holes_are_filled(tmp_path, tiny_model_dir):
         stop(proc)
 
 
+def test_messages_before_initialize(tmp_path):
+    """LSP: a request before `initialize` gets ServerNotInitialized (-32002), a notification is
+    dropped. Served anyway, the handlers failed with -32603 and a traceback."""
+    client, proc = RawClient.stdio(tmp_path)
+    try:
+        uri = "file:///tmp/early.py"
+        client.open(uri, "x = 1\n")                              # dropped: the document is not open later
+        answer = client.response(client.inline(uri, 0, 5))
+        assert is_error(answer, -32002) and "initialize" in answer["error"]["message"]
+        assert is_error(client.call("dllm/status", {}), -32002)
+        assert "result" in client.initialize(initialized=False)
+        assert "result" in client.call("dllm/status", {})
+        assert is_error(client.response(client.inline(uri, 0, 5)), -32602)   # "not open": its didOpen was dropped
+        client.shutdown_and_exit()
+        assert proc.wait(timeout=30) == 0
+    finally:
+        stop(proc)
+    assert "Traceback" not in (tmp_path / "server.log").read_text()
+
+
 def test_requests_after_shutdown_are_refused_not_dropped(tmp_path):
     client, proc = RawClient.stdio(tmp_path)
     try:
