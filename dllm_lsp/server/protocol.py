@@ -25,6 +25,17 @@ from .documents import LspWorkspace
 
 log = logging.getLogger(__name__)
 
+
+class _QuietDeserializeErrors(logging.Filter):
+    """pygls logs every message whose params fail to deserialise with a screen of traceback before
+    raising; DllmProtocol.structure_message answers those itself (InvalidParams) and logs one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str) and record.msg.startswith("Unable to deserialize message"))
+
+
+logging.getLogger("pygls.protocol.json_rpc").addFilter(_QuietDeserializeErrors())
+
 _ANSWERED = object()   # a request already answered with an error while being read
 
 MAX_DOCUMENT_CHARS = 4 * 1024 * 1024   # larger documents get no completions (a clear message instead)
@@ -53,6 +64,7 @@ class DllmProtocol(LanguageServerProtocol):
             if "id" in data and "method" in data:
                 problems = describe(exc.__cause__) if exc.__cause__ is not None else str(exc)
                 error = JsonRpcInvalidParams(f"invalid params for {data['method']}: {problems}")
+                log.info("request %s answered -32602: %s", data["id"], error.message)
                 self._send_response(data["id"], error=error.to_response_error())
                 return _ANSWERED
             raise

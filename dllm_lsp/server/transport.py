@@ -41,6 +41,7 @@ BODY_STALL_S = 1.0                      # a body that stops this long short of i
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
+INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 
 _HEADER = re.compile(rb"^([A-Za-z][A-Za-z0-9_-]*)[ \t]*:[ \t]*(.*?)[ \t]*\r?\n$", re.DOTALL)
@@ -236,6 +237,10 @@ def envelope_error(data: dict) -> dict | None:
                                  f'Invalid Request: "id" must be a string or an integer, not {kind}')
         if "params" in data and data["params"] is not None and not isinstance(data["params"], (dict, list)):
             return error_message(msg_id, INVALID_REQUEST, 'Invalid Request: "params" must be an object or an array')
+        if data["method"] == "$/cancelRequest":
+            target = data.get("params", {}).get("id") if isinstance(data.get("params"), dict) else None
+            if isinstance(target, bool) or not isinstance(target, (int, str)):   # pygls hashes it
+                return error_message(msg_id, INVALID_PARAMS, "$/cancelRequest: params.id must be a string or an integer")
         return None
     if "id" in data and ("result" in data or "error" in data):
         return None   # a response to one of our requests

@@ -329,6 +329,28 @@ def test_messages_before_initialize(tmp_path):
     assert "Traceback" not in (tmp_path / "server.log").read_text()
 
 
+def test_ordinary_client_errors_log_a_line_each_not_a_traceback(tmp_path):
+    """Bad params of a standard request (answered -32602) and a $/cancelRequest whose id is an
+    object or an array (dropped): pygls logged a screen of traceback for each."""
+    client, proc = RawClient.stdio(tmp_path)
+    try:
+        assert "result" in client.initialize(initialized=False)
+        uri = "file:///tmp/errors.py"
+        client.open(uri, "x = 1\n")
+        bad = client.call("textDocument/inlineCompletion", {"textDocument": {"uri": uri}, "context": {"triggerKind": 1},
+                                                            "position": {"line": -1, "character": 0}})
+        assert is_error(bad, -32602) and "position" in bad["error"]["message"]
+        client.notify("$/cancelRequest", {"id": {"nested": 1}})
+        client.notify("$/cancelRequest", {"id": [1]})
+        assert "result" in client.call("dllm/status", {})
+        client.shutdown_and_exit()
+        assert proc.wait(timeout=30) == 0
+    finally:
+        stop(proc)
+    log = (tmp_path / "server.log").read_text()
+    assert "Traceback" not in log and "cancelRequest" in log, log[-3000:]
+
+
 def test_requests_after_shutdown_are_refused_not_dropped(tmp_path):
     client, proc = RawClient.stdio(tmp_path)
     try:
