@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import shutil
 import tarfile
 import tempfile
@@ -105,13 +106,46 @@ def pack_job(job_dir: Path, model_dir: Path, pack_dir: Path, part_bytes: int = P
     return manifest
 
 
+def safe_dest(dest: object) -> bool:
+    """A path the pack may write: relative, under models/NAME/ or docs/, no `..` or `.` parts."""
+    if not isinstance(dest, str) or not dest or "\\" in dest:
+        return False
+    parts = dest.split("/")
+    if parts[0] not in ALLOWED_ROOTS or any(p in ("", ".", "..") for p in parts):
+        return False
+    return len(parts) >= (3 if parts[0] == "models" else 2)
+
+
+def checked_manifest(manifest: object) -> dict:
+    """The manifest, if it has the shape pack_job writes and every file goes where a pack may
+    write; else ValueError. (A `dest` of models/../x once made unpack delete the whole checkout:
+    the folder it replaces is models/NAME.)"""
+    if not isinstance(manifest, dict):
+        raise ValueError("not a JSON object")
+    parts, files = manifest.get("parts"), manifest.get("files")
+    if not isinstance(manifest.get("archive_sha256"), str) or not isinstance(parts, list) \
+            or not isinstance(files, list):
+        raise ValueError("it needs archive_sha256, parts and files")
+    for part in parts:
+        if not isinstance(part, dict) or not isinstance(part.get("sha256"), str) \
+                or not isinstance(part.get("name"), str) or not re.fullmatch(r"part-\d+\.bin", part["name"]):
+            raise ValueError(f"bad part entry {part!r}")
+    for entry in files:
+        if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str) or not safe_dest(entry.get("dest")):
+            raise ValueError(f"refusing file entry {entry!r}: only files under models/NAME/ and docs/")
+    return manifest
+
+
 def unpack(pack_dir: Path, repo: Path, make_default: bool = False) -> list[Path]:
     """Verify the parts and write their files into `repo`; returns the paths written."""
     pack_dir, repo = Path(pack_dir), Path(repo)
     manifest_path = pack_dir / "manifest.json"
     if not manifest_path.is_file():
         raise ValueError(f"{pack_dir} has no manifest.json: not a GPU job pack")
-    manifest = json.loads(manifest_path.read_text())
+    try:
+        manifest = checked_manifest(json.loads(manifest_path.read_text()))
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"{manifest_path} is not a GPU job manifest: {exc}") from None
     chunks = []
     for part in manifest["parts"]:
         path = pack_dir / part["name"]
@@ -133,6 +167,8 @@ def unpack(pack_dir: Path, repo: Path, make_default: bool = False) -> list[Path]
                 raise ValueError(f"refusing archive member {member.name!r}: only files under models/ and docs/")
         tar.extractall(tmp, filter="data")
         for dest, digest in expected.items():
+            if not (Path(tmp) / dest).is_file():
+                raise ValueError(f"{dest} is in the manifest but not in the archive")
             if sha256_of((Path(tmp) / dest).read_bytes()) != digest:
                 raise ValueError(f"{dest} differs from the manifest")
         model_folders = sorted({Path(*Path(d).parts[:2]) for d in expected if d.startswith("models/")})

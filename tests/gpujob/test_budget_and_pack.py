@@ -113,6 +113,33 @@ def test_a_pack_too_big_leaves_out_the_least_needed_files(tmp_path):
         pack_job(job, model, tmp_path / "pack2", part_bytes=10_000, max_files=3)
 
 
+@pytest.mark.parametrize("dest", ["models/../docs/x.md", "models/./x", "/etc/x", "src/x.py", "docs/../../x",
+                                  "models/m", "docs", "models//x", "models\\m\\x"])
+def test_unpack_refuses_a_manifest_that_writes_outside_models_and_docs(tmp_path, dest):
+    """Before this was checked, `models/../docs/x.md` made unpack replace the folder models/.. (the
+    whole checkout) with the pack's."""
+    job, model = fake_job(tmp_path, 10_000)
+    pack = tmp_path / "pack"
+    manifest = pack_job(job, model, pack)
+    manifest["files"][0]["dest"] = dest
+    (pack / "manifest.json").write_text(json.dumps(manifest))
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    (repo / "src" / "keep.py").write_text("x = 1\n")
+    with pytest.raises(ValueError, match="refusing file entry"):
+        unpack(pack, repo)
+    assert (repo / "src" / "keep.py").read_text() == "x = 1\n"
+
+
+@pytest.mark.parametrize("manifest", ["[]", "{}", '{"archive_sha256": "x", "parts": [{"name": "../x"}], "files": []}',
+                                      "not json"])
+def test_unpack_refuses_a_manifest_of_another_shape(tmp_path, manifest):
+    (tmp_path / "pack").mkdir()
+    (tmp_path / "pack" / "manifest.json").write_text(manifest)
+    with pytest.raises(ValueError, match="not a GPU job manifest"):
+        unpack(tmp_path / "pack", tmp_path / "repo")
+
+
 def test_unpack_refuses_a_corrupt_or_incomplete_pack(tmp_path):
     job, model = fake_job(tmp_path, 300_000)
     pack = tmp_path / "pack"
