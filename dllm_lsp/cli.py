@@ -6,6 +6,7 @@ import importlib
 import logging
 import sys
 
+from .cli_errors import output_file
 from .serving import INSTALL_HINT as RAY_INSTALL_HINT
 
 # Subcommands whose argument parsing lives with the code they run: name -> module with main(argv).
@@ -95,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(bench)
     bench.add_argument("--runs", type=int, default=20)
     bench.add_argument("--json", action="store_true")
-    bench.add_argument("--out", help="also write the JSON figures to this file")
+    bench.add_argument("--out", type=output_file, help="also write the JSON figures to this file")
     bench.add_argument("--profile", action="store_true",
                        help="also record where the line tail's time goes: host or device, launches, syncs, Python")
 

@@ -17,8 +17,8 @@ import torch
 
 from . import pipeline
 from .bench.latency import run_latency_bench
-from .cli_errors import one_line
-from .engine.engine import Engine, out_of_memory
+from .cli_errors import one_line, write_out
+from .engine.engine import CanvasTooSmall, Engine, out_of_memory
 from .engine.types import InfillRequest
 from .loader import ModelLoadError, load_model
 from .options import Options, SettingsError
@@ -55,7 +55,7 @@ def apply_threads(args) -> int:
     if value is None:
         raw = os.environ.get(THREADS_ENV, "").strip()
         if raw:
-            if not raw.isdigit() or int(raw) < 1:
+            if not raw.isdecimal() or int(raw) < 1:
                 raise UserError(f"{THREADS_ENV} must be a positive integer, not {raw!r}")
             value = int(raw)
         else:
@@ -144,7 +144,7 @@ def os_reason(exc: OSError) -> str:
 
 def parse_host_port(spec: str) -> tuple[str, int]:
     host, _, port = spec.rpartition(":")
-    if not port.isdigit() or not 0 < int(port) < 65536:
+    if not port.isdecimal() or not 0 < int(port) < 65536:
         raise UserError(f"--tcp needs HOST:PORT or :PORT, not {spec!r}")
     return host or "127.0.0.1", int(port)
 
@@ -179,7 +179,7 @@ def read_source(path: Path) -> str:
 
 def parse_location(spec: str) -> tuple[Path, int, int]:
     parts = spec.rsplit(":", 2)
-    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+    if len(parts) != 3 or not parts[1].isdecimal() or not parts[2].isdecimal():
         raise UserError(f"expected FILE:LINE:COL (1-based), got {spec!r}")
     line, col = int(parts[1]), int(parts[2])
     if line < 1 or col < 1:
@@ -243,6 +243,8 @@ def complete(args) -> int:
         raise UserError(str(exc)) from None
     try:
         result = plan.run(engine)
+    except CanvasTooSmall as exc:
+        raise UserError(f"the model cannot complete here: {exc}") from None
     except (MemoryError, RuntimeError) as exc:     # torch.cuda.OutOfMemoryError is a RuntimeError
         if not out_of_memory(exc):
             raise
@@ -384,7 +386,7 @@ def bench(args) -> int:
                                 cuda_graphs=True if args.cuda_graphs else None)
     text = json.dumps(figures, indent=2)
     if args.out:
-        Path(args.out).write_text(text + "\n")
+        write_out(args.out, text + "\n")
     if args.json:
         print(text)
     else:

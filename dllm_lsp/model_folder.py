@@ -19,6 +19,8 @@ def load_json_file(path: Path):
         return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ModelLoadError(f"{path} is not valid JSON: {exc}") from exc
+    except RecursionError:
+        raise ModelLoadError(f"{path} is nested too deeply to be a model's JSON") from None
 
 
 def check_weights_match(expected: dict[str, tuple[int, ...]], state: dict, folder: Path) -> None:

@@ -30,6 +30,13 @@ MODEL_TYPE = "dllm-lsp-embedded"
 LAYOUTS = ("causal_context", "bidirectional")
 
 
+MIN_POSITIONS = 64   # a line slot (32 tokens) and some context: below it no completion fits
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 @dataclass
 class EmbeddedConfig:
     vocab_size: int = 16384
@@ -47,6 +54,22 @@ class EmbeddedConfig:
     eos_token_id: int | None = None
 
     def __post_init__(self) -> None:
+        for name in ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "max_positions"):
+            if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive integer, not {getattr(self, name)!r}")
+        if self.max_positions < MIN_POSITIONS:
+            raise ValueError(f"max_positions {self.max_positions} leaves no room for a completion "
+                             f"(at least {MIN_POSITIONS})")
+        for name in ("rope_theta", "norm_eps"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+                raise ValueError(f"{name} must be a positive number, not {value!r}")
+        for name in ("mask_token_id", "pad_token_id", "eos_token_id"):
+            value = getattr(self, name)
+            if not (value is None and name == "eos_token_id") and not (_is_int(value) and 0 <= value < self.vocab_size):
+                raise ValueError(f"{name} must be a token id below vocab_size {self.vocab_size}, not {value!r}")
+        if self.mask_token_id == self.pad_token_id:
+            raise ValueError(f"mask_token_id and pad_token_id are both {self.mask_token_id}: a pad would read as a mask")
         if self.attention_layout not in LAYOUTS:
             raise ValueError(f"attention_layout must be one of {LAYOUTS}, not {self.attention_layout!r}")
         if self.dim % self.n_heads or self.n_heads % self.n_kv_heads:

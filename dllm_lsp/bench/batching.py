@@ -20,11 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
 import torch
 
-from dllm_lsp.cli_errors import report as report_error
+from dllm_lsp.cli_errors import output_file, report as report_error, write_out
 from dllm_lsp.engine.batching import StepCost
 from dllm_lsp.engine.denoise import FixedLengthRun, StepRows, propose
 from dllm_lsp.engine.engine import Engine
@@ -187,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--span-tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: 1)")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--out", help="also write the JSON here")
+    parser.add_argument("--out", type=output_file, help="also write the JSON here")
     args = parser.parse_args(argv)
     try:
         counts = sorted({int(c) for c in args.requests.split(",") if c.strip()})
@@ -207,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                                   "its requests do not share steps")
     report = run_batching_bench(engine, counts, args.runs, args.span_tokens)
     if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+        write_out(args.out, json.dumps(report, indent=2) + "\n")
     if args.json:
         print(json.dumps(report, indent=2))
     return 0

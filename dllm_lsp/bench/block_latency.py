@@ -22,12 +22,12 @@ import argparse
 import json
 import statistics
 import sys
-from pathlib import Path
 
 import torch
 
 from dllm_lsp.checkpoints.block_denoiser import SDAR_8B_SHAPE, random_block_denoiser
 from dllm_lsp.checkpoints.block_model import BlockConfig, block_causal_mask
+from dllm_lsp.cli_errors import output_file, write_out
 from dllm_lsp.engine.blockwise import BlockStep, decode_blockwise
 from dllm_lsp.engine.denoiser import Canvas
 
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shared", default="1,2,4,8,16",
                    help="request counts for the shared block step (comma-separated; '' to skip)")
     p.add_argument("--quick", action="store_true", help="a tiny shape: checks the code path (CPU)")
-    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--out", type=output_file, default=None)
     p.add_argument("--json", action="store_true")
     a = p.parse_args(sys.argv[1:] if argv is None else argv)
     device = torch.device("cuda" if a.device == "auto" and torch.cuda.is_available() else
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     text = json.dumps(result, indent=1)
     if a.out:
-        a.out.write_text(text + "\n")
+        write_out(a.out, text + "\n")
     if a.json or not a.out:
         print(text)
     return 0

@@ -34,7 +34,6 @@ import statistics
 import sys
 import time
 import traceback
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +43,7 @@ from dllm_lsp.checkpoints.context_store import ContextStore
 from dllm_lsp.checkpoints.denoiser import CheckpointDenoiser
 from dllm_lsp.checkpoints.families import DREAM
 from dllm_lsp.checkpoints.tiny import tiny_tokenizer
+from dllm_lsp.cli_errors import output_file, write_out
 from dllm_lsp.engine.cuda_graph import GraphedCall
 from dllm_lsp.engine.denoise import denoise
 from dllm_lsp.engine.denoiser import Canvas, SpecialTokens
@@ -69,7 +69,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="dllm-lsp bench checkpoint", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--json", action="store_true", help="print the JSON figures instead of a summary")
-    p.add_argument("--out", help="also write the JSON figures to this file")
+    p.add_argument("--out", type=output_file, help="also write the JSON figures to this file")
     p.add_argument("--quick", action="store_true", help="tiny shape and context: checks the code path (CPU)")
     p.add_argument("--context", type=int, default=None, help="context tokens (default 2048; 64 with --quick)")
     p.add_argument("--span", type=int, default=32)
@@ -662,7 +662,7 @@ def main(argv: list[str] | None = None) -> int:
     figures = run(args)
     text = json.dumps(figures, indent=2)
     if args.out:
-        Path(args.out).write_text(text + "\n")
+        write_out(args.out, text + "\n")
     print(text if args.json else summary(figures))
     return 0
 

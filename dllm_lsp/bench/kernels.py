@@ -15,7 +15,8 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
+
+from dllm_lsp.cli_errors import output_file, write_out
 
 # Memory bandwidth by GPU name (bytes/s, vendor figures), for the weight-read bound.
 BANDWIDTH = (
@@ -38,7 +39,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda when available)")
     parser.add_argument("--json", action="store_true", help="print the JSON figures instead of a table")
-    parser.add_argument("--out", help="also write the JSON figures to this file")
+    parser.add_argument("--out", type=output_file, help="also write the JSON figures to this file")
     parser.add_argument("--quick", action="store_true", help="tiny shapes: a smoke run of the code path")
     parser.add_argument("--bandwidth", type=float, default=None,
                         help="memory bandwidth in bytes/s for the weight-read bound (default: by GPU name)")
@@ -199,8 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     def save(report: dict) -> None:
         if args.out:
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+            write_out(args.out, json.dumps(report, indent=2) + "\n")
 
     report = run(args, save)
     save(report)

@@ -20,7 +20,7 @@ from pathlib import Path
 from dllm_lsp import pipeline
 from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import InfillResult
-from dllm_lsp.cli_errors import report as report_error
+from dllm_lsp.cli_errors import output_file, report as report_error, write_out
 from dllm_lsp.loader import ModelLoadError, load_model
 from dllm_lsp.options import Options
 from dllm_lsp.syntax.document import ParsedDocument
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--open-documents", default="0",
                         help="comma-separated counts of other open documents, each count timed in turn (e.g. 0,100)")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--out", help="also write the JSON figures here")
+    parser.add_argument("--out", type=output_file, help="also write the JSON figures here")
     args = parser.parse_args(argv)
     prog = "dllm-lsp bench overhead"
     if args.requests < 1:
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(counts) > 1:
         report["by_open_documents"] = {str(n): by_count[n] for n in counts}
     if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+        write_out(args.out, json.dumps(report, indent=2) + "\n")
     if args.json:
         print(json.dumps(report, indent=2))
     else:

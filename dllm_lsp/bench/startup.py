@@ -18,12 +18,11 @@ import asyncio
 import json
 import sys
 import time
-from pathlib import Path
 
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
-from dllm_lsp.cli_errors import report as report_error
+from dllm_lsp.cli_errors import output_file, report as report_error, write_out
 
 from .environment import environment, percentiles
 from .typing import STATUS_METHOD, plain
@@ -124,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default=None, help="auto, cpu, cuda (default: the server's)")
     ap.add_argument("--runs", type=int, default=5, help="server starts per setting (interleaved)")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
-    ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    ap.add_argument("--out", type=output_file, default=None, help="also write the JSON here")
     args = ap.parse_args(argv)
     args.argv = argv
     if args.runs < 1:
@@ -136,8 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         return report_error("dllm-lsp bench startup", exc)
     text = json.dumps(result, indent=1)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+        write_out(args.out, text + "\n")
     if args.json:
         print(text)
     else:

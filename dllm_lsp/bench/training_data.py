@@ -22,7 +22,7 @@ import torch
 from tokenizers import Tokenizer
 
 from dllm_lsp.arch.tokenizer import special_ids
-from dllm_lsp.cli_errors import report as report_error
+from dllm_lsp.cli_errors import output_file, report as report_error, write_out
 from dllm_lsp.train.data import USES_PER_FILE, SpanBatches, TrainBatches, load_files
 from dllm_lsp.train.examples import LayoutOptions
 from dllm_lsp.train.presets import preset
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target-steps-per-second", type=float, default=None,
                     help="GPU steps a second to feed: the rows then say how many workers that takes")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: one worker's share)")
-    ap.add_argument("--out", type=Path, default=None, help="write the JSON here too")
+    ap.add_argument("--out", type=output_file, default=None, help="write the JSON here too")
     a = ap.parse_args(argv)
     try:
         uses = [float(x) for x in a.uses_per_file.split(",") if x.strip()]
@@ -124,8 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(result, indent=1)
     print(text)
     if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(text + "\n")
+        write_out(a.out, text + "\n")
     return 0
 
 

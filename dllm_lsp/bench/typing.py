@@ -43,7 +43,7 @@ from pathlib import Path
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
-from dllm_lsp.cli_errors import report as report_error
+from dllm_lsp.cli_errors import output_file, report as report_error, write_out
 from dllm_lsp.serving.local_cluster import RayCluster
 
 from .environment import environment, percentiles
@@ -471,7 +471,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--file", action="append", type=Path, default=[], help="source file to type (default: stdlib files)")
     p.add_argument("--speed", type=float, default=1.0, help="replay this many times faster than a person")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=None, help="write the JSON here")
+    p.add_argument("--out", type=output_file, default=None, help="write the JSON here")
     p.add_argument("--plot", type=Path, default=None, help="write the PNG here")
     p.add_argument("--json", action="store_true")
     p.add_argument("--ray-replicas", default=None, metavar="N,M",
@@ -568,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
         return report_error("dllm-lsp bench typing", exc)
     text = json.dumps(result, indent=1)
     if args.out:
-        args.out.write_text(text + "\n")
+        write_out(args.out, text + "\n")
     if args.plot:
         plot(result, args.plot)
     if args.json or not args.out:

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from dllm_lsp.bench.environment import environment
-from dllm_lsp.cli_errors import report as report_error
+from dllm_lsp.cli_errors import output_file, report as report_error, write_out
 from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import CONFIDENCE_KINDS
 from dllm_lsp.loader import ModelLoadError, load_model, resolve_model_path
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                         "going to the next), tasks taken in an order whose every prefix is spread over the file; "
                         "what was infilled is executed and scored (the GPU job's time boxes)")
     h.add_argument("--json", action="store_true", help="print one JSON object (pass@1 = the headline figure)")
-    h.add_argument("--out", type=Path, default=None, help="also write the full results (with completions) here")
+    h.add_argument("--out", type=output_file, default=None, help="also write the full results (with completions) here")
     started = time.monotonic()
     a = ap.parse_args(argv)
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         summary["length_gap_points"] = length_gap_points(by_mode["unknown"], by_mode["oracle"])
     if a.out:
         full = {**summary, "modes": {r.mode: r.to_json(with_samples=True) for r in results}}
-        a.out.write_text(json.dumps(full, indent=1) + "\n")
+        write_out(a.out, json.dumps(full, indent=1) + "\n")
     if a.json:
         print(json.dumps(summary))
     else:

@@ -41,7 +41,7 @@ def config_of(a) -> ReplicaConfig:
     autoscale = None
     if a.autoscale:
         low, _, high = a.autoscale.partition(":")
-        if not (low.isdigit() and high.isdigit()) or not 0 <= int(low) <= int(high) or int(high) < 1:
+        if not (low.isdecimal() and high.isdecimal()) or not 0 <= int(low) <= int(high) or int(high) < 1:
             raise ValueError(f"--autoscale wants MIN:MAX with 0 <= MIN <= MAX, MAX >= 1, not {a.autoscale!r}")
         autoscale = (int(low), int(high))
     if a.replicas < 1:

@@ -161,7 +161,7 @@ def connect(address: str) -> None:
     if ray.is_initialized():
         return
     host, _, port = address.rpartition(":")
-    if address != "auto" and port.isdigit():
+    if address != "auto" and port.isdecimal():
         # ray.init retries an unreachable address for minutes: find out first, with a short timeout.
         try:
             socket.create_connection((host or "127.0.0.1", int(port)), timeout=5).close()

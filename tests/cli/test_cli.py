@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import select
 import subprocess
 import sys
@@ -146,6 +147,24 @@ def test_missing_model_folder_is_a_clear_error(tmp_path):
     proc = run("complete", f"{EXAMPLE}:3:12", "--model", str(tmp_path / "nope"), "--device", "cpu")
     assert proc.returncode == 1
     assert "does not exist" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("args, env, status, message", [
+    (["complete", f"{EXAMPLE}:²:1"], {}, 1, "FILE:LINE:COL"),               # a digit int() refuses
+    (["serve", "--tcp", ":²"], {}, 1, "HOST:PORT"),
+    (["complete", f"{EXAMPLE}:7:21"], {"DLLM_LSP_THREADS": "²"}, 1, "DLLM_LSP_THREADS must be a positive integer"),
+    (["bench", "--out", "{file}/x.json"], {}, 2, "is a file"),              # refused before the run, not after
+    (["bench", "typing", "--out", "{tmp}"], {}, 2, "is a folder"),
+    (["eval", "humaneval-infilling", "--out", "{file}/x.json"], {}, 2, "is a file"),
+])
+def test_user_errors_are_one_line(tmp_path, tiny_model_dir, args, env, status, message):
+    (tmp_path / "file").write_text("")
+    args = [a.format(file=tmp_path / "file", tmp=tmp_path) for a in args]
+    proc = subprocess.run([sys.executable, "-m", "dllm_lsp", *args, *(["--model", str(tiny_model_dir)]
+                                                                     if args[0] == "complete" else [])],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, **env})
+    assert proc.returncode == status and message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_tcp_address_is_validated():

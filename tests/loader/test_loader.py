@@ -31,6 +31,32 @@ def test_config_that_is_not_json(model_copy):
         load_model(model_copy, "cpu")
 
 
+def test_config_nested_past_the_recursion_limit(model_copy):
+    (model_copy / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ModelLoadError, match="nested too deeply"):
+        load_model(model_copy, "cpu")
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("mask_token_id", 99_999, "mask_token_id must be a token id below vocab_size"),
+    ("mask_token_id", -5, "mask_token_id must be a token id"),
+    ("pad_token_id", 0, "a pad would read as a mask"),
+    ("eos_token_id", True, "eos_token_id must be a token id"),
+    ("norm_eps", "x", "norm_eps must be a positive number"),
+    ("rope_theta", -1, "rope_theta must be a positive number"),
+    ("max_positions", 8, "max_positions 8 leaves no room"),
+    ("max_positions", 0, "max_positions must be a positive integer"),
+    ("dim", "192", "dim must be a positive integer"),
+])
+def test_config_values_the_model_cannot_run_with(model_copy, key, value, message):
+    """Once loaded, and the first completion failed with a traceback (an index out of range, a
+    canvas with no room): each is a load error naming the value now."""
+    config = json.loads((model_copy / "config.json").read_text())
+    (model_copy / "config.json").write_text(json.dumps({**config, key: value}))
+    with pytest.raises(ModelLoadError, match=message):
+        load_model(model_copy, "cpu")
+
+
 def test_missing_weights(model_copy):
     (model_copy / "model.safetensors").unlink()
     with pytest.raises(ModelLoadError, match="no model.safetensors"):
