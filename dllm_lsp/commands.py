@@ -34,6 +34,9 @@ from .syntax.snapshot import Snapshot
 MAX_FILE_BYTES = 8 * 1024 * 1024
 
 
+MAX_INFILL_TOKENS = 1024   # one infill line's slot at most
+
+
 class UserError(Exception):
     """A problem with the user's input: printed as one line, exit status 1."""
 
@@ -306,6 +309,8 @@ def infill(args) -> int:
     apply_threads(args)
     if args.concurrency < 1:
         raise UserError(f"--concurrency must be at least 1, not {args.concurrency}")
+    if args.max_tokens is not None and not 1 <= args.max_tokens <= MAX_INFILL_TOKENS:
+        raise UserError(f"--max-tokens must be within 1..{MAX_INFILL_TOKENS}, not {args.max_tokens}")
     options = cli_options(args)
     settings = options.decode.decode_settings()
     default_max = args.max_tokens if args.max_tokens is not None else options.planner.max_line_tokens
@@ -327,11 +332,21 @@ def infill(args) -> int:
     writer.start()
     try:
         with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
-            for number, raw in enumerate(sys.stdin, start=1):
-                if raw.strip():
-                    room.acquire()
-                    replies.put((number, pool.submit(infill_line, engine, raw, number, default_max, settings,
-                                                     InfillRequest)))
+            # Bytes, decoded line by line: a line that is not UTF-8 gets its error reply, whatever
+            # encoding the locale gives stdin (a strict one raised on it and ended the stream).
+            for number, data in enumerate(sys.stdin.buffer, start=1):
+                room.acquire()
+                try:
+                    raw = data.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    replies.put((number, pool.submit(lambda n=number, e=exc: {
+                        "id": None, "error": f"line {n} is not UTF-8 ({e.reason} at byte {e.start})"})))
+                    continue
+                if not raw.strip():
+                    room.release()
+                    continue
+                replies.put((number, pool.submit(infill_line, engine, raw, number, default_max, settings,
+                                                 InfillRequest)))
     finally:
         replies.put(None)
         writer.join()
@@ -358,8 +373,8 @@ def infill_line(engine, raw: str, number: int, default_max: int, settings, reque
     max_tokens = item.get("max_tokens", default_max)
     if not isinstance(prefix, str) or not isinstance(suffix, str):
         return {"id": ident, "error": "prefix and suffix must be strings"}
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= 1024:
-        return {"id": ident, "error": "max_tokens must be an integer within 1..1024"}
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= MAX_INFILL_TOKENS:
+        return {"id": ident, "error": f"max_tokens must be an integer within 1..{MAX_INFILL_TOKENS}"}
     language = item.get("language")
     if language is not None and not isinstance(language, str):
         return {"id": ident, "error": "language must be a string (an LSP languageId such as \"python\")"}

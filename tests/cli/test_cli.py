@@ -56,6 +56,20 @@ def test_infill_jsonl_round_trip_keeps_order_and_survives_bad_lines(tiny_model_d
     assert "strings" in out[3]["error"] and "max_tokens" in out[4]["error"]
 
 
+def test_infill_answers_a_line_that_is_not_utf8_with_its_error(tiny_model_dir):
+    """Under a strict stdin encoding the bad byte once raised out of the read loop: no reply at all,
+    not even to the good lines before it."""
+    good = json.dumps({"id": 1, "prefix": "x = ", "suffix": "\n", "max_tokens": 4}).encode()
+    data = good + b"\n" + b'{"id": 2, "prefix": "\xff"}\n' + good.replace(b'"id": 1', b'"id": 3') + b"\n"
+    proc = subprocess.run([sys.executable, "-m", "dllm_lsp", "infill", "--model", str(tiny_model_dir), "--device", "cpu"],
+                          input=data, capture_output=True, timeout=120, env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+    assert proc.returncode == 0, proc.stderr
+    out = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [o["id"] for o in out] == [1, None, 3] and "line 2 is not UTF-8" in out[1]["error"]
+    refused = run("infill", "--max-tokens", "0", "--model", str(tiny_model_dir), stdin="")
+    assert refused.returncode == 1 and "--max-tokens must be within 1..1024" in refused.stderr
+
+
 def test_infill_with_concurrency_shares_steps_and_answers_as_one_at_a_time(tiny_model_dir):
     prefixes = ["def f(x):\n    return ", "import os\npath = os.path.join(", "class A:\n    def g(self):\n        ",
                 "values = [", "total = 0\nfor item in items:\n    total += ", "print("]
