@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace.position_codec import PositionCodec
 
 from dllm_lsp.server.positions import LspTextDocument, line_starts, lsp_lines, offset_in_text, position_in_text
@@ -80,3 +81,10 @@ def test_the_real_server_completes_where_the_client_typed(tmp_path, tiny_model_d
         assert proc.wait(timeout=30) == 0
     finally:
         stop(proc)
+
+
+@pytest.mark.parametrize("text, character", [("a😀\nb", 2), ("😀", 1), ("x😀y", 2)])
+def test_a_position_inside_a_surrogate_pair_says_so_wherever_it_is_on_the_line(text, character):
+    """At the line's last character the message once said the position was past the line's end."""
+    with pytest.raises(JsonRpcInvalidParams, match="splits a character"):
+        offset_in_text(text, types.Position(0, character), PositionCodec())
