@@ -310,35 +310,48 @@ class Connection:
             if isinstance(item, FramingError):
                 log.error("bad frame: %s", item.reason)
                 self.send(error_message(None, PARSE_ERROR, f"Parse error: {item.reason}"))
+                self.refuse_if_unauthenticated("a bad frame")
                 continue
-            self.dispatch(item)
+            if self.dispatch(item) is False:
+                self.refuse_if_unauthenticated("a malformed message")
             # Let the handler just started run to its first real wait before the next message is
             # handled: a completion request plans on the document as it was when the request came,
             # not after a didChange read in the same chunk (pygls starts async handlers as tasks).
             await asyncio.sleep(0)
         return self.exit_code
 
-    def dispatch(self, body: bytes) -> None:
+    def refuse_if_unauthenticated(self, what: str) -> None:
+        """A connection that must authenticate first (a TCP server with a token) sent something
+        that never reached the protocol's gate (a bad frame, a batch, a message that is not one):
+        answered above, it is closed as a wrong first message would be (docs/deploy.md)."""
+        if getattr(self.protocol, "token", None) is not None and not getattr(self.protocol, "authenticated", True):
+            log.warning("refused a connection: %s before initialize", what)
+            self.protocol.close_connection()
+
+    def dispatch(self, body: bytes) -> bool:
+        """Hand one frame's message on; False when it was answered here as malformed."""
         try:
             data = decode_body(body)
         except ValueError as exc:
             at = body.lower().find(_CONTENT_LENGTH, 1)
             if at < 0:
-                return self.parse_error(exc)
+                self.parse_error(exc)
+                return False
             # A body shorter than its Content-Length: the next frame's header was read into it.
             self.frames.unread(body[at:])
             log.warning("frame body shorter than its Content-Length; the next frame starts inside it")
             try:
                 data = decode_body(body[:at])
             except ValueError as exc2:
-                return self.parse_error(exc2)
+                self.parse_error(exc2)
+                return False
         if isinstance(data, list):
-            return self.batch(data)
+            self.batch(data)
+            return False
         if not isinstance(data, dict):
             self.send(error_message(None, INVALID_REQUEST, "Invalid Request: a message must be a JSON object"))
-            return None
-        self.message(data)
-        return None
+            return False
+        return self.message(data)
 
     def parse_error(self, exc: ValueError) -> None:
         reason = "body is not valid UTF-8" if isinstance(exc, UnicodeDecodeError) else "body is not valid JSON"
@@ -363,14 +376,15 @@ class Connection:
         if answers:
             self.send(answers)
 
-    def message(self, data: dict) -> None:
+    def message(self, data: dict) -> bool:
+        """Hand a message object to the protocol; False when it was answered here as malformed."""
         problem = envelope_error(data)
         if problem is not None:
             log.warning("invalid message: %s", problem["error"]["message"])
             if "method" in data and "id" not in data and problem["id"] is None and data.get("jsonrpc") == "2.0":
-                return   # a notification with a bad field: nothing to answer
+                return False   # a notification with a bad field: nothing to answer
             self.send(problem)
-            return
+            return False
         is_request = "method" in data and "id" in data
         if "method" in data:
             data.setdefault("params", None)   # JSON-RPC lets a request or notification omit params
@@ -381,10 +395,10 @@ class Connection:
             if is_request:
                 code = getattr(exc, "code", INTERNAL_ERROR)
                 self.send(error_message(data["id"], code, str(exc) or type(exc).__name__))
-            return
+            return False
         if is_request and getattr(self.protocol, "_shutdown", False) and data["method"] != "exit":
             self.send(error_message(data["id"], INVALID_REQUEST, "Invalid Request: the server is shutting down"))
-            return   # (pygls would drop it unanswered)
+            return True   # (pygls would drop it unanswered)
         try:
             self.protocol.handle_message(message)
         except SystemExit as exc:   # pygls' exit handler
@@ -394,6 +408,7 @@ class Connection:
             log.exception("error handling %s", data.get("method", "a response"))
             if is_request:
                 self.send(error_message(data["id"], INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"))
+        return True
 
 
 # --- stdio --------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import pytest
 
 from dllm_lsp.server.auth import AUTH_FAILED, SERVER_NOT_INITIALIZED, AuthError, check_bind, load_token
 
-from .raw_rpc import RawClient
+from .raw_rpc import RawClient, frame
 from .test_transport import OPTIONS, free_port, start_tcp_server, stop
 
 pytestmark = pytest.mark.timeout(180)
@@ -85,6 +85,22 @@ def test_nothing_is_read_before_a_good_initialize(guarded_server):
     finally:
         client.close()
     assert "secret.py" not in (tmp / "tcp.log").read_text()
+
+
+@pytest.mark.parametrize("first", [b"Content-Length: 5\r\n\r\nabcde", b"Content-Length: x\r\n\r\n{}",
+                                   frame(b'[{"jsonrpc": "2.0", "id": 1, "method": "dllm/status"}]'), frame(b"7"),
+                                   frame(b'{"jsonrpc": "1.0", "id": 1, "method": "initialize"}')])
+def test_a_malformed_first_message_closes_the_connection_too(guarded_server, first):
+    """Garbage, a bad header, a batch or a message that is none never reached the protocol's gate:
+    answered, but the connection stayed open, and an unauthenticated peer could go on sending
+    frames of up to 64 MiB for the server to decode."""
+    port, _ = guarded_server
+    client = RawClient.tcp(port)
+    try:
+        client.raw(first)
+        assert client.closed.wait(10), "the server kept the connection open"
+    finally:
+        client.close()
 
 
 def test_the_right_token_is_served(guarded_server):
