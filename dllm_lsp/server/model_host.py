@@ -12,11 +12,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import torch
+
 from dllm_lsp.engine.batching import DEFAULT_MAX_BATCH, DEFAULT_SLACK
 from dllm_lsp.engine.engine import CancelToken, Engine
 from dllm_lsp.engine.types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState
 from dllm_lsp.pipeline import CompletionPlan
-from dllm_lsp.loader import ModelLoadError, load_model
+from dllm_lsp.loader import ModelLoadError, load_model, resolve_device, resolve_model_path
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,21 @@ class ModelUnavailable(Exception):
 class LoadKey:
     model: str
     device: str
+
+    @classmethod
+    def of(cls, model: str, device: str) -> "LoadKey":
+        """The key of what a (model, device) pair loads: the model folder's real path and the device
+        it resolves to, so `auto` and `cpu`, or `default` and the default's name, share one load and
+        one of the `max_models` slots. A pair that does not resolve keeps its words (its load fails
+        and says why)."""
+        try:
+            dev = resolve_device(device)
+            folder = resolve_model_path(model, dev.type).resolve()
+        except ModelLoadError:
+            return cls(model, device)
+        if dev.type == "cuda" and dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        return cls(str(folder), str(dev))
 
 
 def local_engine(model: str, device: str, batching: bool = True, prefix_cache: int | None = None,
@@ -151,14 +168,14 @@ class ModelHost:
 
     def needs_load(self, model: str, device: str, user: int = 0) -> bool:
         slot = self._slot(user)
-        return slot is None or slot.key != LoadKey(model, device) or slot.failed
+        return slot is None or slot.key != LoadKey.of(model, device) or slot.failed
 
     def start_load(self, model: str, device: str, user: int = 0) -> asyncio.Future:
         """Start loading `model` on `device` for `user` now (synchronously: a request arriving right
         after sees the load in progress and waits for it). A model already loaded or loading is
         shared, not loaded again. Raises ModelUnavailable when it would exceed max_models."""
-        key = LoadKey(model, device)
-        slot = self._slots.get((model, device))
+        key = LoadKey.of(model, device)
+        slot = self._slots.get((key.model, key.device))
         if slot is None or slot.failed:
             if slot is None:
                 try:
@@ -168,7 +185,7 @@ class ModelHost:
                     self._refused[user] = str(exc)
                     raise
             slot = Slot(key, asyncio.ensure_future(self._load(model, device)))
-            self._slots[(model, device)] = slot
+            self._slots[(key.model, key.device)] = slot
             slot.loading.add_done_callback(lambda f, s=slot: self._loaded(s, f))
         self._use(user, slot)
         return slot.loading

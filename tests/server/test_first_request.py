@@ -100,7 +100,9 @@ async def test_connections_keep_their_own_models_and_share_equal_ones(tiny_model
     a, b, c, d = host.view(), host.view(), host.view(), host.view()
     try:
         first = await a.load(str(tiny_model_dir), "cpu")
-        assert await b.load(str(tiny_model_dir), "cpu") is first          # shared, loaded once
+        # shared, loaded once, however the same folder and device are spelled (`auto` is the CPU here)
+        spelled = str(tiny_model_dir.parent / ".." / tiny_model_dir.parent.name / tiny_model_dir.name)
+        assert await b.load(spelled, "auto") is first
         second = await c.load(str(other), "cpu")
         assert second is not first and a.engine is first and c.engine is second
         with pytest.raises(ModelUnavailable, match="at most 2 model"):
