@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import attrs
 import cattrs
+from cattrs.gen import make_mapping_structure_fn
 
 from dllm_lsp.engine.types import CacheSettings, DecodeSettings
 from dllm_lsp.planner.spans import PlannerSettings
@@ -269,7 +270,19 @@ def _make_converter() -> cattrs.Converter:
         float, _strict(float, "a number", lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)))
     converter.register_structure_hook(bool, _strict(bool, "a boolean", lambda x: isinstance(x, bool)))
     converter.register_structure_hook(str, _strict(str, "a string", lambda x: isinstance(x, str)))
+    converter.register_structure_hook_factory(lambda tp: typing.get_origin(tp) is dict,
+                                              lambda tp: _object_first(make_mapping_structure_fn(tp, converter)))
     return converter
+
+
+def _object_first(mapping):
+    """cattrs' own structuring of a dict field, once the value is a JSON object (a list once gave
+    "'list' object has no attribute 'items'")."""
+    def hook(value, tp):
+        if not isinstance(value, dict):
+            raise TypeError(f"must be a JSON object, not {value!r}")
+        return mapping(value, tp)
+    return hook
 
 
 _converter = _make_converter()

@@ -74,6 +74,7 @@ def test_client_objects_are_structured_strictly():
                              ({"confidence": "vibes"}, "confidence must be one of"),
                              ({"remaskBelow": 1.5}, "remaskBelow must be within 0..1"),
                              ({"languages": {"python": "yes"}}, "languages['python'] must be a boolean"),
+                             ({"languages": ["python"]}, "languages must be a JSON object, not ['python']"),
                              ({"model": ""}, "model must be a non-empty string"), (["steps"], "JSON object")]:
         with pytest.raises(SettingsError, match=re.escape(message)):
             base.merged(options)
