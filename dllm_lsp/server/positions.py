@@ -70,7 +70,7 @@ def offset_in_text(text: str, position: types.Position, codec: PositionCodec) ->
         units += codec.impl.code_units_for_char(char)
     if units == position.character:
         return start + len(line)
-    if line and units - codec.impl.code_units_for_char(line[-1]) < position.character:
+    if line and units - codec.impl.code_units_for_char(line[-1]) < position.character < units:
         raise JsonRpcInvalidParams("position splits a character")   # the line's last one
     raise JsonRpcInvalidParams(
         f"character {position.character} is past the end of line {position.line} ({units} units)"
