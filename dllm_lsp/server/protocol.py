@@ -78,9 +78,15 @@ class DllmProtocol(LanguageServerProtocol):
 
     def refuse_before_initialize(self, message) -> bool:
         """LSP: before `initialize`, a request is answered ServerNotInitialized (-32002) and a
-        notification other than `exit` is dropped. (pygls served them, and its handlers failed
+        notification other than `exit` is dropped; a second `initialize` is refused (-32600). (pygls served them, and its handlers failed
         with -32603 and a traceback: no workspace yet.)"""
         method = getattr(message, "method", None)
+        if method == types.INITIALIZE and self._workspace is not None:
+            # LSP: initialize is sent once. A second one re-initialised the workspace, and its
+            # options were said to fall back to the defaults while the first ones stayed.
+            self._send_response(message.id, error=JsonRpcException(
+                "initialize was already received: it is sent once per connection", code=-32600).to_response_error())
+            return True
         if self._workspace is not None or method is None or method in (types.INITIALIZE, types.EXIT):
             return False
         if getattr(message, "id", None) is not None:

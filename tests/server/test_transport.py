@@ -322,6 +322,8 @@ def test_messages_before_initialize(tmp_path):
         assert "result" in client.initialize(initialized=False)
         assert "result" in client.call("dllm/status", {})
         assert is_error(client.response(client.inline(uri, 0, 5)), -32602)   # "not open": its didOpen was dropped
+        again = client.initialize({"steps": "bad"}, initialized=False)          # LSP: sent once
+        assert is_error(again, -32600) and "already" in again["error"]["message"]
         client.shutdown_and_exit()
         assert proc.wait(timeout=30) == 0
     finally:
