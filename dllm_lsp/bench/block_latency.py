@@ -27,9 +27,10 @@ import torch
 
 from dllm_lsp.checkpoints.block_denoiser import SDAR_8B_SHAPE, random_block_denoiser
 from dllm_lsp.checkpoints.block_model import BlockConfig, block_causal_mask
-from dllm_lsp.cli_errors import output_file, write_out
+from dllm_lsp.cli_errors import output_file, report as report_error, write_out
 from dllm_lsp.engine.blockwise import BlockStep, decode_blockwise
 from dllm_lsp.engine.denoiser import Canvas
+from dllm_lsp.loader import ModelLoadError, resolve_device
 
 from .checkpoint_latency import fixed_steps, guarded, shared_against_in_turn, timed
 from .environment import environment
@@ -118,11 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=output_file, default=None)
     p.add_argument("--json", action="store_true")
     a = p.parse_args(sys.argv[1:] if argv is None else argv)
-    device = torch.device("cuda" if a.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if a.device == "auto" else a.device))
-    if device.type == "cuda" and not torch.cuda.is_available():
-        print("dllm-lsp bench block: error: no CUDA device", file=sys.stderr)
-        return 1
+    try:
+        device = resolve_device(a.device)
+    except ModelLoadError as exc:
+        return report_error("dllm-lsp bench block", exc)
     if a.span < 1 or (a.context is not None and a.context < 1) or (a.runs is not None and a.runs < 1):
         print("dllm-lsp bench block: error: --span, --context and --runs must be positive", file=sys.stderr)
         return 1

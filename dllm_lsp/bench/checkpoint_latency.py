@@ -43,12 +43,12 @@ from dllm_lsp.checkpoints.context_store import ContextStore
 from dllm_lsp.checkpoints.denoiser import CheckpointDenoiser
 from dllm_lsp.checkpoints.families import DREAM
 from dllm_lsp.checkpoints.tiny import tiny_tokenizer
-from dllm_lsp.cli_errors import output_file, write_out
+from dllm_lsp.cli_errors import output_file, report as report_error, write_out
 from dllm_lsp.engine.cuda_graph import GraphedCall
 from dllm_lsp.engine.denoise import denoise
 from dllm_lsp.engine.denoiser import Canvas, SpecialTokens
 from dllm_lsp.engine.types import CacheSettings, DecodeSettings
-from dllm_lsp.loader import resolve_device
+from dllm_lsp.loader import ModelLoadError, resolve_device
 
 from .environment import environment
 from .profiling import profile_calls
@@ -659,6 +659,17 @@ def summary(f: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    prog = "dllm-lsp bench checkpoint"
+    for name, value in (("--steps", args.steps), ("--span", args.span), ("--context", args.context),
+                        ("--runs", args.runs)):
+        if value is not None and value < 1:
+            return report_error(prog, f"{name} must be at least 1, not {value}")
+    if args.refresh_every < 0:
+        return report_error(prog, f"--refresh-every must be at least 0, not {args.refresh_every}")
+    try:
+        resolve_device(args.device)     # before the model is built: a bad --device is one line
+    except ModelLoadError as exc:
+        return report_error(prog, exc)
     figures = run(args)
     text = json.dumps(figures, indent=2)
     if args.out:

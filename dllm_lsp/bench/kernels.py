@@ -116,14 +116,18 @@ def run(args: argparse.Namespace, save=lambda report: None) -> dict:
     from .denoise_step import bench_step  # noqa: PLC0415
     from .environment import environment  # noqa: PLC0415
 
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    try:
+        device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    except RuntimeError:
+        raise SystemExit(f"dllm-lsp bench kernels: error: unknown device {args.device!r}: use cpu, cuda or cuda:N") \
+            from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise SystemExit("bench kernels: --device cuda but torch sees no CUDA device")
+            raise SystemExit("dllm-lsp bench kernels: error: --device cuda but torch sees no CUDA device")
         if device.index is not None:   # torch.cuda.set_device refuses a bare "cuda" (no index)
             torch.cuda.set_device(device)
     elif device.type != "cpu":
-        raise SystemExit(f"bench kernels: unsupported device {device}")
+        raise SystemExit(f"dllm-lsp bench kernels: error: unsupported device {device}")
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     bandwidth = args.bandwidth or default_bandwidth(gpu)
     info = environment(str(device))

@@ -64,6 +64,8 @@ def typing_cursors(doc, count: int, seed: int):
             line_start = rng.randint(0, len(text) - 1)
             line_start = text.rfind("\n", 0, line_start) + 1
             cursor = text.find("\n", line_start)
+            if cursor < 0:
+                cursor = len(text)   # the last line, with no newline after it
         else:
             cursor += 1
         yield cursor
@@ -137,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         reason = os.strerror(exc.errno).lower() if getattr(exc, "errno", None) else "not UTF-8 text"
         return report_error(prog, f"cannot read --file {args.file}: {reason}")
+    if not text:
+        return report_error(prog, f"--file {args.file} is empty: there is nothing to type into")
     try:
         denoiser = load_model(args.model, "cpu")
     except ModelLoadError as exc:

@@ -20,9 +20,11 @@ import sys
 import time
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcException
 from pygls.lsp.client import LanguageClient
 
 from dllm_lsp.cli_errors import output_file, report as report_error, write_out
+from dllm_lsp.loader import ModelLoadError, read_config, resolve_device, resolve_model_path
 
 from .environment import environment, percentiles
 from .typing import STATUS_METHOD, plain
@@ -128,11 +130,20 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv
     if args.runs < 1:
         return report_error("dllm-lsp bench startup", ValueError(f"--runs must be at least 1, not {args.runs}"))
+    try:   # checked here, not by the servers it starts: a bad --model or --device is one line
+        if args.device:
+            resolve_device(args.device)
+        if args.model:
+            read_config(resolve_model_path(args.model))
+    except ModelLoadError as exc:
+        return report_error("dllm-lsp bench startup", exc)
     log = (lambda msg: print(msg, file=sys.stderr, flush=True))
     try:
         result = asyncio.run(bench(args, log))
     except (RuntimeError, TimeoutError) as exc:
         return report_error("dllm-lsp bench startup", exc)
+    except JsonRpcException as exc:    # the server answered with an error (a model that failed to load)
+        return report_error("dllm-lsp bench startup", f"the server answered with an error: {exc}")
     text = json.dumps(result, indent=1)
     if args.out:
         write_out(args.out, text + "\n")

@@ -19,13 +19,13 @@ import time
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer
 
 from dllm_lsp.arch.tokenizer import special_ids
 from dllm_lsp.cli_errors import output_file, report as report_error, write_out
 from dllm_lsp.train.data import USES_PER_FILE, SpanBatches, TrainBatches, load_files
 from dllm_lsp.train.examples import LayoutOptions
 from dllm_lsp.train.presets import preset
+from dllm_lsp.train.tokenizer_step import load_tokenizer
 
 from .environment import environment
 
@@ -44,7 +44,7 @@ def run_training_data_bench(corpus: Path, tokenizer: Path, preset_name: str, use
                             target_steps_per_second: float | None = None, log=print) -> dict:
     p = preset(preset_name)
     layout = LayoutOptions(seq_len=p["seq_len"], max_slot=p["max_slot"])
-    pad = special_ids(Tokenizer.from_file(str(tokenizer)))["pad"]
+    pad = special_ids(load_tokenizer(tokenizer))["pad"]
     files = load_files(corpus, "train", layout.seq_len * 3)
     datasets = {u: SpanBatches(files, str(tokenizer), pad, p["batch_size"], layout, seed=7, uses_per_file=u)
                 for u in uses}
@@ -116,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--uses-per-file takes numbers of at least 1")
         if a.rounds < 1 or a.batches < 1:
             raise ValueError("--rounds and --batches must be at least 1")
+        if a.workers < 0:
+            raise ValueError(f"--workers must be at least 0, not {a.workers}")
+        if a.threads < 1:
+            raise ValueError(f"--threads must be at least 1, not {a.threads}")
         torch.set_num_threads(a.threads)
         result = run_training_data_bench(a.corpus, a.tokenizer, a.preset, uses, a.rounds, a.batches,
                                          a.workers, a.target_steps_per_second)

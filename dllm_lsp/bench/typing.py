@@ -503,9 +503,16 @@ def variants_of(specs: list[str], serve_specs: list[str] = ()) -> dict[str, tupl
 
 
 async def bench(args, log) -> dict:
-    clients = [int(c) for c in args.clients.split(",") if c.strip()]
+    try:
+        clients = [int(c) for c in args.clients.split(",") if c.strip()]
+    except ValueError:
+        clients = []
     if not clients or min(clients) < 1:
-        raise ValueError("--clients needs positive counts")
+        raise ValueError(f"--clients needs positive counts such as 1,2,4, not {args.clients!r}")
+    if not args.speed > 0:
+        raise ValueError(f"--speed must be more than 0 (times faster than a person), not {args.speed:g}")
+    if args.keystrokes < 1:
+        raise ValueError(f"--keystrokes must be at least 1, not {args.keystrokes}")
     files = args.file or [stdlib_file(name) for name in DEFAULT_FILES]
     missing = [str(f) for f in files if not f.is_file()]
     if missing:

@@ -120,11 +120,19 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     a = ap.parse_args(argv)
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
-    if a.threads:
-        torch.set_num_threads(a.threads)
     try:
+        if a.threads < 0:
+            raise ValueError(f"--threads must be at least 1, not {a.threads}")
+        if a.threads:
+            torch.set_num_threads(a.threads)
         if a.concurrency is not None and a.concurrency < 1:
             raise ValueError("--concurrency must be at least 1")
+        if a.max_tokens is not None and a.max_tokens < 1:
+            raise ValueError(f"--max-tokens must be at least 1, not {a.max_tokens}")
+        if not a.timeout > 0:
+            raise ValueError(f"--timeout must be more than 0 seconds, not {a.timeout:g}")
+        if a.workers < 1:
+            raise ValueError(f"--workers must be at least 1, not {a.workers}")
         if a.typed < 0:
             raise ValueError("--typed must be at least 0")
         if a.typed and a.typed_through:
@@ -150,6 +158,11 @@ def main(argv: list[str] | None = None) -> int:
                                ends_balanced=a.ends_balanced, min_confidence=a.min_confidence,
                                alternatives=a.alternatives)
         settings = replace(decode.decode_settings(), ends_in_order=a.ends_in_order, floor_from_left=a.floor_from_left)
+        try:   # the server's schema checks --context (its contextTokens), before the model loads
+            planner = PlannerOptions(context_tokens=a.context, heal_whitespace=a.heal_whitespace,
+                                     heal_typed=a.heal_typed, companion_edits=a.companion_edits)
+        except ValueError as exc:
+            raise ValueError(f"{str(exc).replace('contextTokens', '--context')}, not {a.context}") from None
         denoiser = load_model(a.model, a.device)
     except (ValueError, ModelLoadError) as exc:
         return report_error("dllm-lsp eval", exc)
@@ -157,9 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     engine = Engine(denoiser, context_tokens=a.context)
     log = (lambda msg: print(msg, file=sys.stderr, flush=True))   # progress: stderr, also beside --json
     concurrency = a.concurrency or (GPU_CONCURRENCY if denoiser.device.type == "cuda" else 1)
-    options = Options(planner=PlannerOptions(context_tokens=a.context, heal_whitespace=a.heal_whitespace,
-                                             heal_typed=a.heal_typed, companion_edits=a.companion_edits),
-                      decode=decode)
+    options = Options(planner=planner, decode=decode)
     begun = time.monotonic()
     results = [evaluate(engine, tasks, m, settings, unknown, a.timeout, a.workers, log, concurrency, options,
                         typed_chars=a.typed, typed_through=a.typed_through,

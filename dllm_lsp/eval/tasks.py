@@ -14,6 +14,7 @@ FILES = {
     "random-span-light": "HumanEval-RandomSpanInfillingLight.jsonl.gz",
 }
 REQUIRED = ("task_id", "prompt", "suffix", "canonical_solution", "test", "entry_point")
+JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,9 @@ def load_tasks(path: Path) -> list[Task]:
                     rec = json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise ValueError(f"{path}:{n}: not a JSON line: {exc}") from exc
+                if not isinstance(rec, dict):
+                    raise ValueError(f"{path}:{n}: not a task: a JSON object with {', '.join(REQUIRED)} expected, "
+                                     f"not a JSON {JSON_KINDS.get(type(rec), 'value')}")
                 missing = [k for k in REQUIRED if not isinstance(rec.get(k), str)]
                 if missing:
                     raise ValueError(f"{path}:{n}: task lacks {', '.join(missing)}")

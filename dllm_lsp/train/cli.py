@@ -13,7 +13,7 @@ from dllm_lsp.cli_errors import report as report_error
 from .card import write_card
 from .corpus import CorpusOptions, build_corpus
 from .examples import LayoutOptions
-from .loop import TrainOptions, train
+from .loop import TrainOptions, check_options, train
 from .objective import ObjectiveOptions
 from .presets import MODEL_KEYS, preset
 from .tokenizer_step import build_tokenizer, count_tokens
@@ -75,7 +75,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def corpus_options(a) -> CorpusOptions:
-    return CorpusOptions(folders=a.folder, max_bytes=int(a.max_mb * 1e6) if a.max_mb else None,
+    return CorpusOptions(folders=a.folder, max_bytes=int(a.max_mb * 1e6) if a.max_mb is not None else None,
                          val_percent=a.val_percent, languages=tuple(a.languages.split(",")),
                          decontaminate=a.decontaminate if a.decontaminate is not None else default_decontamination(),
                          assume_license=a.assume_license, workers=a.jobs,
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.step == "corpus":
             print(json.dumps(build_corpus(corpus_options(a), a.out), indent=2))
         elif a.step == "tokenizer":
-            tok = build_tokenizer(a.corpus, a.out, a.vocab_size, int(a.sample_mb * 1e6) if a.sample_mb else None)
+            tok = build_tokenizer(a.corpus, a.out, a.vocab_size, int(a.sample_mb * 1e6) if a.sample_mb is not None else None)
             print(json.dumps({"vocab": tok.get_vocab_size(),
                               "tokens": None if a.no_count else count_tokens(a.corpus, tok)}))
         elif a.step == "model":
@@ -146,10 +146,12 @@ def main(argv: list[str] | None = None) -> int:
             print(path)
         else:
             corpus, tok_path = a.work / "corpus", a.work / "tokenizer.json"
+            options = train_options(a, corpus, tok_path, a.out)
+            check_options(options, files=False)    # the model's settings, before the corpus and tokenizer
             build_corpus(corpus_options(a), corpus)
             vocab = a.vocab_size or preset(a.preset)["vocab_size"]
             count_tokens(corpus, build_tokenizer(corpus, tok_path, vocab))
-            train(train_options(a, corpus, tok_path, a.out))
+            train(options)
     except (ValueError, OSError, KeyError) as exc:
         return report_error("dllm-lsp train", exc)
     return 0

@@ -114,8 +114,22 @@ def collect_sources(opts: CorpusOptions) -> list[SourceFile]:
     return out
 
 
+def check_corpus_options(opts: CorpusOptions, out_dir: Path) -> None:
+    """Refuse (ValueError naming the option) settings that would build an empty or useless corpus."""
+    if not 0 <= opts.val_percent < 100:
+        raise ValueError(f"--val-percent must be at least 0 and below 100 (the share of files kept for "
+                         f"validation; the rest train), not {opts.val_percent:g}")
+    if opts.max_bytes is not None and opts.max_bytes <= 0:
+        raise ValueError(f"--max-mb must be more than 0, not {opts.max_bytes / 1e6:g}")
+    if opts.max_seconds is not None and not opts.max_seconds > 0:
+        raise ValueError(f"--max-seconds must be more than 0, not {opts.max_seconds:g}")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"corpus folder {out_dir} is a file, not a folder")
+
+
 def build_corpus(opts: CorpusOptions, out_dir: Path, log=print) -> dict:
     out_dir = Path(out_dir)
+    check_corpus_options(opts, out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     sources = collect_sources(opts)

@@ -19,11 +19,13 @@ from tokenizers import Tokenizer
 from dllm_lsp.arch.embedded import EmbeddedConfig, EmbeddedModel
 from dllm_lsp.arch.tokenizer import special_ids
 from dllm_lsp.arch.weight_storage import load_weights
+from dllm_lsp.loader import ModelLoadError, resolve_device
 
 from .data import SpanBatches, TrainBatches, fixed_batches, load_files
 from .examples import LayoutOptions
 from .folder import save_model_folder
 from .objective import ObjectiveOptions, diffusion_loss
+from .tokenizer_step import load_tokenizer
 
 
 @dataclass
@@ -132,16 +134,48 @@ def continued_config(folder: Path, tokenizer: Tokenizer, seq_len: int) -> tuple[
     return cfg, previous
 
 
-def train(opts: TrainOptions, log=print) -> dict:
+def check_options(opts: TrainOptions, files: bool = True) -> torch.device:
+    """The device to train on; refuses (ValueError naming the option) what would crash the run or
+    never end it, before any work. `files`: also that the tokenizer and the corpus exist."""
     if opts.max_steps is None and opts.minutes is None:
         raise ValueError("give a step budget (--steps) or a time budget (--minutes)")
+    at_least_one = {"--steps": opts.max_steps, "--batch-size": opts.batch_size, "--seq-len": opts.layout.seq_len,
+                    "--max-slot": opts.layout.max_slot, "--eval-every": opts.eval_every,
+                    "--save-every": opts.save_every, "--threads": opts.threads,
+                    **{f"--{key.replace('_', '-')}": value for key, value in opts.model.items()
+                       if key in ("dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim")}}
+    for name, value in at_least_one.items():
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be at least 1, not {value}")
+    for name, value in {"--minutes": opts.minutes, "--save-minutes": opts.save_minutes}.items():
+        if value is not None and not value > 0:
+            raise ValueError(f"{name} must be more than 0, not {value:g}")
+    for name, value in {"--warmup": opts.warmup, "--workers": opts.workers, "--lr": opts.lr}.items():
+        if not value >= 0:     # --lr 0 is allowed: a run that only measures
+            raise ValueError(f"{name} must be at least 0, not {value:g}")
+    if opts.layout.max_slot >= opts.layout.seq_len:
+        raise ValueError(f"--max-slot ({opts.layout.max_slot}) must be less than --seq-len ({opts.layout.seq_len}): "
+                         "the window holds the slot and its context")
+    try:
+        device = resolve_device(opts.device)
+    except ModelLoadError as exc:
+        raise ValueError(f"--device: {exc}") from None
+    if not files:
+        return device
+    load_tokenizer(opts.tokenizer)
+    train_split = Path(opts.corpus) / "train.jsonl"
+    if not train_split.is_file():
+        raise ValueError(f"{train_split} not found: build the corpus first (dllm-lsp train corpus)")
+    return device
+
+
+def train(opts: TrainOptions, log=print) -> dict:
+    device = check_options(opts)
+    tokenizer = load_tokenizer(opts.tokenizer)
+    specials = special_ids(tokenizer)
     if opts.threads:
         torch.set_num_threads(opts.threads)
-    device = torch.device("cuda" if opts.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if opts.device == "auto" else opts.device))
     torch.manual_seed(opts.seed)
-    tokenizer = Tokenizer.from_file(str(opts.tokenizer))
-    specials = special_ids(tokenizer)
     previous = {"steps": 0, "tokens": 0, "seconds": 0.0, "runs": []}
     if opts.init_from is not None:
         # Continue a model folder (a shipped model, say): its architecture, weights and counters;

@@ -1,6 +1,7 @@
 """Train the byte-level BPE tokenizer on the corpus' train split and count the corpus' tokens."""
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -8,19 +9,40 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from dllm_lsp.arch.tokenizer import special_ids, train_tokenizer
+from dllm_lsp.cli_errors import one_line, output_file
 
 from .corpus import iter_records
+
+
+def load_tokenizer(path: Path) -> Tokenizer:
+    """A tokenizer.json, or a ValueError naming the file (the tokenizers library raises a bare
+    Exception that says neither which file nor what it was for)."""
+    if not Path(path).is_file():
+        raise ValueError(f"tokenizer file {path} not found (build one: dllm-lsp train tokenizer)")
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:
+        raise ValueError(f"cannot read the tokenizer {path}: {one_line(exc)}") from None
 
 
 def build_tokenizer(corpus_dir: Path, out_path: Path, vocab_size: int, sample_bytes: int | None = None) -> Tokenizer:
     """BPE over the train split, or over its first `sample_bytes` (the corpus is shuffled: a random sample)."""
     if not 259 <= vocab_size <= 65536:
         raise ValueError(f"vocab size {vocab_size} must lie in [259, 65536] (256 bytes + 3 specials at least)")
+    if sample_bytes is not None and sample_bytes <= 0:
+        raise ValueError(f"--sample-mb must be more than 0, not {sample_bytes / 1e6:g}")
+    try:
+        output_file(str(out_path))    # checked before the training, not after it
+    except argparse.ArgumentTypeError as exc:
+        raise ValueError(str(exc)) from None
     texts = sampled((r["text"] for r in iter_records(corpus_dir, "train")), sample_bytes)
     tokenizer = train_tokenizer(texts, vocab_size)
     special_ids(tokenizer)   # raises if a special token went missing
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(str(out_path))
+    try:
+        tokenizer.save(str(out_path))
+    except Exception as exc:   # the tokenizers library raises a bare Exception
+        raise OSError(f"cannot write {out_path}: {one_line(exc)}") from None
     return tokenizer
 
 
