@@ -250,31 +250,21 @@ def test_transport_case_over_tcp(tcp_server, case):
         client.close()
 
 
+@pytest.mark.parametrize("loading", [False, True])
 @pytest.mark.parametrize("shutdown_first, status", [(True, 0), (False, 1)])
-def test_exit_status_follows_the_protocol(tmp_path, shutdown_first, status):
-    client, proc = RawClient.stdio(tmp_path)
+def test_exit_status_follows_the_protocol(tmp_path, tiny_model_dir, loading, shutdown_first, status):
+    """`loading`: an editor closed right after it opened a file. The load (reported as work-done
+    progress) and a completion waiting for it are still running at `exit`. Their writes to the
+    closed stdout once each failed, and pygls logged each failure with the chain of those before
+    it: some 130,000 lines of tracebacks, and the process waited for the load."""
+    client, proc = RawClient.stdio(tmp_path, *(("--model", str(tiny_model_dir), "--device", "cpu") if loading else ()))
     try:
-        assert "result" in client.initialize(initialized=False)   # no model load: not needed here
-        if shutdown_first:
-            client.call("shutdown")
-        client.notify("exit")
-        assert proc.wait(timeout=30) == status
-    finally:
-        stop(proc)
-
-
-@pytest.mark.parametrize("shutdown_first, status", [(True, 0), (False, 1)])
-def test_exit_while_the_model_loads_and_a_completion_waits(tmp_path, tiny_model_dir, shutdown_first, status):
-    """An editor closed right after it opened a file: the load (reported as work-done progress) and
-    a completion waiting for it are still running at `exit`. Their writes to the closed stdout
-    once each failed, and pygls logged each failure with the chain of those before it: some
-    130,000 lines of tracebacks, and the process waited for the load."""
-    client, proc = RawClient.stdio(tmp_path, "--model", str(tiny_model_dir), "--device", "cpu")
-    try:
-        assert "result" in client.initialize(OPTIONS, capabilities={"window": {"workDoneProgress": True}})
-        uri = "file:///tmp/closing.py"
-        client.open(uri, "def main():\n    \n")
-        client.inline(uri, 1, 4)
+        if loading:
+            assert "result" in client.initialize(OPTIONS, capabilities={"window": {"workDoneProgress": True}})
+            client.open("file:///tmp/closing.py", "def main():\n    \n")
+            client.inline("file:///tmp/closing.py", 1, 4)
+        else:
+            assert "result" in client.initialize(initialized=False)   # no model load: not needed here
         if shutdown_first:
             client.call("shutdown")
         client.notify("exit")
