@@ -10,6 +10,7 @@ import os
 import queue
 import sys
 import threading
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -301,6 +302,21 @@ def no_completion_reason(plan, raw: str, held_back=None) -> str:
     return "the model's guess did not parse here, or only repeated the text after the cursor"
 
 
+def stdin_lines() -> Iterator[str | UnicodeDecodeError]:
+    """stdin's lines, each decoded on its own: a line that is not UTF-8 comes as its error, whatever
+    encoding the locale gives stdin (a strict one raised on it and ended the stream). A text
+    stream without bytes below it (set in-process) is read as it is."""
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:
+        yield from sys.stdin
+        return
+    for data in stream:
+        try:
+            yield data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            yield exc
+
+
 def infill(args) -> int:
     """JSONL in, JSONL out, in input order, each reply printed as soon as it and every line before
     it are done (the input may be a pipe another program writes to as it reads the replies). With
@@ -332,14 +348,10 @@ def infill(args) -> int:
     writer.start()
     try:
         with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
-            # Bytes, decoded line by line: a line that is not UTF-8 gets its error reply, whatever
-            # encoding the locale gives stdin (a strict one raised on it and ended the stream).
-            for number, data in enumerate(sys.stdin.buffer, start=1):
+            for number, raw in enumerate(stdin_lines(), start=1):
                 room.acquire()
-                try:
-                    raw = data.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    replies.put((number, pool.submit(lambda n=number, e=exc: {
+                if isinstance(raw, UnicodeDecodeError):
+                    replies.put((number, pool.submit(lambda n=number, e=raw: {
                         "id": None, "error": f"line {n} is not UTF-8 ({e.reason} at byte {e.start})"})))
                     continue
                 if not raw.strip():
