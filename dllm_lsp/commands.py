@@ -350,9 +350,10 @@ def infill(args) -> int:
         with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
             for number, raw in enumerate(stdin_lines(), start=1):
                 room.acquire()
-                if isinstance(raw, UnicodeDecodeError):
-                    replies.put((number, pool.submit(lambda n=number, e=raw: {
-                        "id": None, "error": f"line {n} is not UTF-8 ({e.reason} at byte {e.start})"})))
+                if isinstance(raw, UnicodeDecodeError):   # answered here, in its turn: no model work
+                    refused: Future = Future()
+                    refused.set_result({"id": None, "error": f"line {number} is not UTF-8 ({raw.reason} at byte {raw.start})"})
+                    replies.put((number, refused))
                     continue
                 if not raw.strip():
                     room.release()

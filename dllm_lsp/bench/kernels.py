@@ -115,15 +115,13 @@ def run(args: argparse.Namespace, save=lambda report: None) -> dict:
     from . import kernel_cases  # noqa: PLC0415
     from .denoise_step import bench_step  # noqa: PLC0415
     from .environment import environment  # noqa: PLC0415
+    from dllm_lsp.loader import ModelLoadError, resolve_device  # noqa: PLC0415  (imports the models: after TRITON_INTERPRET)
 
     try:
-        device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    except RuntimeError:
-        raise SystemExit(f"dllm-lsp bench kernels: error: unknown device {args.device!r}: use cpu, cuda or cuda:N") \
-            from None
+        device = resolve_device(args.device)
+    except ModelLoadError as exc:
+        raise SystemExit(f"dllm-lsp bench kernels: error: {exc}") from None
     if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise SystemExit("dllm-lsp bench kernels: error: --device cuda but torch sees no CUDA device")
         if device.index is not None:   # torch.cuda.set_device refuses a bare "cuda" (no index)
             torch.cuda.set_device(device)
     elif device.type != "cpu":

@@ -78,8 +78,8 @@ class DllmProtocol(LanguageServerProtocol):
 
     def refuse_before_initialize(self, message) -> bool:
         """LSP: before `initialize`, a request is answered ServerNotInitialized (-32002) and a
-        notification other than `exit` is dropped; a second `initialize` is refused (-32600). (pygls served them, and its handlers failed
-        with -32603 and a traceback: no workspace yet.)"""
+        notification other than `exit` is dropped; a second `initialize` is refused (-32600).
+        (pygls served them, and its handlers failed with -32603 and a traceback: no workspace yet.)"""
         method = getattr(message, "method", None)
         if method == types.INITIALIZE and self._workspace is not None:
             # LSP: initialize is sent once. A second one re-initialised the workspace, and its

@@ -270,16 +270,14 @@ def decode_body(body: bytes) -> Any:
     text = body.decode("utf-8")
     try:
         data = json.loads(text)
+        found = 0
+        if _SURROGATE_ESCAPE.search(text):
+            data, found = replace_lone_surrogates(data)
     except RecursionError:
         # Thousands of nested `[` would otherwise end the whole read loop (stdio: the server).
         raise ValueError("JSON nested too deeply") from None
-    if _SURROGATE_ESCAPE.search(text):
-        try:
-            data, found = replace_lone_surrogates(data)
-        except RecursionError:
-            raise ValueError("JSON nested too deeply") from None
-        if found:
-            log.warning("replaced %d lone UTF-16 surrogate(s) with U+FFFD", found)
+    if found:
+        log.warning("replaced %d lone UTF-16 surrogate(s) with U+FFFD", found)
     return data
 
 
@@ -312,7 +310,7 @@ class Connection:
                 self.send(error_message(None, PARSE_ERROR, f"Parse error: {item.reason}"))
                 self.refuse_if_unauthenticated("a bad frame")
                 continue
-            if self.dispatch(item) is False:
+            if not self.dispatch(item):
                 self.refuse_if_unauthenticated("a malformed message")
             # Let the handler just started run to its first real wait before the next message is
             # handled: a completion request plans on the document as it was when the request came,
