@@ -30,7 +30,7 @@ from .documents import DocumentTrees
 from .errors import RequestFailed, answered
 from .items import completion_list, inline_list
 from .model_host import HostView, ModelHost, ModelUnavailable
-from .params import StreamParams, decode
+from .params import StreamParams, decode, strict_converter
 from .protocol import DllmProtocol
 from .streaming import StreamReporter
 from .transport import start_io
@@ -46,7 +46,7 @@ class DllmLanguageServer(LanguageServer):
 
     def __init__(self, options: Options | None = None, host: ModelHost | None = None,
                  protocol_cls: type = DllmProtocol) -> None:
-        super().__init__("dllm-lsp", __version__, protocol_cls=protocol_cls)
+        super().__init__("dllm-lsp", __version__, protocol_cls=protocol_cls, converter_factory=strict_converter)
         self.options: Options = options or Options()
         self.owns_host = host is None   # a TCP connection borrows the process-wide model
         # This connection's view of the (possibly shared) models: its options choose its model.

@@ -6,17 +6,44 @@ so a malformed request is answered with InvalidParams naming the bad field, neve
 """
 from __future__ import annotations
 
+import json
 import typing
 from typing import Any, TypeVar
 
 import attrs
 from cattrs import transform_error
-from lsprotocol import converters, types
+from cattrs.v import format_exception
+from cattrs import Converter
+from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
+from pygls.protocol import default_converter
 
 T = TypeVar("T")
 
-_converter = converters.get_converter()
+
+class ParamError(ValueError):
+    """A param we checked ourselves; its message is the one the client reads."""
+
+
+def _position(data: Any, _cls: type) -> types.Position:
+    # lsprotocol's hook turns a line of 1.5, "3" or true into 1, 3 and 1: a client that sends them
+    # has a bug, and a completion at another line than it meant would hide it
+    if not isinstance(data, dict):
+        raise ParamError("must be an object {line, character}")
+    for key in ("line", "character"):
+        if type(data.get(key)) is not int:
+            raise ParamError(f"{key} must be an integer, not {json.dumps(data.get(key))}")
+    return types.Position(line=data["line"], character=data["character"])
+
+
+def strict_converter() -> Converter:
+    """pygls' converter, but a Position takes only JSON integers (the server's and our params')."""
+    converter = default_converter()
+    converter.register_structure_hook(types.Position, _position)
+    return converter
+
+
+_converter = strict_converter()
 
 
 @attrs.define
@@ -84,9 +111,13 @@ def _camel(name: str) -> str:
     return head + "".join(part.title() for part in rest)
 
 
+def _format(error: BaseException, cls: type | None) -> str:
+    return str(error) if isinstance(error, ParamError) else format_exception(error, cls)
+
+
 def describe(error: BaseException) -> str:
     try:
-        return "; ".join(transform_error(error, path="$"))
+        return "; ".join(transform_error(error, path="$", format_exception=_format))
     except Exception:
         return str(error)
 

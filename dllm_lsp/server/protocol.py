@@ -13,7 +13,6 @@ import logging
 from concurrent.futures import Future
 from typing import Any
 
-from cattrs import transform_error
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.protocol import LanguageServerProtocol
@@ -22,6 +21,7 @@ from pygls.workspace import Workspace
 
 from .auth import SERVER_NOT_INITIALIZED
 from .documents import LspWorkspace
+from .params import describe
 
 log = logging.getLogger(__name__)
 
@@ -177,10 +177,3 @@ def too_big(uri: str, size: int) -> str:
     name = uri.rsplit("/", 1)[-1] or uri
     return (f"{name} has {size / 1024 / 1024:.1f} Mi characters, above the {MAX_DOCUMENT_CHARS // (1024 * 1024)} Mi "
             "limit: no completions for it (docs/protocol.md, Limits)")
-
-
-def describe(error: BaseException) -> str:
-    try:
-        return "; ".join(transform_error(error, path="$"))
-    except Exception:
-        return str(error)

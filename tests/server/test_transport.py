@@ -321,6 +321,28 @@ def test_messages_before_initialize(tmp_path):
     assert "Traceback" not in (tmp_path / "server.log").read_text()
 
 
+def test_a_position_that_is_not_a_json_integer_is_invalid_params(tmp_path):
+    """lsprotocol's converter read a line of 1.5, "1" or true as line 1 and completed there."""
+    client, proc = RawClient.stdio(tmp_path)
+    try:
+        assert "result" in client.initialize()
+        uri = "file:///tmp/positions.py"
+        client.open(uri, "x = 1\ny = 2\n")
+        for method in ("textDocument/inlineCompletion", "textDocument/completion", "dllm/inlineCompletion"):
+            for line in (1.5, "1", True):
+                answer = client.call(method, {"textDocument": {"uri": uri}, "context": {"triggerKind": 1},
+                                              "position": {"line": line, "character": 0}})
+                assert is_error(answer, -32602), (method, line, answer)
+                assert "line must be an integer" in answer["error"]["message"], answer
+            ok = client.call(method, {"textDocument": {"uri": uri}, "context": {"triggerKind": 1},
+                                      "position": {"line": 1, "character": 0}})
+            assert "result" in ok, (method, ok)
+        client.shutdown_and_exit()
+        assert proc.wait(timeout=30) == 0
+    finally:
+        stop(proc)
+
+
 def test_ordinary_client_errors_log_a_line_each_not_a_traceback(tmp_path):
     """Bad params of a standard request (answered -32602) and a $/cancelRequest whose id is an
     object or an array (dropped): pygls logged a screen of traceback for each."""
