@@ -7,7 +7,8 @@ model denoised, or typed the completion's first characters themselves. `rebase` 
 completion goes now, only when that is exact:
 
 - the edits lie after the replaced range: it stays where it is;
-- they lie before it: it moves with them;
+- they lie before it and end before it: it moves with them (an edit that ends right at it, a
+  Backspace before the cursor, changed the text it continues, so it is dropped);
 - they insert, right at the cursor, exactly the characters the completion goes on with (the
   user typed through the suggestion): it keeps its text over the longer typed part, and is
   used up (None) once every character of it has been typed. An insertion that fits at the
@@ -51,11 +52,13 @@ def rebase(text: str, start: int, end: int, old: str, new: str) -> Placement | N
                 old_a = old_b = end                    # it fits at the cursor: editors type there
                 new_b = end + len(new) - len(old)
             elif not (lowest > end or (lowest == end and old_b > old_a)) \
-                    and not (old_b <= start and (old_b < start or old_a < old_b)):
+                    and not old_b < start:
                 return None                            # some of its places touch the completion
     if old_a >= end and (old_a > end or old_b > old_a):
         return Placement(text, start, end)             # edited after the completion (not a typing at it)
-    if old_b <= start and (old_b < start or old_a < old_b):
+    if old_b < start:
+        # strictly before: a deletion or replacement that ends at `start` changed the text the
+        # completion goes on from (Backspace over `return `'s blank: `returnnp.dtype(x)`)
         delta = len(new) - len(old)
         return Placement(text, start + delta, end + delta)
     if old_a == old_b == end:                          # a pure insertion right at the cursor

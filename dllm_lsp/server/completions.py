@@ -58,6 +58,7 @@ class CompletionService:
         # that draws native inline completions and streams refinements sends both per keystroke,
         # and the step scheduler runs them in the same steps).
         self._running: dict[tuple[str, bool], CancelToken] = {}
+        self._closed_tokens: set[CancelToken] = set()   # cancelled because their document closed
         self._shown: dict[str, Completion] = {}       # the last completion answered, per document
         self._prefetch: dict[str, Prefetch] = {}
         self.counters = {"typedThroughHits": 0, "prefetchStarted": 0, "prefetchHits": 0, "rebased": 0,
@@ -105,7 +106,13 @@ class CompletionService:
         self._prefetch[uri] = Prefetch(snapshot.text, offset, task)
 
     def forget(self, uri: str) -> None:
-        """The document closed: nothing of it is reused."""
+        """The document closed: nothing of it is reused, and its running requests stop at their
+        next step boundary (a document reopened meanwhile is another document to them)."""
+        for streamed in (False, True):
+            token = self._running.pop((uri, streamed), None)
+            if token is not None:
+                self._closed_tokens.add(token)
+                token.cancel()
         self._shown.pop(uri, None)
         prefetched = self._prefetch.pop(uri, None)
         if prefetched is not None:
@@ -122,11 +129,14 @@ class CompletionService:
         try:
             result = await self.host.run_plan(completion_plan, token, step, engine=engine)
         except Cancelled:
+            if token in self._closed_tokens:
+                raise JsonRpcRequestCancelled("the document was closed") from None
             raise Superseded("superseded by a newer request for the same document") from None
         except asyncio.CancelledError:
             token.cancel()
             raise
         finally:
+            self._closed_tokens.discard(token)
             if self._running.get(key) is token:
                 del self._running[key]
         completion = completion_plan.finish(result)

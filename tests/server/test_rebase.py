@@ -91,3 +91,24 @@ def test_an_edit_the_diff_cannot_place_but_that_lies_before_it_either_way_moves_
     cursor = len("x = 11\ny = ")
     new = edited(old, 4, 1, "")                        # one of the two 1s: either way before the cursor
     assert rebase("2", cursor, cursor, old, new) == Placement("2", cursor - 1, cursor - 1)
+
+
+RETURN = "def f(x):\n    return \n"
+AT = RETURN.index("return ") + len("return ")
+
+
+@pytest.mark.parametrize("new", [
+    edited(RETURN, AT - 1, 1, ""),                         # Backspace over the blank: `returnnp.dtype(x)`
+    edited(RETURN, AT - len("return "), len("return "), "yield"),   # the word before replaced
+    edited(RETURN, AT - 2, 2, ""),                         # two characters up to the cursor
+    "x = 1\n",                                             # closed and reopened as another file
+])
+def test_an_edit_that_ends_right_at_the_cursor_drops_it(new):
+    """The completion continues the text before the cursor; an edit that ends there changed that
+    text, and moving the completion with it glued it onto whatever is there now."""
+    assert rebase("np.dtype(x)", AT, AT, RETURN, new) is None
+
+
+def test_an_edit_ending_a_character_before_the_cursor_still_moves_it():
+    new = edited(RETURN, AT - 2, 1, "")                    # `retur ` : the blank before the cursor kept
+    assert rebase("x", AT, AT, RETURN, new) == Placement("x", AT - 1, AT - 1)

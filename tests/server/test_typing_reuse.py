@@ -142,6 +142,39 @@ async def test_enter_typed_during_denoising_never_leaves_the_result_a_line_above
             settings={"dllm": {"steps": 8, "threshold": 0.9, "maxLineTokens": 32}}))
 
 
+async def test_a_backspace_before_the_cursor_during_denoising_drops_the_result(client):
+    """`return ‸` and the blank deleted while the model ran: the result was moved one character
+    left and accepting it wrote `returnnp.dtype(x)`."""
+    try:
+        uri = "file:///typing/backspace.py"
+        await slow_settings_that_show_something(client, uri)
+        before = await status(client)
+        pending = asyncio.ensure_future(client.text_document_inline_completion_async(inline_params(uri, LINE, COL)))
+        await asyncio.sleep(0.01)
+        change(client, uri, 2, LINE, COL - 1, COL, "")
+        assert not (await pending).items
+        assert (await status(client))["dropped"] == before["dropped"] + 1
+    finally:
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+            settings={"dllm": {"steps": 8, "threshold": 0.9, "maxLineTokens": 32}}))
+
+
+async def test_closing_the_document_during_denoising_stops_its_request(client):
+    """A closed document's request stopped costing steps only when it ended: it ran on to its
+    last step, and a reopened document of other text could then get it."""
+    try:
+        uri = "file:///typing/closed.py"
+        await slow_settings_that_show_something(client, uri)
+        pending = asyncio.ensure_future(client.text_document_inline_completion_async(inline_params(uri, LINE, COL)))
+        await asyncio.sleep(0.01)
+        client.text_document_did_close(types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri)))
+        with pytest.raises(Exception, match="the document was closed"):
+            await pending
+    finally:
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+            settings={"dllm": {"steps": 8, "threshold": 0.9, "maxLineTokens": 32}}))
+
+
 async def test_a_streamed_and_a_plain_request_for_one_document_both_finish(client):
     """An editor that draws native inline completions and streams refinements sends both for the
     same keystroke: neither supersedes the other (only a newer request of the same kind does)."""
