@@ -43,7 +43,7 @@ def doc(text: str) -> dict:
 def _in(low, high=None):
     """A range validator whose message names the option as clients spell it."""
     def check(instance, attribute, value) -> None:
-        if value < low or (high is not None and value > high):
+        if not (low <= value and (high is None or value <= high)):   # NaN is in no range
             bound = f"within {low}..{high}" if high is not None else f">= {low}"
             raise ValueError(f"{snake_to_camel(attribute.name)} must be {bound}")
     return check
@@ -143,11 +143,14 @@ class DecodeOptions:
     temperature: float = attrs.field(default=0.8, validator=_in(0.05, 5.0), metadata=doc(
         "sampling temperature of the alternatives (the first suggestion is always the greedy one)"))
 
-    def decode_settings(self) -> DecodeSettings:
-        sampled = self.alternatives > 1
+    def decode_settings(self, alternatives: int | None = None) -> DecodeSettings:
+        """`alternatives`: how many candidates to decode instead of the option's (a joint fill of
+        several sites offers one edit, so it asks for 1)."""
+        n = self.alternatives if alternatives is None else alternatives
+        sampled = n > 1
         return DecodeSettings(steps=self.steps, threshold=self.threshold, confidence=self.confidence,
                               remask_below=self.remask_below, slot_start_tokens=self.slot_start_tokens,
-                              ends_balanced=self.ends_balanced, n=self.alternatives,
+                              ends_balanced=self.ends_balanced, n=n,
                               temperature=self.temperature if sampled else 0.0, greedy_first=sampled)
 
 

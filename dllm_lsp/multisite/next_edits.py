@@ -324,12 +324,24 @@ def plan_next_edits(
             else:
                 sites = call_sites(new, change, line_tokens)
                 if change.kind == "call":
-                    # the other calls follow the changed one, and so does the definition
-                    sites = [s for s in sites if not change.start <= s.start <= change.end]
-                    sites = sorted(sites + definition_sites(new, change, line_tokens), key=lambda s: s.start)
+                    # the other calls follow the changed one, and so does the definition; a call
+                    # around the changed one (`mul(mul(1, 2, 3), 4)`) would mask the user's edit
+                    sites = [s for s in sites if not (s.start <= change.end and change.start <= s.end)]
+                    sites = sites + definition_sites(new, change, line_tokens)
+                sites = innermost(sites)
                 if sites:
                     return NextEditsPlan(change, sites=sites)
     return None
+
+
+def innermost(sites: list[Site]) -> list[Site]:
+    """The sites in document order, without those that hold another (`add(add(1, 2), 3)`: the
+    outer argument list holds the inner one). Masked sites may not overlap; the inner call keeps
+    its text only if the outer list is left alone, and the outer call is offered again once the
+    inner one is filled."""
+    ordered = sorted(sites, key=lambda s: (s.start, -s.end))
+    # a site that holds another comes before it in this order (same start: the longer first)
+    return [s for i, s in enumerate(ordered) if not any(o.end <= s.end for o in ordered[i + 1:] if o.start < s.end)]
 
 
 def definition_sites(new: Snapshot, change: Change, line_tokens: int) -> list[Site]:

@@ -66,7 +66,7 @@ class MultisiteService:
         request = joint_request(text, fitting, language_name(source.language_id),
                                 heal_blanks=options.planner.heal_whitespace,
                                 heal_before=options.planner.heal_typed)
-        result = await self.host.infill(request, options.decode.decode_settings(), CancelToken(),
+        result = await self.host.infill(request, options.decode.decode_settings(alternatives=1), CancelToken(),
                                         context_tokens=budget, cache=options.model.cache_settings())
         return settle(text, source.language_id, fitting, result.candidates[0], source.tree) + dropped
 

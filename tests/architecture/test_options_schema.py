@@ -73,6 +73,7 @@ def test_client_objects_are_structured_strictly():
                              ({"cache": "sometimes"}, "cache must be one of"),
                              ({"confidence": "vibes"}, "confidence must be one of"),
                              ({"remaskBelow": 1.5}, "remaskBelow must be within 0..1"),
+                             ({"temperature": float("nan")}, "temperature must be within 0.05..5.0"),   # NaN passed < and >
                              ({"languages": {"python": "yes"}}, "languages['python'] must be a boolean"),
                              ({"languages": ["python"]}, "languages must be a JSON object, not ['python']"),
                              ({"model": ""}, "model must be a non-empty string"), (["steps"], "JSON object")]:

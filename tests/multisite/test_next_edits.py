@@ -125,3 +125,24 @@ def test_argument_added_at_one_call_masks_the_other_calls_and_the_definition(lan
     expected = [(offset(after, line, a), offset(after, line, b)) for line, a, b in CALL_CHANGE_SITES[language]]
     assert [(s.start, s.end) for s in plan.sites] == expected
     assert plan.sites[0].label == "parameters of scale" and plan.sites[0].owner_type is not None
+
+
+def test_nested_calls_give_sites_that_never_overlap():
+    """`add(add(1, 2), 3)`: both argument lists were sites, one inside the other, and the joint
+    fill refused them ("sites overlap": InternalError -32603). The inner list is kept."""
+    before = "def add(a, b):\n    return a + b\n\n\nx = add(add(1, 2), 3)\n"
+    after = before.replace("def add(a, b)", "def add(a, b, c)")
+    plan = plan_next_edits([before], after, "python")
+    assert plan is not None and plan.change.kind == "signature"
+    assert [after[s.start:s.end] for s in plan.sites] == ["1, 2"]
+
+
+def test_a_call_around_the_changed_call_is_not_a_site():
+    """An argument added to the inner call of `mul(mul(1, 2), 3)`: the outer call's argument list
+    holds the user's edit, and masking it would have the model write over it."""
+    before = "def mul(a, b):\n    return a * b\n\n\nx = mul(mul(1, 2), 3)\ny = mul(4, 5)\n"
+    after = before.replace("mul(mul(1, 2), 3)", "mul(mul(1, 2, 7), 3)")
+    plan = plan_next_edits([before], after, "python")
+    assert plan is not None and plan.change.kind == "call"
+    texts = [after[s.start:s.end] for s in plan.sites]
+    assert "mul(1, 2, 7), 3" not in texts and "4, 5" in texts and "a, b" in texts, texts
