@@ -12,7 +12,7 @@ from typing import Any
 
 from lsprotocol import types
 from lsprotocol.converters import get_converter
-from pygls.exceptions import JsonRpcInvalidParams
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 
 from dllm_lsp.multisite.companion import APPLY_COMMAND, import_edit
 from dllm_lsp.multisite.holes import find_holes
@@ -66,12 +66,12 @@ async def fill_holes(ls, *args: Any) -> dict:
         return {"applied": False, "reason": "the document changed while the holes were being filled",
                 "edit": None, "sites": []}
     edit = workspace_edit(ls, uri, version, [o for o in report.outcomes if o.changes_text], document)
-    applied = False
+    applied, reason = False, None
     if edit is not None and fill.apply:
-        answer = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label="Fill holes"))
-        applied = bool(answer.applied)
+        applied, reason = await ask_to_apply(ls, edit, "Fill holes")
     return {
         "applied": applied,
+        **({"reason": reason} if reason else {}),
         "edit": _converter.unstructure(edit) if edit is not None else None,
         "scope": _converter.unstructure(range_of(document, report.start, report.end)),
         "sites": [site_json(document, o) for o in report.outcomes],
@@ -86,8 +86,22 @@ async def apply_companion_edit(ls, *args: Any) -> dict:
         return {"applied": False, "reason": "not a valid import, or the file already has it"}
     position = range_of(document, found.offset, found.offset)
     edit = workspace_edit_from(ls, uri, document.version, [types.TextEdit(range=position, new_text=found.text)])
-    answer = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label="Add import"))
-    return {"applied": bool(answer.applied), "edit": _converter.unstructure(edit)}
+    applied, reason = await ask_to_apply(ls, edit, "Add import")
+    return {"applied": applied, **({"reason": reason} if reason else {}), "edit": _converter.unstructure(edit)}
+
+
+async def ask_to_apply(ls, edit: types.WorkspaceEdit, label: str) -> tuple[bool, str | None]:
+    """workspace/applyEdit: (applied, why not). A client that refuses, answers with an error, or
+    answers something that is no ApplyWorkspaceEditResult has not applied it (an error reply
+    failed the command with InternalError; an unreadable one left it waiting for ever)."""
+    try:
+        answer = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label=label))
+    except JsonRpcException as exc:
+        return False, f"the client did not apply the edit: {exc.message}"
+    if answer is None or answer.applied is not True:
+        why = getattr(answer, "failure_reason", None)
+        return False, f"the client did not apply the edit{': ' + why if why else ''}"
+    return True, None
 
 
 async def next_edits(ls, raw: Any) -> dict:

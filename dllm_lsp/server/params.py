@@ -37,9 +37,19 @@ def _position(data: Any, _cls: type) -> types.Position:
 
 
 def strict_converter() -> Converter:
-    """pygls' converter, but a Position takes only JSON integers (the server's and our params')."""
+    """pygls' converter, but a Position takes only JSON integers (the server's and our params'),
+    and a client's answer to workspace/applyEdit says `applied` with a JSON boolean ("yes" and 1
+    were read as applied)."""
     converter = default_converter()
     converter.register_structure_hook(types.Position, _position)
+    apply_result = converter.get_structure_hook(types.ApplyWorkspaceEditResult)
+
+    def applied(data: Any, cls: type) -> types.ApplyWorkspaceEditResult:
+        if not isinstance(data, dict) or type(data.get("applied")) is not bool:
+            raise ParamError("applied must be a boolean")
+        return apply_result(data, cls)
+
+    converter.register_structure_hook(types.ApplyWorkspaceEditResult, applied)
     return converter
 
 

@@ -32,6 +32,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pygls.exceptions import JsonRpcInvalidParams
+
+from .params import describe
+
 log = logging.getLogger(__name__)
 
 MAX_FRAME_BYTES = 64 * 1024 * 1024      # one message; a bigger Content-Length is refused
@@ -374,6 +378,15 @@ class Connection:
         if answers:
             self.send(answers)
 
+    def fail_pending(self, msg_id: Any, exc: Exception) -> None:
+        """A response to one of our requests that cannot be read (`{"result": 5}` to
+        workspace/applyEdit): the request fails with that, rather than waiting for ever (pygls
+        drops such a response, and the command that sent the request never answered)."""
+        future = self.protocol._request_futures.pop(msg_id, None) if isinstance(msg_id, (int, str)) else None
+        if future is not None and not future.done():
+            problem = describe(exc.__cause__ or exc)
+            future.set_exception(JsonRpcInvalidParams(f"the client's response could not be read: {problem}"))
+
     def message(self, data: dict) -> bool:
         """Hand a message object to the protocol; False when it was answered here as malformed."""
         problem = envelope_error(data)
@@ -390,6 +403,8 @@ class Connection:
             message = self.protocol.structure_message(data)
         except Exception as exc:
             log.warning("could not read %s: %s", data.get("method", "a response"), exc)
+            if "method" not in data:
+                self.fail_pending(data.get("id"), exc)
             if is_request:
                 code = getattr(exc, "code", INTERNAL_ERROR)
                 self.send(error_message(data["id"], code, str(exc) or type(exc).__name__))

@@ -343,6 +343,30 @@ def test_a_position_that_is_not_a_json_integer_is_invalid_params(tmp_path):
         stop(proc)
 
 
+@pytest.mark.parametrize("reply", [{"result": 5}, {"result": None}, {"result": {"applied": "yes"}},
+                                   {"error": {"code": -32603, "message": "the editor broke"}}])
+def test_a_reply_to_apply_edit_that_is_no_result_is_not_applied(tmp_path, reply):
+    """A malformed reply to workspace/applyEdit was dropped by pygls and the command waited for
+    ever; an error reply failed the command with InternalError and a traceback."""
+    client, proc = RawClient.stdio(tmp_path)
+    try:
+        assert "result" in client.initialize()
+        uri = "file:///tmp/apply.py"
+        client.open(uri, "x = os.getcwd()\n")
+        msg_id = client.start("workspace/executeCommand", {"command": "dllm.applyCompanionEdit",
+                                                           "arguments": [uri, "import os"]})
+        asked = client.wait_for(lambda m: m.get("method") == "workspace/applyEdit")
+        client.send({"jsonrpc": "2.0", "id": asked["id"], **reply})
+        answer = client.response(msg_id)
+        assert answer["result"]["applied"] is False, answer
+        assert "did not apply" in answer["result"]["reason"], answer
+        client.shutdown_and_exit()
+        assert proc.wait(timeout=30) == 0
+    finally:
+        stop(proc)
+    assert "Traceback" not in (tmp_path / "server.log").read_text()
+
+
 def test_ordinary_client_errors_log_a_line_each_not_a_traceback(tmp_path):
     """Bad params of a standard request (answered -32602) and a $/cancelRequest whose id is an
     object or an array (dropped): pygls logged a screen of traceback for each."""
