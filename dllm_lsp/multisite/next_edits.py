@@ -295,14 +295,15 @@ def call_sites(new: Snapshot, change: Change, line_tokens: int) -> list[Site]:
 
 
 def plan_next_edits(
-    history: list[str], current: str, language_id: str, line_tokens: int = 32, near_line: int | None = None,
+    history: list[str], current: str, language_id: str, line_tokens: int = 32, near: tuple[int, int] | None = None,
     tree=None,
 ) -> NextEditsPlan | None:
     """The newest earlier version from which the current text differs by one recognised change
     that has related sites to update; None when there is none.
 
     Renames between an identifier and a prefix of it ("s" -> "size") are tried last: they are
-    usually the half-typed name, not the name before the change."""
+    usually the half-typed name, not the name before the change. `near`: [start, end] of the
+    cursor's line; only a change that touches it counts."""
     new = Snapshot.parse(current, language_id, tree)
     if new.tree is None:
         return None
@@ -313,9 +314,7 @@ def plan_next_edits(
                 change.new_name.startswith(change.old_name) or change.old_name.startswith(change.new_name)
             ):
                 continue
-            if near_line is not None and not (
-                current.count("\n", 0, change.start) <= near_line <= current.count("\n", 0, change.end)
-            ):
+            if near is not None and not (change.start <= near[1] and near[0] <= change.end):
                 continue
             if change.kind == "rename":
                 edits = rename_edits(new, change)

@@ -78,14 +78,14 @@ class MultisiteService:
         return FillReport(scope.start, scope.end, outcomes)
 
     async def next_edits(self, uri: str, source: Snapshot, options: Options,
-                         near_line: int | None = None) -> NextEditsReport:
+                         near: tuple[int, int] | None = None) -> NextEditsReport:
         text, language_id, tree = source.text, source.language_id, source.tree
         line_tokens = options.planner.max_line_tokens
         earlier = self.history.earlier(uri, text)
         # a change on the cursor's line first, else the most recent change anywhere
         plan = None
-        if near_line is not None:
-            plan = plan_next_edits(earlier, text, language_id, line_tokens, near_line, tree)
+        if near is not None:
+            plan = plan_next_edits(earlier, text, language_id, line_tokens, near, tree)
         plan = plan or plan_next_edits(earlier, text, language_id, line_tokens, tree=tree)
         if plan is None:
             return NextEditsReport(None)

@@ -20,7 +20,7 @@ from dllm_lsp.multisite.sites import Outcome
 
 from .errors import answered
 from .params import NextEditsParams, companion_arguments, decode, fill_arguments
-from .positions import LspTextDocument, offset_of, range_of
+from .positions import LspTextDocument, line_end, line_starts, offset_of, range_of
 
 FILL_COMMAND = "dllm.fillHoles"
 NEXT_EDITS_METHOD = "dllm/nextEdits"
@@ -111,12 +111,12 @@ async def next_edits(ls, raw: Any) -> dict:
     version = live.version
     # ranges refer to this version even if the user types on while the model fills
     document = LspTextDocument(uri, source=snapshot.text, version=version, position_codec=live.position_codec)
-    near_line = None
+    near = None
     if params.position is not None:
-        offset_of(document, params.position)   # InvalidParams when outside the document
-        near_line = params.position.line
+        at = offset_of(document, params.position)   # InvalidParams when outside the document
+        near = (line_starts(snapshot.text)[params.position.line], line_end(snapshot.text, at))   # its line, as LSP counts
     ls.multisite.history.record(uri, snapshot.text)
-    report = await answered(ls.multisite.next_edits(uri, snapshot, ls.options, near_line))
+    report = await answered(ls.multisite.next_edits(uri, snapshot, ls.options, near))
     change = None
     if report.change is not None:
         c = report.change

@@ -10,7 +10,7 @@ from __future__ import annotations
 import tree_sitter
 
 from .languages import normalize_language_id
-from .snapshot import Snapshot, byte_offset, encode, parse, record_edit, utf8_len
+from .snapshot import Snapshot, byte_offset, encode, parse, parser_edit, parser_text, record_edit, utf8_len
 
 
 class ParsedDocument:
@@ -25,7 +25,8 @@ class ParsedDocument:
             raise TypeError(f"document text must be a string, got {type(text).__name__}")
         self._language_id = normalize_language_id(language_id)
         self._text = text
-        self._data = encode(text)
+        self._parser_text = parser_text(text)   # the same object when the text has no `\r`
+        self._data = encode(self._parser_text)
         self._is_ascii = text.isascii()
         self._pending: tree_sitter.Tree | None = None   # our private edited copy, awaiting a parse
         self._snapshot: Snapshot | None = Snapshot(
@@ -68,12 +69,15 @@ class ParsedDocument:
             raise ValueError(f"edit range [{start}, {end}) is outside the document (length {len(text)})")
         if self._pending is None and self._last_tree is not None:
             self._pending = self._last_tree.copy()   # trees handed out in snapshots are never mutated
+        at, piece = parser_edit(text, start, end, new_text)   # [at, end) -> piece in the parser's text
         if self._pending is not None:
-            record_edit(self._pending, text, self._is_ascii, start, end, new_text)
-        start_byte = byte_offset(text, start, self._is_ascii)
-        end_byte = start_byte + utf8_len(text[start:end])
+            record_edit(self._pending, self._parser_text, self._is_ascii, at, end, piece)
+        start_byte = byte_offset(text, at, self._is_ascii)
+        end_byte = start_byte + utf8_len(text[at:end])
         self._text = text[:start] + new_text + text[end:]
-        self._data = self._data[:start_byte] + encode(new_text) + self._data[end_byte:]
+        self._parser_text = self._text if self._parser_text is text and "\r" not in new_text \
+            else self._parser_text[:at] + piece + self._parser_text[end:]
+        self._data = self._data[:start_byte] + encode(piece) + self._data[end_byte:]
         self._is_ascii = new_text.isascii() if self._is_ascii else self._text.isascii()
         self._snapshot = None
         if reparse:

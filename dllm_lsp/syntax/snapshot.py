@@ -8,6 +8,7 @@ whatever the document does afterwards.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 
 import tree_sitter
@@ -20,9 +21,34 @@ from .nodes import count_errors
 MAX_TREE_BYTES = 2_000_000
 
 
+_LONE_CR = re.compile(r"\r(?!\n)")
+
+
 def encode(text: str) -> bytes:
     # surrogatepass: a lone surrogate (a client's broken UTF-16) must not crash the server
     return text.encode("utf-8", errors="surrogatepass")
+
+
+def parser_text(text: str) -> str:
+    """The text as the grammars are given it: each lone `\r` replaced by `\n`.
+
+    LSP and editors end a line at `\r\n`, `\r` or `\n`; the grammars' scanners end one at `\n`
+    only, so a file with classic Mac line ends parsed as one line (Python: a `return` outside its
+    function, and a rename that missed it). The replacement has the same length in characters and
+    in bytes, so every offset and node range is the same in both texts."""
+    return _LONE_CR.sub("\n", text) if "\r" in text else text
+
+
+def parser_edit(text: str, start: int, end: int, new_text: str) -> tuple[int, str]:
+    """The edit text[start:end] -> new_text as the parser's text sees it: (start, new piece),
+    where the piece replaces parser_text(text)[start:end]. A `\r` right before the edit may turn
+    from a CRLF's half into a lone one or back (its `\n` deleted or typed), so the edit then
+    starts at it; the piece's own last `\r` is lone or not by the character after the edit."""
+    if start > 0 and text[start - 1] == "\r":
+        start, new_text = start - 1, "\r" + new_text
+    elif "\r" not in new_text:
+        return start, new_text
+    return start, parser_text(new_text + text[end:end + 1])[:len(new_text)]
 
 
 def utf8_len(text: str) -> int:
@@ -51,7 +77,8 @@ def point(text: str, offset: int, is_ascii: bool) -> tuple[int, int]:
 
 def record_edit(tree: tree_sitter.Tree, text: str, is_ascii: bool, start: int, end: int, new_text: str) -> None:
     """Tell `tree` (in place) that text[start:end] became new_text, so the next parse reuses the
-    rest of it. `text` is the text before the edit."""
+    rest of it. `text` is the parser's text before the edit, and `new_text` the parser's piece
+    (parser_edit)."""
     start_byte = byte_offset(text, start, is_ascii)
     start_point = point(text, start, is_ascii)
     tree.edit(
@@ -77,12 +104,13 @@ def parse_errors(language_id: str, text: str) -> int:
     parser = parser_for(language_id)
     if parser is None:
         return 0
-    return count_errors(parser.parse(encode(text)).root_node)
+    return count_errors(parser.parse(encode(parser_text(text))).root_node)
 
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The text, its UTF-8 bytes and its tree (None: no grammar, or too big) at one version."""
+    """The text, the UTF-8 bytes the parser read (those of parser_text(text)) and its tree (None:
+    no grammar, or too big) at one version."""
 
     text: str
     data: bytes
@@ -96,7 +124,7 @@ class Snapshot:
         if not isinstance(text, str):
             raise TypeError(f"document text must be a string, got {type(text).__name__}")
         language_id = normalize_language_id(language_id)
-        data = encode(text)
+        data = encode(parser_text(text))
         if tree is None or parser_for(language_id) is None:
             tree = parse(language_id, data)
         return cls(text, data, tree, language_id, text.isascii())
@@ -120,8 +148,13 @@ class Snapshot:
             return byte
         return len(self.data[:byte].decode("utf-8", errors="surrogatepass"))
 
+    @functools.cached_property
+    def parser_text(self) -> str:
+        return parser_text(self.text)
+
     def point(self, offset: int) -> tuple[int, int]:
-        return point(self.text, offset, self.is_ascii)
+        """(row, byte column) as the tree counts them (its rows end at lone `\r`s too)."""
+        return point(self.parser_text, offset, self.is_ascii)
 
     def start(self, node: tree_sitter.Node) -> int:
         return self.char(node.start_byte)
@@ -148,7 +181,8 @@ class Snapshot:
         as old_tree to an incremental parse. This snapshot's own tree is left untouched."""
         assert self.tree is not None
         tree = self.tree.copy()
-        record_edit(tree, self.text, self.is_ascii, start, end, new_text)
+        start, piece = parser_edit(self.text, start, end, new_text)
+        record_edit(tree, self.parser_text, self.is_ascii, start, end, piece)
         return tree
 
     def reparsed(self, text: str, start: int, base_end: int, text_end: int) -> Snapshot:
@@ -158,5 +192,5 @@ class Snapshot:
         if self.tree is None:
             return Snapshot.parse(text, self.language_id)
         old_tree = self.edited_tree(start, base_end, text[start:text_end])
-        data = encode(text)
+        data = encode(parser_text(text))
         return Snapshot(text, data, parse(self.language_id, data, old_tree), self.language_id, text.isascii())

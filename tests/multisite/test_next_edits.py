@@ -146,3 +146,13 @@ def test_a_call_around_the_changed_call_is_not_a_site():
     assert plan is not None and plan.change.kind == "call"
     texts = [after[s.start:s.end] for s in plan.sites]
     assert "mul(1, 2, 7), 3" not in texts and "4, 5" in texts and "a, b" in texts, texts
+
+
+def test_a_rename_in_a_file_with_lone_carriage_returns_reaches_every_reference():
+    """Classic Mac line ends: the grammar read the file as one line, the `return` fell outside
+    the function, and the rename left `return val` behind."""
+    before = "def f(val):\r    t = val + 1\r    return val\r"
+    after = before.replace("f(val)", "f(value)")
+    plan = plan_next_edits([before], after, "python", near=(0, after.index("\r")))
+    assert plan is not None and plan.change.kind == "rename"
+    assert apply_outcomes(after, plan.renames) == "def f(value):\r    t = value + 1\r    return value\r"

@@ -44,6 +44,36 @@ def test_many_random_edits_match_a_fresh_parse(language_id):
     assert str(doc.tree.root_node) == fresh_sexp(expected, language_id)
 
 
+LINE_END_PIECES = ["\r", "\n", "\r\n", "x", " ", "def f(a):", "    return a", "é", "(", ")", ""]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_edits_that_split_and_join_line_ends_match_a_fresh_parse(seed):
+    """A lone `\r` is a line end to the parser too (given as `\n`): typing or deleting the `\n`
+    of a CRLF turns its `\r` into a lone one or back, outside the edited range."""
+    rng = random.Random(seed)
+    text = "".join(rng.choice(LINE_END_PIECES) for _ in range(30))
+    doc = ParsedDocument(text, "python")
+    for _ in range(80):
+        start = rng.randint(0, len(text))
+        end = min(len(text), start + rng.choice([0, 1, 2, 3]))
+        new = "".join(rng.choice(LINE_END_PIECES) for _ in range(rng.randint(0, 2)))
+        doc.edit(start, end, new, reparse=rng.random() < 0.5)
+        text = text[:start] + new + text[end:]
+        fresh = documents.Snapshot.parse(text, "python")
+        assert doc.snapshot.data == fresh.data and str(doc.tree.root_node) == str(fresh.root)
+
+
+def test_a_file_with_lone_carriage_returns_parses_line_by_line():
+    """Classic Mac line ends: tree-sitter-python read the file as one line, with the `return`
+    outside its function."""
+    snapshot = documents.Snapshot.parse("def f(val):\r    t = val + 1\r    return val\r", "python")
+    assert snapshot.error_count() == 0
+    function = snapshot.root.children[0]
+    assert function.type == "function_definition" and "return val" in snapshot.node_text(function)
+    assert snapshot.point(snapshot.text.index("return")) == (2, 4)
+
+
 def test_edit_converts_character_offsets_to_bytes():
     doc = ParsedDocument('s = "日本"\nx = 1\n', "python")
     doc.edit(doc.text.index("x"), doc.text.index("x") + 1, "ÿ")   # offset after 2 three-byte characters
