@@ -12,7 +12,7 @@ from pygls.workspace.text_document import TextDocument
 from dllm_lsp.syntax.document import ParsedDocument
 from dllm_lsp.syntax.snapshot import Snapshot
 
-from .positions import LspTextDocument, offset_in_text
+from .positions import LspTextDocument, edit_offset
 
 log = logging.getLogger(__name__)
 
@@ -46,18 +46,17 @@ class DocumentTrees:
         if parsed is None:
             return
         self._parsed[uri] = self._parsed.pop(uri)   # the most recently opened or changed last
-        try:
-            for index, change in enumerate(changes):
-                last = index == len(changes) - 1   # one reparse per notification, after its last edit
-                if isinstance(change, types.TextDocumentContentChangePartial):
-                    start = offset_in_text(parsed.text, change.range.start, current.position_codec)
-                    end = offset_in_text(parsed.text, change.range.end, current.position_codec)
-                    parsed.edit(start, max(start, end), change.text, reparse=last)
-                else:
-                    parsed.edit(0, len(parsed.text), change.text, reparse=last)
-        except JsonRpcInvalidParams as exc:
-            log.warning("edit outside %s (%s): reparsing from the text", uri, exc)
-        if parsed.text != current.source:
+        for index, change in enumerate(changes):
+            last = index == len(changes) - 1   # one reparse per notification, after its last edit
+            if isinstance(change, types.TextDocumentContentChangePartial):
+                # the same offsets as LspTextDocument's edit (positions.edit_offset)
+                start = edit_offset(parsed.text, change.range.start, current.position_codec)
+                end = edit_offset(parsed.text, change.range.end, current.position_codec)
+                parsed.edit(start, max(start, end), change.text, reparse=last)
+            else:
+                parsed.edit(0, len(parsed.text), change.text, reparse=last)
+        if parsed.text != current.source:   # never expected: both copies took the same edits
+            log.warning("%s: the parsed copy differs from the text: reparsing it", uri)
             self._parsed[uri] = ParsedDocument(current.source, self._language[uri])
 
     def text_of(self, uri: str) -> str | None:

@@ -44,6 +44,33 @@ class LspTextDocument(TextDocument):
     def lines(self) -> tuple[str, ...]:
         return lsp_lines(self.source)
 
+    def _apply_incremental_change(self, change: types.TextDocumentContentChangePartial) -> None:
+        # pygls clamps a character past the line's end to one before it, counted without a CRLF's
+        # `\r`: text typed at the end of a CRLF line split its line end, and the server's text
+        # drifted from the client's for good
+        text = self.source
+        start = edit_offset(text, change.range.start, self.position_codec)
+        end = max(start, edit_offset(text, change.range.end, self.position_codec))
+        self._source = text[:start] + change.text + text[end:]
+
+
+def edit_offset(text: str, position: types.Position, codec: PositionCodec) -> int:
+    """Where a didChange position lands, by LSP's rule: a character past the line's end is the
+    line's end (before its line break); a line past the last is the document's end; a position
+    inside a character (half a surrogate pair) is after it. Requests are stricter (offset_in_text):
+    an edit the client already made must be mirrored, not refused."""
+    starts = line_starts(text)
+    if position.line >= len(starts):
+        return len(text)
+    start = starts[position.line]
+    end = line_end(text, start)
+    units = 0
+    for i in range(start, end):
+        if units >= position.character:
+            return i
+        units += codec.impl.code_units_for_char(text[i])
+    return end
+
 
 def offset_of(document: TextDocument, position: types.Position) -> int:
     """The string offset of `position`, or InvalidParams when it is outside the document."""

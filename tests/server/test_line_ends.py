@@ -41,6 +41,28 @@ def test_each_lsp_line_end_ends_a_line(end):
         offset_in_text(text, types.Position(0, 6), PositionCodec())
 
 
+def edited(text: str, start: tuple[int, int], end: tuple[int, int], insert: str) -> str:
+    document = LspTextDocument("file:///t.py", text)
+    document.apply_change(types.TextDocumentContentChangePartial(
+        range=types.Range(types.Position(*start), types.Position(*end)), text=insert))
+    return document.source
+
+
+@pytest.mark.parametrize("text, start, end, insert, expected", [
+    ("ab\r\ncd\n", (0, 3), (0, 3), "X", "abX\r\ncd\n"),   # pygls: "ab\rX\ncd\n", a line more
+    ("ab\ncd\n", (0, 3), (0, 3), "X", "abX\ncd\n"),         # pygls: at the start of the next line
+    ("ab\ncd\n", (0, 0), (0, 3), "", "\ncd\n"),              # pygls: the line end went too
+    ("ab\ncd", (1, 0), (1, 99), "Z", "ab\nZ"),               # pygls: "ab\nZd"
+    ("ab\rcd", (0, 9), (1, 1), "", "abd"),                    # lone CR, past its end
+    ("ab\ncd", (5, 0), (5, 0), "!", "ab\ncd!"),             # a line past the last: the end
+    ("a\U0001F600b\n", (0, 2), (0, 2), "X", "a\U0001F600Xb\n"),   # half a surrogate pair: after it
+])
+def test_a_change_past_a_lines_end_is_clamped_to_it_as_lsp_says(text, start, end, insert, expected):
+    """LSP: a character past the line's length is the line's length. pygls clamped to one less,
+    counted without a CRLF's CR, and the server's text drifted from the client's."""
+    assert edited(text, start, end, insert) == expected
+
+
 def test_positions_and_offsets_agree_over_mixed_line_ends():
     text = "a\r\nb\u2028c\rd\x0ce\n\U0001F600f"
     codec = PositionCodec()
@@ -59,6 +81,8 @@ def test_positions_and_offsets_agree_over_mixed_line_ends():
     ("inline breakers", '# page one\x0c page two\ns = "a\u2028b"\ndef f(x):\n    return \n', (3, 11), "x +", (3, 14)),
     # a classic-Mac line end in the middle of the file
     ("lone carriage return", "import os\rdef f(x):\n    return \n", (2, 11), "x +", (2, 14)),
+    # typed past the end of a CRLF line (a client may send its length plus one): it split the CRLF
+    ("past a CRLF line's end", "def f(x):\r\n    return\r\n\r\nprint(1)\r\n", (1, 99), " x +", (1, 14)),
 ])
 def test_the_real_server_completes_where_the_client_typed(tmp_path, tiny_model_dir, name, text, edit_at, insert,
                                                           ask_at):
