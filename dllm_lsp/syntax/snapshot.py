@@ -160,7 +160,13 @@ class Snapshot:
         return self.char(node.start_byte)
 
     def end(self, node: tree_sitter.Node) -> int:
-        return self.char(node.end_byte)
+        end = self.char(node.end_byte)
+        # The line comments of the C family, Rust, Go, Java and Python take the `\r` of a CRLF
+        # (their scanners end a line at `\n`); a range up to it would split the line end, and
+        # an edit over it leave a bare `\n` (a filled `# TODO`)
+        if node.end_byte > node.start_byte and self.text[end - 1:end + 1] == "\r\n":
+            end -= 1
+        return end
 
     def node_text(self, node: tree_sitter.Node) -> str:
         return self.text[self.start(node):self.end(node)]

@@ -161,3 +161,19 @@ def test_a_crlf_file_gets_a_crlf_fill():
     outcomes = settle(text, "python", hole, ["y = 2\nz = 3"])
     assert outcomes[0].source == "model" and outcomes[0].new_text == "y = 2\r\n    z = 3"
     assert "\n" not in apply_outcomes(text, outcomes).replace("\r\n", "")
+
+
+@pytest.mark.parametrize("language, text", [
+    ("python", "def f(x):\r\n    # TODO\r\n"),
+    ("c", "int f(void) {\r\n  // TODO\r\n}\r\n"),
+    ("rust", "fn f() {\r\n    // TODO\r\n}\r\n"),
+    ("go", "package m\r\n\r\nfunc f() {\r\n\t// TODO\r\n}\r\n"),
+    ("java", "class A {\r\n  void f() {\r\n    // TODO\r\n  }\r\n}\r\n"),
+])
+def test_a_todo_comment_hole_in_a_crlf_file_ends_before_the_line_end(language, text):
+    """Those grammars' line comments take a CRLF's `\\r`: the hole ran into the line end, and a
+    filled `# TODO` left a bare `\\n` behind."""
+    holes = find_holes(Snapshot.parse(text, language), 0, 0).holes
+    assert holes and all(text[h.end:h.end + 2] == "\r\n" for h in holes), [(h.start, h.end) for h in holes]
+    filled = apply_outcomes(text, settle(text, language, holes, ["x = 1" for _ in holes]))
+    assert "\n" not in filled.replace("\r\n", "")
