@@ -13,7 +13,7 @@ completion goes now, only when that is exact:
   user typed through the suggestion): it keeps its text over the longer typed part, and is
   used up (None) once every character of it has been typed. An insertion that fits at the
   cursor is taken to be there, even where the diff could also put it later (text that repeats
-  what follows the cursor);
+  what follows the cursor) -- only where the cursor lies among the places it may have been made;
 - a deletion that the diff places after the cursor but that may as well have been a Backspace
   at it (one of two equal characters): None, as any edit that may touch the completion;
 - anything else (an edit inside the range, or typing that departs from the suggestion): None,
@@ -48,7 +48,7 @@ def rebase(text: str, start: int, end: int, old: str, new: str) -> Placement | N
         shorter = min(len(old), len(new))
         lowest = shorter - common_suffix_length(old, new, shorter)
         if lowest < old_a:
-            if old_a == old_b and lowest <= end:
+            if old_a == old_b and lowest <= end <= old_a:
                 old_a = old_b = end                    # it fits at the cursor: editors type there
                 new_b = end + len(new) - len(old)
             elif not (lowest > end or (lowest == end and old_b > old_a)) \

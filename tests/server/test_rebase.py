@@ -1,4 +1,6 @@
 """Moving a completion onto a newer version of its document, only where that is exact."""
+import random
+
 import pytest
 
 from dllm_lsp.rebase import Placement, rebase
@@ -112,3 +114,48 @@ def test_an_edit_that_ends_right_at_the_cursor_drops_it(new):
 def test_an_edit_ending_a_character_before_the_cursor_still_moves_it():
     new = edited(RETURN, AT - 2, 1, "")                    # `retur ` : the blank before the cursor kept
     assert rebase("x", AT, AT, RETURN, new) == Placement("x", AT - 1, AT - 1)
+
+
+def placements(old: str, new: str) -> list[tuple[int, int, str]]:
+    """Every single edit (at, removed, inserted) that is a pure insertion or deletion turning
+    `old` into `new`: in text that repeats there are several."""
+    if len(new) > len(old):
+        n = len(new) - len(old)
+        return [(q, 0, new[q:q + n]) for q in range(len(old) + 1) if old[:q] + new[q:q + n] + old[q:] == new]
+    n = len(old) - len(new)
+    return [(q, n, "") for q in range(len(new) + 1) if old[:q] + old[q + n:] == new]
+
+
+def fits(result: Placement, text: str, cursor: int, at: int, removed: int, inserted: str) -> bool:
+    """Whether `result` is what the edit (at, removed, inserted) makes of a completion at `cursor`."""
+    if at + removed < cursor:                                   # before it: moved
+        return result == Placement(text, cursor + len(inserted) - removed, cursor + len(inserted) - removed)
+    if at > cursor or (at == cursor and removed):              # after it: kept
+        return result == Placement(text, cursor, cursor)
+    if at == cursor and inserted:                               # typed at it: through the suggestion, or after it
+        return result in (Placement(text, cursor, cursor),
+                          Placement(text, cursor, cursor + len(inserted), typed_through=len(inserted)))
+    return False
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_result_kept_after_an_insertion_or_deletion_fits_one_place_it_may_have_been_made(seed):
+    """In text that repeats a diff cannot tell where an edit was made; a result that is not dropped
+    must be right for at least one of the places. An insertion the diff puts after the cursor was
+    taken as typed at it even where no such place lay before it (`local s = [[`: `llocal` read as
+    a `[` typed through the suggestion)."""
+    rng = random.Random(seed)
+    for _ in range(20000):
+        old = "".join(rng.choice("ab\n") for _ in range(rng.randint(1, 8)))
+        cursor = rng.randint(0, len(old))
+        text = "".join(rng.choice("ab\n") for _ in range(rng.randint(1, 4)))
+        at = rng.randint(0, len(old))
+        if rng.random() < 0.5:
+            new = old[:at] + "".join(rng.choice("ab\n") for _ in range(rng.randint(1, 3))) + old[at:]
+        else:
+            new = old[:at] + old[at + rng.randint(1, 3):]
+        if new == old:
+            continue
+        result = rebase(text, cursor, cursor, old, new)
+        if result is not None:
+            assert any(fits(result, text, cursor, *p) for p in placements(old, new)), (old, cursor, text, new, result)
