@@ -25,6 +25,7 @@ from cattrs.gen import make_mapping_structure_fn
 
 from dllm_lsp.engine.types import CacheSettings, DecodeSettings
 from dllm_lsp.planner.spans import PlannerSettings
+from dllm_lsp.syntax.languages import normalize_language_id
 
 # Context characters per context token: the planner cuts text by characters (cheap, before
 # tokenizing), the engine cuts the canvas by tokens; code runs 3-4 characters per token, so a
@@ -92,7 +93,13 @@ class PlannerOptions:
                                heal_typed=self.heal_typed)
 
     def language_enabled(self, language_id: str) -> bool:
-        return self.languages.get(language_id, self.languages.get("*", True))
+        """The option's entry for the language, spelled either way (`Python`, `tsx` and
+        `typescriptreact` are the grammars' names for what the documents say), else `"*"`'s."""
+        wanted = normalize_language_id(language_id)
+        for key, enabled in self.languages.items():
+            if key != "*" and normalize_language_id(key) == wanted:
+                return enabled
+        return self.languages.get("*", True)
 
 
 def _on_the_confidence_scale(instance: DecodeOptions, attribute, value) -> None:

@@ -64,6 +64,10 @@ def test_client_objects_are_structured_strictly():
     assert merged.decode.steps == 4 and merged.decode.remask_below == 0.3 and merged.decode.confidence == "margin"
     assert merged.model.cache_settings().mode == "none"
     assert not merged.planner.language_enabled("markdown") and merged.planner.language_enabled("python")
+    # spelled as the document or as the grammar: `Python`, `tsx` for typescriptreact
+    spelled = base.merged({"languages": {"python": False, "typescriptreact": False, "*": True}}).planner
+    assert not spelled.language_enabled("Python") and not spelled.language_enabled(" python ")
+    assert not spelled.language_enabled("tsx") and spelled.language_enabled("typescript")
     assert base.decode.steps == 8                       # a merge makes a copy
     assert base.merged({"max_span_tokens": 20}).planner.max_span_tokens == 20   # snake_case is accepted too
     decode = merged.decode.decode_settings()
