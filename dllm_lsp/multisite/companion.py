@@ -63,6 +63,9 @@ def is_docstring(source: Snapshot, node) -> bool:
         node.named_children[0].type == "string"
 
 
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
 def insertion_offset(source: Snapshot) -> tuple[int, bool] | None:
     """(offset, needs a newline first): the start of the line after the import block (after
     the file's header comments, docstring or package line when it has no imports); None when
@@ -81,14 +84,14 @@ def insertion_offset(source: Snapshot) -> tuple[int, bool] | None:
             break
     anchor = last_import or last_header
     if anchor is None:
-        return 0, False
+        return (1 if source.text.startswith("\ufeff") else 0), False   # after a byte order mark
     end = source.end(anchor)
     if source.text[end - 1:end] == "\n":   # Rust's line comments own their newline
         return end, False
-    newline = source.text.find("\n", end)
-    if newline == -1:
+    found = _LINE_END.search(source.text, end)   # `\r\n`, `\n` or a lone `\r`, as LSP ends lines
+    if found is None:
         return len(source.text), True
-    return newline + 1, False
+    return found.end(), False
 
 
 def normalized(statement: str) -> str:

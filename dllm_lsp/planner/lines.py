@@ -25,11 +25,13 @@ def line_bounds(text: str, offset: int) -> tuple[int, int]:
 
 def line_break_near(text: str, offset: int, window: int = 4000) -> str:
     """The line break the file uses at `offset`: that of the line holding it, else (the last line
-    has none) that of the line before; "\n" in a file of one line. Text the server inserts uses
-    it, so a CRLF file gets no LF-only lines."""
+    has none) that of the line before; "\r" where only lone CRs end lines near it; "\n" in a
+    file of one line. Text the server inserts uses it, so a CRLF file gets no LF-only lines."""
     end = text.find("\n", offset, offset + window)
     if end < 0:
         end = text.rfind("\n", max(0, offset - window), offset)
+    if end < 0:   # no LF near: classic Mac line ends, if there is a lone CR
+        return "\r" if "\r" in text[max(0, offset - window):offset + window] else "\n"
     return "\r\n" if end > 0 and text[end - 1] == "\r" else "\n"
 
 

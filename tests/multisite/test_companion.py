@@ -171,6 +171,20 @@ def test_a_crlf_file_gets_a_crlf_import_line():
     assert edit is not None and edit.text == "\r\nimport re\r\n"
 
 
+def test_a_file_with_lone_carriage_returns_gets_the_import_after_its_imports():
+    """The import block's line end was looked for as `\n` only: in a classic-Mac file the import
+    went to the end of the file, after the code, on LF lines."""
+    text = "import os\rx = 1\r"
+    edit = import_edit("import re", Snapshot.parse(text, "python"))
+    assert edit is not None and (edit.offset, edit.text) == (len("import os\r"), "import re\r")
+
+
+def test_a_file_that_starts_with_a_byte_order_mark_gets_the_import_after_it():
+    """Inserted at offset 0, the import pushed the BOM into the middle of the file (a SyntaxError)."""
+    edit = import_edit("import re", Snapshot.parse("\ufeffx = 1\n", "python"))
+    assert edit is not None and edit.offset == 1
+
+
 def test_a_completion_moved_onto_a_newer_version_places_its_import_afresh():
     """An edit above the imports while the model ran: the completion moves down a line, and the
     import it needs must go after the import block as it is now (the old offset fell mid-line,
