@@ -477,7 +477,10 @@ class FixedLengthRun:
         if self.on_step is not None:
             finite = conf[commit]
             mean_conf = float(finite.float().mean()) if finite.numel() else 0.0
-            self.on_step(self.steps, *self.at_capacity(span_now, self.masked.clone()), mean_conf, self.budget)
+            # the budget, or the steps run when a typed start or the last greedy fill took more
+            # (a stream reported step 17 of 16)
+            self.on_step(self.steps, *self.at_capacity(span_now, self.masked.clone()), mean_conf,
+                         max(self.budget, self.steps))
 
     def outcome(self) -> DenoiseOutcome:
         return DenoiseOutcome(self.canvas_ids, self.canvas_ids[:, self.span_pos], self.steps, self.canvas,

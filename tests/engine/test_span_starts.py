@@ -89,6 +89,15 @@ def test_every_candidate_begins_with_the_typed_start(embedded, settings):
     assert not free.candidates[0][0].startswith(START)
 
 
+def test_a_stream_never_reports_a_step_past_its_total(embedded):
+    """A typed start is written a token a step past a one-step budget: the stream said 17 of 16."""
+    request = InfillRequest.single(PREFIX, SUFFIX, 12, single_line=True, language="python", starts_with=START)
+    states = []
+    result = Engine(embedded, batching=False).infill(request, DecodeSettings(steps=1), on_step=states.append)
+    assert result.steps > 1 and states[-1].step > 1
+    assert all(s.step <= s.total_steps for s in states), [(s.step, s.total_steps) for s in states]
+
+
 def test_typed_blanks_are_followed_by_text(embedded):
     """A start that ends in a blank (typed before the cursor, left out of the prefix) is followed
     by text on its line: never the blank alone, nor the blank and a line break."""
