@@ -28,6 +28,15 @@ def inline_list(uri: str, completion: Completion | None, codec: PositionCodec) -
     return types.InlineCompletionList(items=items)
 
 
+def item_label(text: str) -> str:
+    """One line for the completion menu: the first line with text, `…` when more follows (a
+    completion that starts on a new line was labelled with all of its lines)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return "↵" if "\n" in text or "\r" in text else text
+    return lines[0] + (" …" if len(lines) > 1 else "")
+
+
 def completion_list(completion: Completion | None, codec: PositionCodec) -> types.CompletionList:
     # Incomplete: the next keystroke asks again, since the completion depends on every character.
     if completion is None:
@@ -36,9 +45,8 @@ def completion_list(completion: Completion | None, codec: PositionCodec) -> type
     at = range_in_text(text, completion.start, completion.end, codec)
     items = []
     for rank, found in enumerate((completion, *completion.alternatives)):
-        first_line = found.text.splitlines()[0] if found.text else ""
         items.append(types.CompletionItem(
-            label=first_line.strip() or found.text.strip(),
+            label=item_label(found.text),
             kind=types.CompletionItemKind.Snippet if "\n" in found.text else types.CompletionItemKind.Text,
             detail=f"dllm · {completion.result.steps} steps · {completion.result.latency_ms:.0f} ms"
                    + ("" if rank == 0 else " · alternative"),
