@@ -3,6 +3,7 @@ in step with it, edit by edit, so a keystroke reparses incrementally."""
 from __future__ import annotations
 
 import logging
+from urllib.parse import unquote
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
@@ -27,21 +28,27 @@ class LspWorkspace(Workspace):
 
 
 class DocumentTrees:
+    """Keyed as pygls keys its documents (the URI percent-decoded): `caf%C3%A9.py` and `café.py`
+    are one document to it, and were two here, each with its own text."""
+
     def __init__(self) -> None:
         self._parsed: dict[str, ParsedDocument] = {}
         self._language: dict[str, str] = {}
 
     def open(self, uri: str, language_id: str, text: str) -> None:
+        uri = unquote(uri)
         self._language[uri] = language_id
         self._parsed.pop(uri, None)           # the most recently opened or changed last
         self._parsed[uri] = ParsedDocument(text, language_id)
 
     def close(self, uri: str) -> None:
+        uri = unquote(uri)
         self._parsed.pop(uri, None)
         self._language.pop(uri, None)
 
     def change(self, uri: str, changes: list, current: TextDocument) -> None:
         """Mirror `changes` (already applied by pygls to `current`) onto the parsed twin."""
+        uri = unquote(uri)
         parsed = self._parsed.get(uri)
         if parsed is None:
             return
@@ -61,18 +68,19 @@ class DocumentTrees:
 
     def text_of(self, uri: str) -> str | None:
         """The text of the parsed twin (before an edit is mirrored onto it: the previous version)."""
-        parsed = self._parsed.get(uri)
+        parsed = self._parsed.get(unquote(uri))
         return parsed.text if parsed is not None else None
 
     def get(self, uri: str, workspace: Workspace) -> tuple[Snapshot, TextDocument, str]:
         """The document's current snapshot (text + tree), pygls' document and the language id as
         the client named it; InvalidParams if the document is not open."""
-        parsed = self._parsed.get(uri)
+        parsed = self._parsed.get(unquote(uri))
         if parsed is None:
             raise JsonRpcInvalidParams(f"document {uri} is not open (send textDocument/didOpen first)")
-        return parsed.snapshot, workspace.get_text_document(uri), self._language[uri]
+        return parsed.snapshot, workspace.get_text_document(uri), self._language[unquote(uri)]
 
     def others(self, uri: str) -> list[tuple[str, str]]:
         """(uri, text) of the other open documents, for cross-file context snippets: the most
         recently opened or changed first (the planner looks at the first few)."""
+        uri = unquote(uri)
         return [(u, p.text) for u, p in reversed(self._parsed.items()) if u != uri]
