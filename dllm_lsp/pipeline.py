@@ -20,6 +20,7 @@ from dllm_lsp.engine.types import CacheSettings, DecodeSettings, InfillRequest, 
 from dllm_lsp.multisite.companion import (COMPANION_TOKENS, MAX_BETWEEN_CHARS, CompanionEdit, CompanionSlot, import_edit,
                                           with_companion_slot)
 from dllm_lsp.options import CHARS_PER_TOKEN, Options
+from dllm_lsp.planner.lines import line_break_near
 from dllm_lsp.planner.spans import plan_span
 from dllm_lsp.planner.types import PlanError, SpanPlan
 from dllm_lsp.postprocess import finish, strip_markers, unheal
@@ -102,6 +103,7 @@ class CompletionPlan:
     context_tokens: int
     cache: CacheSettings
     min_confidence: float | None = None  # show only completions made this confidently on average (None: all)
+    lone_cr: bool = False                # the file ends its lines with lone CRs: so does the text shown
 
     def run(self, engine: Engine, cancel: CancelToken | None = None,
             on_step: Callable[[StepState], None] | None = None) -> InfillResult:
@@ -154,6 +156,8 @@ class CompletionPlan:
         text = finish(self.span, raw)
         if text is None:
             return None
+        if self.lone_cr:
+            text = text.replace("\n", "\r")
         confidence = None
         if result.confidences:
             confidence = shown_confidence(text, raw, result.confidences[index][0])
@@ -176,7 +180,10 @@ def plan(snapshot: Snapshot, offset: int, options: Options = Options(),
     budget = options.planner.context_tokens if model_context is None else min(options.planner.context_tokens,
                                                                              model_context)
     planner = options.planner.planner_settings(budget)
-    span = plan_span(snapshot, offset, planner, other_docs)
+    # planned and post-processed on the lines as LSP counts them (a lone CR read as LF); the
+    # completion itself stays on `snapshot`, the text the editor has
+    lines = snapshot.line_view
+    span = plan_span(lines, offset, planner, other_docs)
     companion = None
     if options.planner.companion_edits:
         # The engine never cuts the text between two slots unless it must, so it has to fit
@@ -186,8 +193,9 @@ def plan(snapshot: Snapshot, offset: int, options: Options = Options(),
         slot_tokens = sum(slot.max_tokens for slot in span.request.slots) + COMPANION_TOKENS
         between = min(MAX_BETWEEN_CHARS, max(budget - slot_tokens, 0) // 3 * CHARS_PER_TOKEN)
         if between > 0:
-            companion = with_companion_slot(span.request, snapshot, span.replace_start - len(span.healed),
+            companion = with_companion_slot(span.request, lines, span.replace_start - len(span.healed),
                                             max_between_chars=between)
     request = companion.request if companion is not None else span.request
+    lone_cr = lines is not snapshot and line_break_near(snapshot.text, offset) == "\r"
     return CompletionPlan(snapshot, span, companion, request, options.decode.decode_settings(),
-                          budget, options.model.cache_settings(), options.decode.min_confidence)
+                          budget, options.model.cache_settings(), options.decode.min_confidence, lone_cr)

@@ -152,6 +152,14 @@ class Snapshot:
     def parser_text(self) -> str:
         return parser_text(self.text)
 
+    @functools.cached_property
+    def line_view(self) -> Snapshot:
+        """This snapshot as its lines are read: lone CRs as LF (parser_text), with the same
+        offsets and tree. The planner's and post-processing's line rules split at LF, so a
+        classic-Mac file was one line to them (a line tail planned where a block body belongs)."""
+        text = self.parser_text
+        return self if text == self.text else Snapshot(text, self.data, self.tree, self.language_id, self.is_ascii)
+
     def point(self, offset: int) -> tuple[int, int]:
         """(row, byte column) as the tree counts them (its rows end at lone `\r`s too)."""
         return point(self.parser_text, offset, self.is_ascii)
