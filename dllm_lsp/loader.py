@@ -94,6 +94,18 @@ def resolve_model_path(spec: str | Path | None, device_type: str | None = None) 
     if spec in (None, "", "default"):
         return default_model_path(device_type)
     path = Path(spec).expanduser()
+    try:
+        return _existing_folder(path, spec)
+    except OSError as exc:   # a name too long for the file system, a path nested past its limit
+        raise ModelLoadError(f"model folder {str(spec)[:200]} cannot be read: {exc.strerror or exc}") from None
+
+
+def _existing_folder(path: Path, spec: str | Path) -> Path:
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:   # safetensors and tokenizers open files by UTF-8 paths only
+        raise ModelLoadError(f"model folder {ascii(str(path))[1:-1]} has a name that is not UTF-8: "
+                             "rename it (the weight and tokenizer libraries cannot open it)") from None
     if not path.exists():
         shipped = shipped_models_dir() / str(spec)
         if (shipped / "config.json").is_file():

@@ -60,11 +60,13 @@ def load_checkpoint(folder: Path, config: dict, device: torch.device, *, dtype: 
         cfg = model_config(family, config)
     except ValueError as exc:
         raise ModelLoadError(f"config.json of {folder} describes an impossible shape: {exc}") from exc
+    context = max_context(family, config)
+    files = WeightFiles.open(folder)
+    files.check_layers(cfg.n_layers)
     names = tensor_names(family, cfg)
     with torch.device("meta"):
         model = BidirectionalLM(cfg)
     expected = {name: tuple(p.shape) for name, p in model.named_parameters()}
-    files = WeightFiles.open(folder)
     files.require({names[ours]: shape for ours, shape in expected.items()})
     special = special_tokens(family, config, generation, tokens, cfg.vocab_size)
     if family is DREAMON:   # its delete token makes the engine decode it with variable-length slots
@@ -75,7 +77,7 @@ def load_checkpoint(folder: Path, config: dict, device: torch.device, *, dtype: 
     model.load_state_dict(state, strict=True, assign=True)
     del state
     model.fuse_projections()
-    return CheckpointDenoiser(model, tokens.tokenizer, special, family, folder.name, max_context(family, config))
+    return CheckpointDenoiser(model, tokens.tokenizer, special, family, folder.name, context)
 
 
 def _may_be_qwen2(config: dict) -> bool:

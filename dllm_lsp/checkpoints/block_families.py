@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from dllm_lsp.model_folder import ModelLoadError
 
 from .block_model import BlockConfig, MoEConfig
+from .config_values import MAX_LAYERS, check_shape, flag, need, optional
 
 BLOCK, BIDIRECTIONAL = "block", "bidirectional"
 
@@ -73,13 +74,6 @@ def detect_block_family(config: dict) -> BlockFamily | None:
     return None
 
 
-def _need(config: dict, key: str, family: BlockFamily, kind=int):
-    if key not in config or config[key] is None:
-        raise ModelLoadError(f"config.json lacks {key!r}, which the {family.key} family needs")
-    try:
-        return kind(config[key])
-    except (TypeError, ValueError) as exc:
-        raise ModelLoadError(f"config.json {key!r} must be a {kind.__name__}, not {config[key]!r}") from exc
 
 
 def _first(config: dict, keys: tuple[str, ...], default=None):
@@ -97,18 +91,24 @@ def block_config(family: BlockFamily, c: dict) -> BlockConfig:
         raise ModelLoadError(f"hidden_act {c['hidden_act']!r} is not supported (only 'silu')")
     if c.get("mlp_bias"):
         raise ModelLoadError("MLP biases (mlp_bias: true) are not supported")
-    dim = _need(c, "hidden_size", family)
-    heads = _need(c, "num_attention_heads", family)
-    head_dim = int(c.get("head_dim") or dim // heads)
-    layers = _need(c, "num_hidden_layers", family)
+    f = family.key
+    dim = need(c, "hidden_size", f)
+    heads = need(c, "num_attention_heads", f)
+    head_dim = optional(c, "head_dim", dim // heads)
+    layers = need(c, "num_hidden_layers", f, high=MAX_LAYERS)
     layout = family.layout
-    attention_bias = bool(c.get("attention_bias", False))
+    attention_bias = flag(c, "attention_bias", False)
     common = dict(
-        vocab_size=_need(c, "vocab_size", family), dim=dim, n_layers=layers, n_heads=heads,
-        n_kv_heads=int(c.get("num_key_value_heads") or heads), head_dim=head_dim,
-        ffn_dim=int(c.get("intermediate_size") or 0), rope_theta=float(c.get("rope_theta", 10000.0)),
-        norm_eps=float(c.get("rms_norm_eps", 1e-6)), tied_embeddings=bool(c.get("tie_word_embeddings", False)),
+        vocab_size=need(c, "vocab_size", f), dim=dim, n_layers=layers, n_heads=heads,
+        n_kv_heads=optional(c, "num_key_value_heads", heads), head_dim=head_dim,
+        ffn_dim=optional(c, "intermediate_size", 0) if c.get("intermediate_size") else 0,   # none: all MoE
+        rope_theta=optional(c, "rope_theta", 10000.0, float), norm_eps=optional(c, "rms_norm_eps", 1e-6, float),
+        tied_embeddings=flag(c, "tie_word_embeddings", False),
     )
+    try:
+        check_shape({k: v for k, v in common.items() if k in ("vocab_size", "n_layers", "n_kv_heads", "head_dim")})
+    except ValueError as exc:
+        raise ModelLoadError(f"config.json describes an impossible shape: {exc}") from exc
     moe = None
     dense: tuple[int, ...] = ()
     if layout == "qwen2":
@@ -118,17 +118,16 @@ def block_config(family: BlockFamily, c: dict) -> BlockConfig:
     elif layout in ("qwen3", "qwen3_moe"):
         attn = dict(qkv_bias=attention_bias, out_bias=attention_bias, qk_norm=True)
     elif layout == "llada_moe":
-        attn = dict(qkv_bias=attention_bias, qk_norm=bool(c.get("qk_layernorm", True)))
+        attn = dict(qkv_bias=attention_bias, qk_norm=flag(c, "qk_layernorm", True))
     else:   # llada2_moe; the defaults are LLaDA2MoeConfig's (a key config.json leaves out means them)
         if c.get("norm_head"):
             raise ModelLoadError("LLaDA2.0 with a normalised LM head (norm_head: true) is not supported")
         factor = float(c.get("partial_rotary_factor", 0.5))
-        attn = dict(qkv_bias=bool(c.get("use_qkv_bias", False)), out_bias=bool(c.get("use_bias", True)),
-                    qk_norm=bool(c.get("use_qk_norm", True)), rotary_dim=int(head_dim * factor))
+        attn = dict(qkv_bias=flag(c, "use_qkv_bias", False), out_bias=flag(c, "use_bias", True),
+                    qk_norm=flag(c, "use_qk_norm", True), rotary_dim=int(head_dim * factor))
     if layout == "qwen3_moe":
-        moe = MoEConfig(n_experts=_need(c, "num_experts", family), top_k=_need(c, "num_experts_per_tok", family),
-                        ffn_dim=_need(c, "moe_intermediate_size", family),
-                        norm_topk=bool(c.get("norm_topk_prob", False)))
+        moe = MoEConfig(n_experts=need(c, "num_experts", f), top_k=need(c, "num_experts_per_tok", f),
+                        ffn_dim=need(c, "moe_intermediate_size", f), norm_topk=flag(c, "norm_topk_prob", False))
         step = int(c.get("decoder_sparse_step") or 1)
         only = {int(i) for i in (c.get("mlp_only_layers") or [])}
         dense = tuple(i for i in range(layers) if i in only or (i + 1) % step != 0)
@@ -139,17 +138,18 @@ def block_config(family: BlockFamily, c: dict) -> BlockConfig:
         score = str(_first(c, ("score_func", "moe_router_score_function", "scoring_func"), "softmax")).lower()
         if score != "softmax":
             raise ModelLoadError(f"LLaDA-MoE with a {score!r} router is not supported (softmax only)")
-        moe = MoEConfig(n_experts=_need(c, "num_experts", family), top_k=_need(c, "num_experts_per_tok", family),
-                        ffn_dim=int(_first(c, ("expert_intermediate_size", "moe_intermediate_size"), 0)
-                                    or _need(c, "expert_intermediate_size", family)),
-                        norm_topk=bool(c.get("norm_topk_prob", False)))
+        moe = MoEConfig(n_experts=need(c, "num_experts", f), top_k=need(c, "num_experts_per_tok", f),
+                        ffn_dim=optional(c, "expert_intermediate_size", None)
+                        or need(c, "moe_intermediate_size" if c.get("moe_intermediate_size") else
+                                "expert_intermediate_size", f),
+                        norm_topk=flag(c, "norm_topk_prob", False))
     elif layout == "llada2_moe":
         score = str(_first(c, ("score_function", "moe_router_score_function", "scoring_func"), "sigmoid")).lower()
         if score != "sigmoid":
             raise ModelLoadError(f"LLaDA2.0 with a {score!r} router is not supported (sigmoid only)")
-        expert_ffn = _need(c, "moe_intermediate_size", family)
+        expert_ffn = need(c, "moe_intermediate_size", f)
         shared = int(c.get("num_shared_experts") or 0)
-        moe = MoEConfig(n_experts=_need(c, "num_experts", family), top_k=_need(c, "num_experts_per_tok", family),
+        moe = MoEConfig(n_experts=need(c, "num_experts", f), top_k=need(c, "num_experts_per_tok", f),
                         ffn_dim=expert_ffn, router="sigmoid", n_group=int(c.get("n_group") or 8),
                         topk_group=int(c.get("topk_group") or 4),
                         routed_scaling=float(c.get("routed_scaling_factor") or 2.5), expert_bias=True,
@@ -170,8 +170,8 @@ def block_size(family: BlockFamily, config: dict, generation: dict) -> int:
         size = int(size)
     except (TypeError, ValueError) as exc:
         raise ModelLoadError(f"block size {size!r} in config.json is not a number") from exc
-    if size < 1:
-        raise ModelLoadError(f"block size {size} must be at least 1")
+    if not 1 <= size <= max_context(config):   # a billion-token block ran the first request out of memory
+        raise ModelLoadError(f"block size {size} must be within 1..{max_context(config)} (the model's positions)")
     return size
 
 
@@ -186,7 +186,7 @@ def sub_block_size(family: BlockFamily, config: dict, generation: dict, block: i
 
 
 def max_context(config: dict) -> int:
-    return int(config.get("max_position_embeddings") or 4096)
+    return optional(config, "max_position_embeddings", 4096)
 
 
 # -- tensor names --------------------------------------------------------------------------------

@@ -33,17 +33,19 @@ def load_block_checkpoint(folder: Path, config: dict, family: BlockFamily, devic
     folder = Path(folder)
     generation = read_generation_config(folder)
     cfg = block_config(family, config)
+    context = max_context(config)
+    block = block_size(family, config, generation) if family.attention != BIDIRECTIONAL else None
     tokens = load_tokenizer(folder)
-    plan = weight_plan(family, cfg)
     files = WeightFiles.open(folder)
+    files.check_layers(cfg.n_layers)
+    plan = weight_plan(family, cfg)
     files.require({name: shape for groups, _ in plan.values() for group in groups for name, shape in group})
     special = special_tokens(config, generation, tokens, cfg.vocab_size, family.default_mask)
     model = load_weights(cfg, plan, files, device, dtype or default_dtype(device))
     if family.attention == BIDIRECTIONAL:
         spec = Family(family.key, family.title, family.layout, family.shift, False)
-        return CheckpointDenoiser(model, tokens.tokenizer, special, spec, folder.name, max_context(config))
-    block = block_size(family, config, generation)
-    return BlockDenoiser(model, tokens.tokenizer, special, family, folder.name, max_context(config), block,
+        return CheckpointDenoiser(model, tokens.tokenizer, special, spec, folder.name, context)
+    return BlockDenoiser(model, tokens.tokenizer, special, family, folder.name, context, block,
                          sub_block_size(family, config, generation, block), find_fim(tokens.tokenizer))
 
 

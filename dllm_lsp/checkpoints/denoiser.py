@@ -28,7 +28,9 @@ class CheckpointDenoiser(Denoiser):
         self.max_context = max_context
         # Embedding rows past the tokenizer's size are padding: never propose them.
         self.vocab_limit = min(model.cfg.vocab_size, tokenizer.get_vocab_size(with_added_tokens=True))
-        self.blocked = (special.mask_id,)
+        # a mask past the tokenizer (a folder without its tokenizer_config.json) is cut off with
+        # the rest of the logits: blocking it too indexed past them (IndexError on every request)
+        self.blocked = (special.mask_id,) if special.mask_id < self.vocab_limit else ()
         self.last_session: CheckpointSession | None = None   # read by `bench checkpoint` (full passes run)
         # Cache mode "reuse": contexts kept across requests (`--prefix-cache N` sets how many).
         self.context_store = ContextStore()

@@ -21,6 +21,7 @@ from dllm_lsp.model_folder import ModelLoadError, load_json_file
 
 from .architecture import BiConfig
 from .block_families import BLOCK_FAMILIES
+from .config_values import MAX_LAYERS, check_shape, flag, need, optional
 from .tokenizer_files import TokenizerFiles
 
 EXPAND_TOKEN = "<|expand|>"
@@ -79,13 +80,6 @@ def detect_family(config: dict, generation: dict, tokens: TokenizerFiles | None)
     raise ModelLoadError(f"unsupported model family {found!r} in config.json; supported families: {supported_list()}")
 
 
-def _need(config: dict, key: str, family: Family, kind=int):
-    if key not in config or config[key] is None:
-        raise ModelLoadError(f"config.json lacks {key!r}, which the {family.key} family needs")
-    try:
-        return kind(config[key])
-    except (TypeError, ValueError) as exc:
-        raise ModelLoadError(f"config.json {key!r} must be a {kind.__name__}, not {config[key]!r}") from exc
 
 
 def model_config(family: Family, config: dict) -> BiConfig:
@@ -96,7 +90,7 @@ def model_config(family: Family, config: dict) -> BiConfig:
 
 
 def _llada_config(c: dict) -> BiConfig:
-    f = LLADA
+    f = LLADA.key
     for key, want in (("block_type", "llama"), ("layer_norm_type", "rms"), ("activation_type", "silu")):
         if key in c and str(c[key]).lower() != want:
             raise ModelLoadError(f"LLaDA variant with {key}={c[key]!r} is not supported (only {want!r})")
@@ -104,41 +98,48 @@ def _llada_config(c: dict) -> BiConfig:
         raise ModelLoadError("LLaDA variants with ALiBi, no RoPE or q/k layer norms are not supported")
     if c.get("block_group_size", 1) not in (1, None):
         raise ModelLoadError("LLaDA checkpoints with block_group_size > 1 are not supported")
-    dim = _need(c, "d_model", f)
-    heads = _need(c, "n_heads", f)
-    kv_heads = int(c.get("n_kv_heads") or heads)
-    ffn = c.get("mlp_hidden_size") or (int(c.get("mlp_ratio", 4)) * dim)
-    bias = bool(c.get("include_bias", False))
-    return BiConfig(
-        vocab_size=int(c.get("embedding_size") or _need(c, "vocab_size", f)),
-        dim=dim, n_layers=_need(c, "n_layers", f), n_heads=heads, n_kv_heads=kv_heads, head_dim=dim // heads,
-        ffn_dim=int(ffn), rope_theta=float(c.get("rope_theta", 10000.0)), norm_eps=float(c.get("rms_norm_eps", 1e-5)),
-        qkv_bias=bias or bool(c.get("include_qkv_bias", False)), out_bias=bias, mlp_bias=bias,
-        tied_embeddings=bool(c.get("weight_tying", False)),
+    dim = need(c, "d_model", f)
+    heads = need(c, "n_heads", f)
+    bias = flag(c, "include_bias", False)
+    return shaped(BiConfig(
+        vocab_size=optional(c, "embedding_size", None) or need(c, "vocab_size", f),
+        dim=dim, n_layers=need(c, "n_layers", f, high=MAX_LAYERS), n_heads=heads,
+        n_kv_heads=optional(c, "n_kv_heads", heads), head_dim=dim // heads,
+        ffn_dim=optional(c, "mlp_hidden_size", None) or optional(c, "mlp_ratio", 4) * dim,
+        rope_theta=optional(c, "rope_theta", 10000.0, float), norm_eps=optional(c, "rms_norm_eps", 1e-5, float),
+        qkv_bias=bias or flag(c, "include_qkv_bias", False), out_bias=bias, mlp_bias=bias,
+        tied_embeddings=flag(c, "weight_tying", False),
         embed_scale=dim**0.5 if c.get("input_emb_norm") else 1.0,
         logit_scale=dim**-0.5 if c.get("scale_logits") else 1.0,
-    )
+    ))
 
 
-def _qwen2_config(f: Family, c: dict) -> BiConfig:
+def _qwen2_config(family: Family, c: dict) -> BiConfig:
     if c.get("rope_scaling") not in (None, {}):
         raise ModelLoadError(f"rope_scaling {c['rope_scaling']!r} is not supported")
     if str(c.get("hidden_act", "silu")) != "silu":
         raise ModelLoadError(f"hidden_act {c['hidden_act']!r} is not supported (only 'silu')")
-    dim = _need(c, "hidden_size", f)
-    heads = _need(c, "num_attention_heads", f)
-    return BiConfig(
-        vocab_size=_need(c, "vocab_size", f), dim=dim, n_layers=_need(c, "num_hidden_layers", f),
-        n_heads=heads, n_kv_heads=int(c.get("num_key_value_heads") or heads),
-        head_dim=int(c.get("head_dim") or dim // heads), ffn_dim=_need(c, "intermediate_size", f),
-        rope_theta=float(c.get("rope_theta", 10000.0)), norm_eps=float(c.get("rms_norm_eps", 1e-6)),
-        qkv_bias=True, tied_embeddings=bool(c.get("tie_word_embeddings", False)),
-    )
+    f = family.key
+    dim = need(c, "hidden_size", f)
+    heads = need(c, "num_attention_heads", f)
+    return shaped(BiConfig(
+        vocab_size=need(c, "vocab_size", f), dim=dim, n_layers=need(c, "num_hidden_layers", f, high=MAX_LAYERS),
+        n_heads=heads, n_kv_heads=optional(c, "num_key_value_heads", heads),
+        head_dim=optional(c, "head_dim", dim // heads), ffn_dim=need(c, "intermediate_size", f),
+        rope_theta=optional(c, "rope_theta", 10000.0, float), norm_eps=optional(c, "rms_norm_eps", 1e-6, float),
+        qkv_bias=True, tied_embeddings=flag(c, "tie_word_embeddings", False),
+    ))
+
+
+def shaped(cfg: BiConfig) -> BiConfig:
+    check_shape({"vocab_size": cfg.vocab_size, "dim": cfg.dim, "n_layers": cfg.n_layers, "n_heads": cfg.n_heads,
+                 "n_kv_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim, "ffn_dim": cfg.ffn_dim})
+    return cfg
 
 
 def max_context(family: Family, config: dict) -> int:
     key = "max_sequence_length" if family.layers == "llama" else "max_position_embeddings"
-    return int(config.get(key) or 4096)
+    return optional(config, key, 4096)
 
 
 def tensor_names(family: Family, cfg: BiConfig) -> dict[str, str]:

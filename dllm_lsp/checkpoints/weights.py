@@ -9,6 +9,7 @@ before any weight is copied to the device.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +62,14 @@ class WeightFiles:
                     f"but config.json implies {tuple(shape)}"
                 )
 
+    def check_layers(self, n_layers: int) -> None:
+        """The weights hold no more layers than config.json says: those past it would be left out
+        without a word, a truncated model that writes junk."""
+        found = {int(m.group(1)) for name in self.shapes for m in [_LAYER.search(name)] if m}
+        if found and max(found) >= n_layers:
+            raise ModelLoadError(f"the weights in {self.folder} hold {max(found) + 1} layers, "
+                                 f"but config.json says {n_layers}")
+
     def load(self, names: dict[str, str], device: torch.device, dtype: torch.dtype) -> dict[str, torch.Tensor]:
         """{target name: tensor name in the files} -> {target name: tensor on `device` in `dtype`}.
 
@@ -79,6 +88,9 @@ class WeightFiles:
             except SafetensorError as exc:
                 raise ModelLoadError(f"shard {shard} in {self.folder} is corrupt: {exc}") from exc
         return out
+
+
+_LAYER = re.compile(r"\.(?:layers|blocks)\.(\d+)\.")   # model.layers.3.…, model.transformer.blocks.3.…
 
 
 def _tensor_to_shard(folder: Path) -> dict[str, str]:

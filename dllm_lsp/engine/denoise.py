@@ -415,7 +415,7 @@ class FixedLengthRun:
             starts.restrict(logits, masked, masked, self.slot_of, self.n_slots)
         if self.needs_greedy_fill:
             # The last pass of a window; the run ends after it unless a slot grows.
-            logits[..., self.special.mask_id] = -math.inf
+            self._never_mask(logits)
             token, score = (t.to(self.host) for t in propose_greedy(logits, self.settings.confidence))
             span_now = self.canvas_ids[:, self.span_pos]
             span_now[masked] = token
@@ -428,7 +428,7 @@ class FixedLengthRun:
             return
         settings, special = self.settings, self.special
         step = self.step_index
-        logits[..., special.mask_id] = -math.inf           # a mask is never an answer
+        self._never_mask(logits)
         self.steps += 1
         self.step_index += 1
         proposed = propose(logits, settings, self.generator, greedy_rows(settings, masked))
@@ -481,6 +481,13 @@ class FixedLengthRun:
             # (a stream reported step 17 of 16)
             self.on_step(self.steps, *self.at_capacity(span_now, self.masked.clone()), mean_conf,
                          max(self.budget, self.steps))
+
+    def _never_mask(self, logits: torch.Tensor) -> None:
+        """A mask is never an answer. The logits may stop at the tokenizer's last token, before a
+        mask id the embedding alone has (a checkpoint folder without its tokenizer_config.json):
+        such a mask is never proposed anyway."""
+        if self.special.mask_id < logits.shape[-1]:
+            logits[..., self.special.mask_id] = -math.inf
 
     def outcome(self) -> DenoiseOutcome:
         return DenoiseOutcome(self.canvas_ids, self.canvas_ids[:, self.span_pos], self.steps, self.canvas,

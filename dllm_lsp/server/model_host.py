@@ -44,7 +44,7 @@ class LoadKey:
         try:
             dev = resolve_device(device)
             folder = resolve_model_path(model, dev.type).resolve()
-        except ModelLoadError:
+        except (ModelLoadError, OSError):
             return cls(model, device)
         if dev.type == "cuda" and dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import sys
 
@@ -548,3 +549,17 @@ def test_block_budget_left_holes_are_filled_greedily():
     port = ScriptedPort({1: 8}, 10, special)
     out = decode_blockwise(port, canvas, DecodeSettings(steps=1, confidence="margin", threshold=1.5))
     assert out.span_ids[0].tolist() == [5, 8, 5, 5] and out.steps == 2
+
+
+@pytest.mark.parametrize("changes, fragment", [
+    ({"block_size": 10**9}, "block size 1000000000 must be within 1.."),   # the first request ran out of memory
+    ({"num_hidden_layers": 0}, "'num_hidden_layers' is 0"),                  # served from no layers at all
+    ({"attention_bias": "false"}, "'attention_bias' must be true or false"),
+])
+def test_a_block_family_config_of_an_impossible_size_is_refused_at_load(damaged, changes, fragment):
+    folder = damaged("sdar")
+    config = json.loads((folder / "config.json").read_text())
+    config.update(changes)
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match=re.escape(fragment)):
+        _load(folder)

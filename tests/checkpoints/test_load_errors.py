@@ -5,6 +5,8 @@ import pytest
 
 from dllm_lsp.checkpoints import SUPPORTED_FAMILIES
 from dllm_lsp.checkpoints.tiny import EXECUTED_MARKER
+from dllm_lsp.engine.engine import Engine
+from dllm_lsp.engine.types import DecodeSettings, InfillRequest
 from dllm_lsp.loader import ModelLoadError, load_model
 
 FAMILY = {"llada": "llada", "dream": "dream", "diffucoder": "dream", "dreamon": "dreamon", "open-dcoder": "open-dcoder"}
@@ -180,3 +182,66 @@ def test_tiny_folders_use_the_families_real_tensor_names(layout, names, tiny_che
         assert not any(".bias" in n for n in index)           # include_bias false, as in LLaDA-8B
     else:
         assert "model.layers.1.self_attn.o_proj.bias" not in index   # Qwen2: q/k/v biases only
+
+
+@pytest.mark.parametrize("layout, changes, fragments", [
+    ("dream", {"num_hidden_layers": 0}, ["'num_hidden_layers' is 0", "1..1024"]),      # loaded, then IndexError
+    ("dream", {"num_hidden_layers": -3}, ["'num_hidden_layers' is -3"]),
+    ("dream", {"num_hidden_layers": True}, ["'num_hidden_layers' must be an integer, not True"]),   # was 1
+    ("dream", {"hidden_size": 64.5}, ["'hidden_size' must be an integer, not 64.5"]),              # was 64
+    ("dream", {"num_hidden_layers": 100_000}, ["'num_hidden_layers' is 100000"]),   # built 100k layers first
+    ("dream", {"head_dim": 10**9}, ["'head_dim' is 1000000000"]),                   # 10 GB of RoPE tables
+    ("dream", {"tie_word_embeddings": "false"}, ["'tie_word_embeddings' must be true or false"]),   # read as true
+    ("dream", {"rope_theta": -1}, ["'rope_theta' must be a positive number"]),
+    ("dream", {"max_position_embeddings": -5}, ["'max_position_embeddings' is -5"]),  # loaded, failed each request
+    ("llada", {"n_layers": 0}, ["'n_layers' is 0"]),
+    ("llada", {"mlp_ratio": 0, "mlp_hidden_size": None}, ["'mlp_ratio' is 0"]),
+])
+def test_a_config_value_of_the_wrong_kind_or_size_is_refused_before_anything_is_built(fresh_copy, layout, changes,
+                                                                                        fragments):
+    folder = fresh_copy(layout)
+    edit_json(folder / "config.json", **changes)
+    message = expect_error(folder, *fragments)
+    assert "\n" not in message
+
+
+def test_weights_with_more_layers_than_the_config_are_refused(fresh_copy):
+    """The layers past config.json's count were left out without a word: a truncated model."""
+    folder = fresh_copy("dream")
+    edit_json(folder / "config.json", num_hidden_layers=1)
+    expect_error(folder, "hold 2 layers", "config.json says 1")
+
+
+def test_a_mask_past_the_tokenizer_but_inside_the_embedding_completes(fresh_copy):
+    """A LLaDA mask id the embedding has a row for but the tokenizer does not (or a Dream folder
+    without its tokenizer_config.json): every request failed with IndexError."""
+    folder = fresh_copy("llada")
+    loaded = load_model(str(folder), "cpu")
+    vocab = loaded.tokenizer.get_vocab_size(with_added_tokens=True)
+    assert vocab < loaded.model.cfg.vocab_size
+    edit_json(folder / "config.json", mask_token_id=vocab + 1)
+    denoiser = load_model(str(folder), "cpu")
+    assert denoiser.special.mask_id == vocab + 1
+    result = Engine(denoiser, batching=False).infill(InfillRequest.single("def f(x):\n    return ", "\n", 8),
+                                                     DecodeSettings(steps=4))
+    assert result.candidates and result.steps >= 1
+
+
+def test_a_model_path_too_long_for_the_file_system_is_one_line(tmp_path):
+    """Path.exists raised ENAMETOOLONG: a traceback in the CLI, and a server that stayed
+    'not loaded yet' for good."""
+    with pytest.raises(ModelLoadError, match="cannot be read: File name too long"):
+        load_model(str(tmp_path / ("x" * 300)), "cpu")
+
+
+def test_a_folder_whose_name_is_not_utf8_is_refused_in_one_line(tiny_checkpoints, tmp_path):
+    """safetensors and tokenizers open files by UTF-8 paths only: the load failed deep inside them,
+    in three lines about surrogates."""
+    import os
+    import shutil
+
+    target = os.path.join(os.fsencode(tmp_path), b"llada-\xff\xfe")
+    shutil.copytree(os.fsencode(tiny_checkpoints["llada"]), target)
+    with pytest.raises(ModelLoadError, match="not UTF-8: rename it") as info:
+        load_model(os.fsdecode(target), "cpu")
+    assert "\n" not in str(info.value)

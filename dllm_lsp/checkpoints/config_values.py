@@ -1,0 +1,65 @@
+"""config.json values of the open-checkpoint families, read strictly, and the shape limits.
+
+Hugging Face configs write sizes as JSON integers and switches as JSON booleans. A size of
+`true` or `64.5` (read as 1 and 64 by `int`), a switch of `"false"` (true to `bool`), or a size of
+zero, a negative one or a billion is a broken folder: it is refused at load with one line, before
+anything is built or allocated for it (a billion layers hung the load building them; a zero layer
+count loaded and failed every request; a billion-token block ran the machine out of memory at the
+first request).
+"""
+from __future__ import annotations
+
+from dllm_lsp.model_folder import ModelLoadError
+
+# Far above every published diffusion coder (Dream-7B: 28 layers, 3,584 wide, 152k tokens; the
+# MoE layouts stay well below too), and low enough that nothing built for a value up to them
+# costs memory before the weights are compared with the config.
+MAX_LAYERS = 1024
+MAX_SIZE = 1 << 22     # any width, head count, expert count or vocabulary
+
+
+def need(config: dict, key: str, family: str, kind: type = int, high: int = MAX_SIZE) -> int | float:
+    """`config[key]`, which the family needs: a positive JSON integer up to `high` (kind=int) or
+    a positive finite number (kind=float: RoPE's base, a norm's epsilon)."""
+    if config.get(key) is None:
+        raise ModelLoadError(f"config.json lacks {key!r}, which the {family} family needs")
+    return _checked(config, key, kind, high)
+
+
+def optional(config: dict, key: str, default, kind: type = int, high: int = MAX_SIZE):
+    """`config[key]` when it is there and not null, else `default`; checked as `need` checks."""
+    if config.get(key) is None:
+        return default
+    return _checked(config, key, kind, high)
+
+
+def flag(config: dict, key: str, default: bool) -> bool:
+    """A switch: a JSON boolean (`"false"` is a string, and was read as true)."""
+    value = config.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ModelLoadError(f"config.json {key!r} must be true or false, not {value!r}")
+    return value
+
+
+def _checked(config: dict, key: str, kind: type, high: int):
+    value = config[key]
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise ModelLoadError(f"config.json {key!r} must be a positive number, not {value!r}")
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ModelLoadError(f"config.json {key!r} must be an integer, not {value!r}")
+    if not 1 <= value <= high:
+        raise ModelLoadError(f"config.json {key!r} is {value}: it must be within 1..{high}")
+    return value
+
+
+def check_shape(sizes: dict[str, int]) -> None:
+    """The sizes a config implies (after defaults and arithmetic such as `dim // heads`): each
+    at least 1, layers at most MAX_LAYERS. ValueError: the loaders say "impossible shape"."""
+    for name, value in sizes.items():
+        high = MAX_LAYERS if name == "n_layers" else MAX_SIZE
+        if not 1 <= value <= high:
+            raise ValueError(f"{name} is {value}: it must be within 1..{high}")
