@@ -301,3 +301,50 @@ def test_toggle_off_and_on(version, tmp_path, editor_model, expected):
         nv.type(" ")
         nv.keys("BSpace")   # back to the text the expected answer is for
         nv.wait(lambda s: s["ghost"] == expected, what=f"ghost text {expected!r} after turning on")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_typing_the_suggestions_first_character_then_tab_inserts_it_once(version, tmp_path, editor_model,
+                                                                          expected):
+    """0.12 accepted through Neovim's own accept, which writes the item over its range: that ends
+    where the cursor was when the answer came, so Tab right after typing the suggestion's first
+    character wrote that character twice."""
+    first = expected[0]
+    if not first.isprintable():
+        pytest.skip(f"the suggestion starts with {first!r}, which the terminal cannot type")
+    with open_session(version, tmp_path, editor_model) as nv:
+        type_on_line_2(nv)
+        nv.wait(lambda s: s["ghost"] == expected, what=f"ghost text {expected!r}")
+        nv.type(first)
+        nv.keys("Tab")
+        state = nv.wait(lambda s: s["lines"][1] != LINE + first and s["lines"][1] != LINE,
+                        what="the suggestion to be inserted")
+        assert "\n".join(state["lines"][1:]).rstrip("\n") == (LINE + expected).rstrip("\n")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_buffer_split_in_two_windows_completes_at_the_cursor_of_the_current_one(version, tmp_path,
+                                                                                   editor_model, expected):
+    """bufwinid gives the first window that shows a buffer: with the file split in two, the
+    request, the ghost text and the insertion used the other window's cursor (line 1, column 0)."""
+    with open_session(version, tmp_path, editor_model) as nv:
+        nv.keys(":split", "Enter", "C-w", "j")
+        nv.wait(lambda s: nv.lua("#vim.api.nvim_list_wins()") == 2, what="the split")
+        type_on_line_2(nv)
+        nv.wait(lambda s: s["ghost"] == expected, what=f"ghost text {expected!r} in the lower window")
+        nv.keys("Tab")
+        state = nv.wait(lambda s: s["lines"][1] != LINE, what="the suggestion to be inserted")
+        assert state["lines"][0] == "alpha beta gamma"
+        assert "\n".join(state["lines"][1:]).rstrip("\n") == (LINE + expected).rstrip("\n")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_auto_trigger_off_asks_only_when_triggered(version, tmp_path, editor_model, expected):
+    """On 0.12 Neovim asks on every keystroke, and `auto_trigger = false` was not consulted there."""
+    with open_session(version, tmp_path, editor_model) as nv:
+        nv.lua("(function() require('dllm.config').options.auto_trigger = false return true end)()")
+        type_on_line_2(nv)
+        time.sleep(4)   # long enough for a suggestion to arrive, were it asked for
+        assert nv.state()["ghost"] is None
+        nv.lua("(function() require('dllm').trigger() return true end)()")
+        nv.wait(lambda s: s["ghost"] == expected, what=f"ghost text {expected!r} after trigger()")

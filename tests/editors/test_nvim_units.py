@@ -33,3 +33,10 @@ def test_plugin_units(version):
     assert got["no_hint"] is True
     assert got["remainder"] == "ue + 1"
     assert got["mismatch"] is True
+    # the server's CRLF and CR line breaks as Neovim's lines take them (a ^M was left on each line)
+    assert got["unix_text"] == "a\n  b\nc\nd"
+    assert [i["insertText"] for i in got["unix_answer"]["items"]] == ["x\ny", {"kind": "snippet", "value": "p\nq"}]
+    assert got["stream_items"] == "one\ntwo"
+    assert got["win"] == {"current": True, "other": True, "back": True}
+    assert got["accept_one"] == ["f(a, y", "z)"]       # the edit under the cursor, not the first on the line
+    assert got["unmapped"] == [True, True, True]

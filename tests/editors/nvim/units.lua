@@ -44,4 +44,38 @@ out.remainder = suggest.remainder(buf, item)
 item.text = 'other)'
 out.mismatch = suggest.remainder(buf, item) == nil
 
+-- The server writes the file's own line breaks (CRLF, CR); a buffer's lines hold none.
+local util = require('dllm.util')
+local stream = require('dllm.stream')
+out.unix_text = util.unix_text('a\r\n  b\rc\nd')
+out.unix_answer = util.unix_answer({ items = { { insertText = 'x\r\ny' }, { insertText = { kind = 'snippet', value = 'p\rq' } } } })
+out.stream_items = stream.items({ items = { { insertText = 'one\r\ntwo', range = vim.NIL } } })[1].text
+
+-- A buffer in two windows: the current one's, not the first one's.
+vim.api.nvim_buf_set_lines(buf, 0, -1, false, { 'top', 'bottom' })
+local first = vim.api.nvim_get_current_win()
+vim.cmd('split')
+local second = vim.api.nvim_get_current_win()
+out.win = { current = util.win(buf) == second, other = second ~= first }
+vim.api.nvim_set_current_win(first)
+out.win.back = util.win(buf) == first
+vim.cmd('only')
+
+-- Next edits: of two edits on the cursor's line, "accept one" takes the one under the cursor.
+local next_edits = require('dllm.next_edits')
+vim.api.nvim_buf_set_lines(buf, 0, -1, false, { 'f(a, a)' })
+next_edits.preview(buf, {
+  { range = { start = { line = 0, character = 2 }, ['end'] = { line = 0, character = 3 } }, newText = 'x' },
+  { range = { start = { line = 0, character = 5 }, ['end'] = { line = 0, character = 6 } }, newText = 'y\r\nz' },
+}, 'utf-16')
+vim.api.nvim_win_set_cursor(0, { 1, 5 })
+next_edits.accept_one(buf)
+out.accept_one = vim.api.nvim_buf_get_lines(buf, 0, -1, false)
+next_edits.dismiss(buf)
+
+-- A key with nothing to accept does what it does without the plugin: an Alt chord is <Esc> and its key.
+local dllm = require('dllm')
+out.unmapped = { dllm._unmapped_keys('<M-l>') == vim.keycode('<Esc>l'), dllm._unmapped_keys('<A-w>') == vim.keycode('<Esc>w'),
+  dllm._unmapped_keys('<Tab>') == vim.keycode('<Tab>') }
+
 io.stdout:write(vim.json.encode(out) .. '\n')

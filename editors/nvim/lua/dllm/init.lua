@@ -50,6 +50,14 @@ local function attach(client, bufnr)
   end
 end
 
+--- What a key with nothing to accept is fed as: what it does without the plugin. An Alt chord
+--- Neovim has no mapping for is <Esc> and the key (`:help i_META`); fed as itself it inserted its
+--- letter.
+function M._unmapped_keys(lhs)
+  local key = lhs:match('^<[MmAa]%-(%a)>$')
+  return vim.keycode(key and ('<Esc>' .. key) or lhs)
+end
+
 local function map_keys(keymaps)
   if not keymaps then
     return
@@ -58,10 +66,10 @@ local function map_keys(keymaps)
     if not lhs then
       return
     end
+    local unmapped = M._unmapped_keys(lhs)
     vim.keymap.set('i', lhs, function()
       if not fn() then
-        -- Nothing to accept: the key does what it does without the plugin.
-        vim.api.nvim_feedkeys(vim.keycode(lhs), 'n', false)
+        vim.api.nvim_feedkeys(unmapped, 'n', false)
       end
     end, { desc = desc, silent = true })
   end
@@ -183,6 +191,7 @@ end
 function M.trigger()
   if use_native() then
     -- Neovim requests on CursorMovedI; an explicit request goes through its completor.
+    native.asked[vim.api.nvim_get_current_buf()] = true
     vim.api.nvim_exec_autocmds('CursorMovedI', { buffer = 0, modeline = false })
   else
     suggest.request(vim.api.nvim_get_current_buf())

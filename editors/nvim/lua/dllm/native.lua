@@ -2,6 +2,7 @@
 -- streamed refinements through it, the dllm client's textDocument/inlineCompletion requests are sent
 -- as dllm/inlineCompletion with a partialResultToken, and each `$/progress` report is handed to
 -- Neovim's handler as if it were an answer (it redraws on every call); the final answer follows.
+local config = require('dllm.config')
 local ghost = require('dllm.ghost')
 local partial = require('dllm.partial')
 local stream = require('dllm.stream')
@@ -13,6 +14,7 @@ function M.available()
   return vim.lsp.inline_completion ~= nil and vim.fn.has('nvim-0.12') == 1
 end
 
+M.asked = {} ---@type table<integer, boolean> bufnr -> trigger() asked (the next request goes out with auto_trigger off)
 local pending = {} ---@type table<integer, fun()> bufnr -> cancel of the running streamed request
 -- bufnr -> next / prev pressed while that request's answer was still coming (Neovim then holds the
 -- report's one item): applied once the answer with the alternatives is Neovim's.
@@ -22,23 +24,36 @@ local deferred = {} ---@type table<integer, integer>
 function M.wrap_client(client)
   local request = client.request
   client.request = function(self, method, params, handler, bufnr)
-    if method ~= 'textDocument/inlineCompletion' or not stream.enabled or stream.supported == false or not handler then
+    if method ~= 'textDocument/inlineCompletion' or not handler then
       return request(self, method, params, handler, bufnr)
     end
     bufnr = vim._resolve_bufnr(bufnr)
+    if not config.options.auto_trigger and not M.asked[bufnr] then
+      -- Neovim asks on every keystroke; with auto_trigger off only trigger() gets an answer
+      vim.schedule(function()
+        handler(nil, { items = {} }, { method = method, client_id = self.id, bufnr = bufnr, params = params })
+      end)
+      return true, nil
+    end
+    M.asked[bufnr] = nil
+    if not stream.enabled or stream.supported == false then
+      return request(self, method, params, function(err, result, ...)
+        handler(err, util.unix_answer(result), ...)
+      end, bufnr)
+    end
     if pending[bufnr] then
       pending[bufnr]()
     end
     deferred[bufnr] = nil
     local tick = vim.api.nvim_buf_get_changedtick(bufnr)
-    local win = vim.fn.bufwinid(bufnr)
+    local win = util.win(bufnr)
     local cursor = win ~= -1 and vim.api.nvim_win_get_cursor(win) or nil
     local ctx = { method = method, client_id = self.id, bufnr = bufnr, params = params }
     local function current()
       if not vim.api.nvim_buf_is_valid(bufnr) or vim.api.nvim_buf_get_changedtick(bufnr) ~= tick then
         return false
       end
-      local w = vim.fn.bufwinid(bufnr)
+      local w = util.win(bufnr)
       local now = w ~= -1 and vim.api.nvim_win_get_cursor(w) or nil
       return vim.deep_equal(now, cursor) and vim.api.nvim_get_mode().mode:sub(1, 1) == 'i'
     end
@@ -58,7 +73,7 @@ function M.wrap_client(client)
         return
       end
       if err or current() then
-        handler(err, result, ctx)
+        handler(err, util.unix_answer(result), ctx)
         if not err and cycles and cycles ~= 0 then
           vim.lsp.inline_completion.select({ bufnr = bufnr, count = cycles })
         end
@@ -99,7 +114,7 @@ local function native_rest(item, bufnr)
   if not text then
     return nil
   end
-  local win = vim.fn.bufwinid(bufnr)
+  local win = util.win(bufnr)
   local row, col = unpack(vim.api.nvim_win_get_cursor(win))
   row = row - 1
   if item.range then
@@ -117,12 +132,12 @@ local function native_rest(item, bufnr)
   return text
 end
 
---- Accepts all, a line or a word of Neovim's current suggestion.
+--- Accepts all, a line or a word of Neovim's current suggestion, at the cursor. Not through
+--- Neovim's own accept: that writes the item over its range, which ends where the cursor was when
+--- the answer came, so a character typed since (the suggestion's first, typed through) was doubled.
 function M.accept(kind, bufnr)
   bufnr = util.buf(bufnr)
-  if kind == 'all' or kind == nil then
-    return vim.lsp.inline_completion.get({ bufnr = bufnr })
-  end
+  kind = kind or 'all'
   return vim.lsp.inline_completion.get({
     bufnr = bufnr,
     on_accept = function(item)
@@ -130,12 +145,19 @@ function M.accept(kind, bufnr)
       if not rest or rest == '' then
         return
       end
-      local chunk = kind == 'line' and partial.line(rest) or partial.word(rest)
-      local win = vim.fn.bufwinid(bufnr)
+      local chunk = (kind == 'line' and partial.line(rest)) or (kind == 'word' and partial.word(rest)) or rest
+      local win = util.win(bufnr)
       local row, col = unpack(vim.api.nvim_win_get_cursor(win))
       local lines = vim.split(chunk, '\n', { plain = true })
       vim.api.nvim_buf_set_text(bufnr, row - 1, col, row - 1, col, lines)
       vim.api.nvim_win_set_cursor(win, { row + #lines - 1, (#lines == 1 and col or 0) + #lines[#lines] })
+      -- the whole suggestion is taken: its command (the import it needs) runs, as Neovim's accept runs it
+      if kind == 'all' and item.command then
+        local client = vim.lsp.get_client_by_id(item.client_id)
+        if client then
+          client:exec_cmd(item.command, { bufnr = bufnr })
+        end
+      end
     end,
   })
 end

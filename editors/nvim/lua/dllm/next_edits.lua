@@ -36,6 +36,7 @@ function M.preview(bufnr, edits, encoding)
   M.dismiss(bufnr)
   local list = {}
   for _, edit in ipairs(edits) do
+    edit = vim.tbl_extend('force', edit, { newText = util.unix_text(edit.newText or '') })
     local srow, scol = util.to_buf(bufnr, edit.range.start, encoding)
     local erow, ecol = util.to_buf(bufnr, edit.range['end'], encoding)
     list[#list + 1] = { id = draw(bufnr, edit, srow, scol, erow, ecol), newText = edit.newText, label = edit.label or '' }
@@ -57,7 +58,7 @@ function M.request(bufnr, on_done)
     vim.notify('dllm: this server does not offer next edits (dllm/nextEdits)', vim.log.levels.INFO)
     return on_done(0)
   end
-  local params = vim.lsp.util.make_position_params(vim.fn.bufwinid(bufnr), client.offset_encoding)
+  local params = vim.lsp.util.make_position_params(util.win(bufnr), client.offset_encoding)
   client:request('dllm/nextEdits', params, function(err, result)
     if util.is_error(err, util.METHOD_NOT_FOUND) then
       M.unsupported = true
@@ -111,12 +112,18 @@ function M.accept_one(bufnr)
   if not list then
     return false
   end
-  local row = vim.api.nvim_win_get_cursor(vim.fn.bufwinid(bufnr))[1] - 1
+  local row, col = unpack(vim.api.nvim_win_get_cursor(util.win(bufnr)))
+  row = row - 1
   local best, best_d
   for i, edit in ipairs(list) do
-    local mark = vim.api.nvim_buf_get_extmark_by_id(bufnr, M.ns, edit.id, {})
-    local d = math.abs(mark[1] - row)
-    if not best_d or d < best_d then
+    -- rows first, then columns: of two edits on the cursor's line, the one under it
+    local mark = vim.api.nvim_buf_get_extmark_by_id(bufnr, M.ns, edit.id, { details = true })
+    local d = { math.abs(mark[1] - row), 0 }
+    if d[1] == 0 then
+      local stop = mark[3].end_row == row and mark[3].end_col or math.huge
+      d[2] = (col < mark[2] and mark[2] - col) or (col > stop and col - stop) or 0
+    end
+    if not best_d or d[1] < best_d[1] or (d[1] == best_d[1] and d[2] < best_d[2]) then
       best, best_d = i, d
     end
   end

@@ -33,7 +33,7 @@ local function items_of(result)
   local items = {}
   for _, item in ipairs(result.items or result) do
     local text = type(item.insertText) == 'string' and item.insertText or (item.insertText or {}).value
-    items[#items + 1] = { text = text or '', range = item.range }
+    items[#items + 1] = { text = util.unix_text(text or ''), range = item.range }
   end
   return items
 end
@@ -87,7 +87,8 @@ function M.request(client, bufnr, params, on_partial, on_done, send)
       end
       reports = reports + 1
       M.stats.reports = M.stats.reports + 1
-      on_partial({ text = value.text or '', range = value.range, step = value.step, total = value.totalSteps })
+      on_partial({ text = util.unix_text(value.text or ''), range = value.range, step = value.step,
+        total = value.totalSteps })
     end
     local streamed = vim.tbl_extend('force', params, { partialResultToken = token })
     local ok, id = send(client, 'dllm/inlineCompletion', streamed, function(err, result)

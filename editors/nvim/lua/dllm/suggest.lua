@@ -28,7 +28,7 @@ local function state(bufnr)
 end
 
 local function cursor(bufnr)
-  local win = vim.fn.bufwinid(bufnr)
+  local win = util.win(bufnr)
   if win == -1 then
     return nil
   end
@@ -119,7 +119,7 @@ function M.request(bufnr)
   end
   local tick = vim.api.nvim_buf_get_changedtick(bufnr)
   local row, col = cursor(bufnr)
-  local params = vim.lsp.util.make_position_params(vim.fn.bufwinid(bufnr), client.offset_encoding)
+  local params = vim.lsp.util.make_position_params(util.win(bufnr), client.offset_encoding)
   params.context = { triggerKind = 2 }
   local function current()
     local r, c = cursor(bufnr)
@@ -240,7 +240,7 @@ local function insert_at_cursor(bufnr, chunk)
   vim.api.nvim_buf_set_text(bufnr, row, col, row, col, lines)
   local last_row = row + #lines - 1
   local last_col = (#lines == 1 and col or 0) + #lines[#lines]
-  vim.api.nvim_win_set_cursor(vim.fn.bufwinid(bufnr), { last_row + 1, last_col })
+  vim.api.nvim_win_set_cursor(util.win(bufnr), { last_row + 1, last_col })
 end
 
 --- Accepts all of the suggestion ('all'), its current line ('line') or its next word ('word').
@@ -274,7 +274,7 @@ function M.accept(kind, bufnr)
     vim.api.nvim_buf_set_text(bufnr, srow, scol, erow, ecol, lines)
     local last_row = srow + #lines - 1
     local last_col = (#lines == 1 and scol or 0) + #lines[#lines]
-    vim.api.nvim_win_set_cursor(vim.fn.bufwinid(bufnr), { last_row + 1, last_col })
+    vim.api.nvim_win_set_cursor(util.win(bufnr), { last_row + 1, last_col })
     return true
   end
   local chunk = kind == 'line' and partial.line(rest) or partial.word(rest)

@@ -13,6 +13,17 @@ function M.buf(bufnr)
   return bufnr
 end
 
+--- The window the user works on `bufnr` in: the current one when it shows the buffer (a buffer
+--- split in two windows: bufwinid gives the first, and the request, the ghost text and the
+--- insertion used that window's cursor), else the first that shows it (-1: none).
+function M.win(bufnr)
+  local current = vim.api.nvim_get_current_win()
+  if vim.api.nvim_win_get_buf(current) == bufnr then
+    return current
+  end
+  return vim.fn.bufwinid(bufnr)
+end
+
 function M.client(bufnr)
   local clients = vim.lsp.get_clients({ name = 'dllm', bufnr = bufnr })
   return clients[1]
@@ -34,6 +45,35 @@ end
 --- {row, col} (0-based, bytes) of an LSP position.
 function M.to_buf(bufnr, pos, encoding)
   return pos.line, M.byte_col(bufnr, pos.line, pos.character, encoding)
+end
+
+--- Text the server wrote, with its line breaks as Neovim's lines take them. The server writes the
+--- file's own (`\r\n` in a CRLF file, `\r` in a classic-Mac one), while a buffer's lines hold no
+--- line end: split at `\n` alone, `\r\n` left a `^M` at the end of every inserted line (written to
+--- disk as `\r\r\n`), and `\r` put the whole suggestion on one line.
+function M.unix_text(text)
+  return (text:gsub('\r\n?', '\n'))
+end
+
+--- An inline completion answer (a list or {items}) with every item's text passed through unix_text.
+function M.unix_answer(result)
+  if type(result) ~= 'table' then
+    return result
+  end
+  local items = {}
+  for i, item in ipairs(result.items or result) do
+    local copy = vim.deepcopy(item)
+    if type(copy.insertText) == 'string' then
+      copy.insertText = M.unix_text(copy.insertText)
+    elseif type(copy.insertText) == 'table' and type(copy.insertText.value) == 'string' then
+      copy.insertText.value = M.unix_text(copy.insertText.value)
+    end
+    items[i] = copy
+  end
+  if result.items then
+    return vim.tbl_extend('force', result, { items = items })
+  end
+  return items
 end
 
 function M.is_error(err, code)
