@@ -4,6 +4,7 @@ while the model denoises moves the result (when exact) or drops it (never shown 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 import pytest_asyncio
@@ -97,29 +98,32 @@ async def slow_settings_that_show_something(client, uri: str, source: str = SOUR
     raise AssertionError("no slow setting shows a completion")
 
 
-async def test_an_edit_during_denoising_moves_the_result_or_drops_it(client):
+@contextlib.asynccontextmanager
+async def denoising(client, uri: str, source: str = SOURCE):
+    """A request at LINE:COL of `uri` still denoising (slow settings under which its line is
+    shown), for an edit to arrive meanwhile; the usual settings again afterwards."""
     try:
-        uri = "file:///typing/moved.py"
-        await slow_settings_that_show_something(client, uri)
-        before = await status(client)
+        await slow_settings_that_show_something(client, uri, source)
         pending = asyncio.ensure_future(client.text_document_inline_completion_async(inline_params(uri, LINE, COL)))
         await asyncio.sleep(0.01)
-        change(client, uri, 2, 0, 0, 0, "# a comment\n")            # a line above: the result moves down
-        moved = (await pending).items
-        middle = await status(client)
-        assert moved and moved[0].range.start.line == LINE + 1, middle
-        assert middle["rebased"] == before["rebased"] + 1
-
-        uri = "file:///typing/dropped.py"
-        await slow_settings_that_show_something(client, uri)
-        pending = asyncio.ensure_future(client.text_document_inline_completion_async(inline_params(uri, LINE, COL)))
-        await asyncio.sleep(0.01)
-        change(client, uri, 2, LINE, 10, 0, ";", end_line=LINE + 1)   # an edit across the cursor
-        assert not (await pending).items
-        assert (await status(client))["dropped"] == middle["dropped"] + 1
+        yield pending
     finally:
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
             settings={"dllm": {"steps": 8, "threshold": 0.9, "maxLineTokens": 32}}))
+
+
+async def test_an_edit_during_denoising_moves_the_result_or_drops_it(client):
+    before = await status(client)
+    async with denoising(client, "file:///typing/moved.py") as pending:
+        change(client, "file:///typing/moved.py", 2, 0, 0, 0, "# a comment\n")   # a line above: the result moves down
+        moved = (await pending).items
+    middle = await status(client)
+    assert moved and moved[0].range.start.line == LINE + 1, middle
+    assert middle["rebased"] == before["rebased"] + 1
+    async with denoising(client, "file:///typing/dropped.py") as pending:
+        change(client, "file:///typing/dropped.py", 2, LINE, 10, 0, ";", end_line=LINE + 1)   # an edit across the cursor
+        assert not (await pending).items
+    assert (await status(client))["dropped"] == middle["dropped"] + 1
 
 
 async def test_enter_typed_during_denoising_never_leaves_the_result_a_line_above(client):
@@ -127,52 +131,33 @@ async def test_enter_typed_during_denoising_never_leaves_the_result_a_line_above
     with that same indent: a text diff alone places the insertion after the cursor, which kept the
     line's suggestion at the old cursor, a line above the user's. It is typing at the cursor that
     departs from the suggestion (a one-line suggestion has no line break): dropped."""
-    try:
-        uri = "file:///typing/enter.py"
-        source = SOURCE.replace("    return \n", "    return \n    pass\n")
-        await slow_settings_that_show_something(client, uri, source)
-        before = await status(client)
-        pending = asyncio.ensure_future(client.text_document_inline_completion_async(inline_params(uri, LINE, COL)))
-        await asyncio.sleep(0.01)
+    uri = "file:///typing/enter.py"
+    before = await status(client)
+    async with denoising(client, uri, SOURCE.replace("    return \n", "    return \n    pass\n")) as pending:
         change(client, uri, 2, LINE, COL, COL, "\n    ")
         assert not (await pending).items
-        assert (await status(client))["dropped"] == before["dropped"] + 1
-    finally:
-        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-            settings={"dllm": {"steps": 8, "threshold": 0.9, "maxLineTokens": 32}}))
+    assert (await status(client))["dropped"] == before["dropped"] + 1
 
 
 async def test_a_backspace_before_the_cursor_during_denoising_drops_the_result(client):
     """`return ‸` and the blank deleted while the model ran: the result was moved one character
     left and accepting it wrote `returnnp.dtype(x)`."""
-    try:
-        uri = "file:///typing/backspace.py"
-        await slow_settings_that_show_something(client, uri)
-        before = await status(client)
-        pending = asyncio.ensure_future(client.text_document_inline_completion_async(inline_params(uri, LINE, COL)))
-        await asyncio.sleep(0.01)
+    uri = "file:///typing/backspace.py"
+    before = await status(client)
+    async with denoising(client, uri) as pending:
         change(client, uri, 2, LINE, COL - 1, COL, "")
         assert not (await pending).items
-        assert (await status(client))["dropped"] == before["dropped"] + 1
-    finally:
-        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-            settings={"dllm": {"steps": 8, "threshold": 0.9, "maxLineTokens": 32}}))
+    assert (await status(client))["dropped"] == before["dropped"] + 1
 
 
 async def test_closing_the_document_during_denoising_stops_its_request(client):
     """A closed document's request stopped costing steps only when it ended: it ran on to its
     last step, and a reopened document of other text could then get it."""
-    try:
-        uri = "file:///typing/closed.py"
-        await slow_settings_that_show_something(client, uri)
-        pending = asyncio.ensure_future(client.text_document_inline_completion_async(inline_params(uri, LINE, COL)))
-        await asyncio.sleep(0.01)
+    uri = "file:///typing/closed.py"
+    async with denoising(client, uri) as pending:
         client.text_document_did_close(types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri)))
         with pytest.raises(Exception, match="the document was closed"):
             await pending
-    finally:
-        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-            settings={"dllm": {"steps": 8, "threshold": 0.9, "maxLineTokens": 32}}))
 
 
 async def test_a_streamed_and_a_plain_request_for_one_document_both_finish(client):
