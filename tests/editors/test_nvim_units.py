@@ -40,3 +40,4 @@ def test_plugin_units(version):
     assert got["win"] == {"current": True, "other": True, "back": True}
     assert got["accept_one"] == ["f(a, y", "z)"]       # the edit under the cursor, not the first on the line
     assert got["unmapped"] == [True, True, True]
+    assert "no-such-dllm-lsp-command is not an executable" in got["missing_cmd"]

@@ -78,4 +78,10 @@ local dllm = require('dllm')
 out.unmapped = { dllm._unmapped_keys('<M-l>') == vim.keycode('<Esc>l'), dllm._unmapped_keys('<A-w>') == vim.keycode('<Esc>w'),
   dllm._unmapped_keys('<Tab>') == vim.keycode('<Tab>') }
 
+-- A server command that is not an executable is said at setup (Neovim only logs it).
+local said = {}
+vim.notify = function(msg) said[#said + 1] = msg end
+dllm.setup({ cmd = { 'no-such-dllm-lsp-command' }, keymaps = false, filetypes = { 'no-such-filetype' } })
+out.missing_cmd = said[1] or vim.NIL
+
 io.stdout:write(vim.json.encode(out) .. '\n')

@@ -101,8 +101,14 @@ function M.setup(user_opts)
     vim.api.nvim_set_hl(0, 'ComplHintMore', { link = 'MoreMsg', default = true })
   end
 
+  local cmd = config.server_cmd(opts)
+  if type(cmd) == 'table' and cmd[1] and vim.fn.executable(cmd[1]) == 0 then
+    -- Neovim only logs a command it cannot start (lsp.log): no suggestion would ever come, unsaid
+    vim.notify(('dllm: %s is not an executable: the server cannot start (set `cmd` or `python` in setup())')
+      :format(cmd[1]), vim.log.levels.WARN)
+  end
   vim.lsp.config('dllm', {
-    cmd = config.server_cmd(opts),
+    cmd = cmd,
     filetypes = opts.filetypes,
     root_markers = opts.root_markers,
     init_options = config.init_options(opts),
