@@ -98,6 +98,11 @@ class CodeServer:
         assert lines, f"driver printed nothing: {out.stderr[-3000:]}"
         return json.loads(lines[-1])
 
+    def servers_command(self) -> list[str]:
+        """A command printing, as JSON, the pids of the dllm-lsp servers under this code-server
+        (the driver runs it in the middle of a scenario, while the window's extension host lives)."""
+        return [sys.executable, "-c", _LIST_SERVERS, str(self.process.pid)]
+
     def close(self) -> None:
         if self.process.poll() is None:
             try:
@@ -112,3 +117,26 @@ class CodeServer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+# Walks /proc from a pid down; prints the pids whose command line runs the dllm-lsp server.
+_LIST_SERVERS = """
+import json, os, sys
+children = {}
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            command = f.read().replace(b"\\0", b" ").decode(errors="replace")
+    except OSError:
+        continue
+    children.setdefault(parent, []).append((int(pid), command))
+found, todo = [], [int(sys.argv[1])]
+while todo:
+    for pid, command in children.get(todo.pop(), []):
+        todo.append(pid)
+        if "dllm_lsp serve" in command or "dllm-lsp serve" in command:
+            found.append(pid)
+print(json.dumps(found))
+"""

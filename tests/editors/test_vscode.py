@@ -152,3 +152,19 @@ def test_alternatives_cycle_with_alt_brackets(tmp_path, editor_model):
     assert seen["countAtPress"] != f"1/{total}", seen
     saved = (workspace / "demo.txt").read_text(encoding="utf-8")
     assert saved == "alpha beta gamma\n" + LINE + seen["back"] + "\n", seen
+
+
+def test_restarting_twice_in_a_row_leaves_one_server_running(tmp_path, editor_model):
+    """The restart command pressed twice (or a settings file saved twice): overlapping restarts each
+    started a client, so two servers ran on, the second client's start failed ("command
+    'dllm.fillHoles' already exists") and the left-over one told the status bar "stopped"."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "demo.txt").write_text(BEFORE, encoding="utf-8")
+    with CodeServer(workspace, editor_model, tmp_path / "home") as vscode:
+        seen = play(vscode, tmp_path, editor_model, {
+            "kind": "restartTwice", "file": "demo.txt", "serversCommand": vscode.servers_command(),
+        })
+    assert len(seen["servers"]) == 1, seen
+    assert "server: running" in seen["tooltip"], seen
+    assert not [n for n in seen["notifications"] if "dllm" in n], seen

@@ -83,13 +83,20 @@ export async function deactivate(): Promise<void> {
   client = undefined;
 }
 
+/** What went wrong, whatever was thrown (a failed spawn rejects with no Error: "undefined"). */
+function message(err: unknown): string {
+  if (err instanceof Error) return err.message;
+  if (err && typeof err === "object" && "message" in err) return String((err as { message: unknown }).message);
+  return String(err);
+}
+
 async function startClient(): Promise<void> {
   let serverOptions;
   try {
     serverOptions = serverOptionsFor(settings.launchSettings());
   } catch (err) {
-    statusBar.setState("error", (err as Error).message);
-    void vscode.window.showErrorMessage(`dllm-lsp: ${(err as Error).message}`);
+    statusBar.setState("error", message(err));
+    void vscode.window.showErrorMessage(`dllm-lsp: ${message(err)}`);
     return;
   }
   const clientOptions: LanguageClientOptions = {
@@ -108,33 +115,53 @@ async function startClient(): Promise<void> {
       },
     },
   };
-  client = new LanguageClient("dllm", "dllm-lsp", serverOptions, clientOptions);
-  client.onDidChangeState((e) => {
-    if (e.newState === State.Running) statusBar.setState("running");
-    else if (e.newState === State.Stopped) statusBar.setState("stopped");
+  const mine = new LanguageClient("dllm", "dllm-lsp", serverOptions, clientOptions);
+  client = mine;
+  mine.onDidChangeState((e) => {
+    if (client !== mine) return; // a client being replaced says nothing about the current one
+    if (e.newState === State.Running) {
+      statusBar.setState("running");
+      void refreshStatus(); // after an automatic restart too (the tooltip kept "loaded: false")
+    } else if (e.newState === State.Stopped) statusBar.setState("stopped");
     else statusBar.setState("starting");
   });
   statusBar.setState("starting");
   try {
-    await client.start();
+    await mine.start();
   } catch (err) {
-    statusBar.setState("error", (err as Error).message);
-    void vscode.window.showErrorMessage(`dllm-lsp failed to start: ${(err as Error).message}`);
+    if (client !== mine) return;
+    statusBar.setState("error", message(err));
+    void vscode.window.showErrorMessage(`dllm-lsp failed to start: ${message(err)}`);
     return;
   }
-  streaming.noteCapabilities(client.initializeResult?.capabilities.experimental);
+  if (client !== mine) return;
+  streaming.noteCapabilities(mine.initializeResult?.capabilities.experimental);
   statusBar.setServerStatus({ model: settings.serverOptions().model, device: settings.serverOptions().device });
   void refreshStatus();
 }
 
-async function restartClient(): Promise<void> {
-  streaming.dispose();
-  nextEdits.dismiss();
-  const old = client;
-  client = undefined;
-  await old?.stop().catch(() => undefined);
-  statusSupported = true;
-  await startClient();
+let restarting: Promise<void> = Promise.resolve();
+let restartQueued = false;
+
+/** One restart at a time: restarts asked for while one runs (a settings file saved twice, the
+ *  restart command pressed twice) become one more, which reads the settings as they are then.
+ *  Overlapping restarts each started a client: an extra server ran on, its command registration
+ *  failed the next start, and its state events told the status bar "stopped". */
+function restartClient(): Promise<void> {
+  if (restartQueued) return restarting;
+  restartQueued = true;
+  const run = async (): Promise<void> => {
+    restartQueued = false;
+    streaming.reset();
+    nextEdits.dismiss();
+    const old = client;
+    client = undefined;
+    await old?.stop().catch(() => undefined);
+    statusSupported = true;
+    await startClient();
+  };
+  restarting = restarting.then(run, run); // after a restart that failed, too
+  return restarting;
 }
 
 /** Asks the server for `dllm/status` (model, device, last latency); quiet when it lacks the method. */
@@ -153,7 +180,11 @@ async function refreshStatus(): Promise<ServerStatus | undefined> {
 /** Runs the server's `dllm.fillHoles` command on the selection (or the scope around the cursor). */
 async function fillHolesInSelection(): Promise<void> {
   const editor = vscode.window.activeTextEditor;
-  if (!editor || !client?.isRunning()) return;
+  if (!editor) return;
+  if (!client?.isRunning()) {
+    void vscode.window.showWarningMessage("dllm-lsp: the server is not running (dllm: Restart the language server).");
+    return;
+  }
   const commands = client.initializeResult?.capabilities.executeCommandProvider?.commands ?? [];
   if (!commands.includes("dllm.fillHoles")) {
     void vscode.window.showInformationMessage("dllm-lsp: this server does not offer hole filling (dllm.fillHoles).");

@@ -1,7 +1,7 @@
 // How the language client reaches the server: a child process on stdio, or a TCP connection to a
 // server someone already runs (`dllm-lsp serve --tcp HOST:PORT`, e.g. one GPU box for a team).
 import * as net from "net";
-import { Executable, ServerOptions, StreamInfo, TransportKind } from "vscode-languageclient/node";
+import { Executable, ServerOptions, StreamInfo } from "vscode-languageclient/node";
 import { LaunchSettings } from "./settings";
 
 /** Parses "host:port" (or just "port", meaning 127.0.0.1); throws a message naming the bad value. */
@@ -35,6 +35,9 @@ export function serverOptionsFor(settings: LaunchSettings): ServerOptions {
       });
   }
   const { command, args } = stdioCommand(settings);
-  const exe: Executable = { command, args, transport: TransportKind.stdio };
+  // No `transport`: with TransportKind.stdio the client appends `--stdio` to the arguments, which a
+  // user's own command (a wrapper script) may refuse; without it the process talks on its stdio all
+  // the same, and the default commands above already say `--stdio`.
+  const exe: Executable = { command, args };
   return { run: exe, debug: exe };
 }

@@ -29,6 +29,7 @@ export class NextEdits implements vscode.Disposable {
   private pending: PendingEdit[] = [];
   private uri?: vscode.Uri;
   private version?: number;
+  private shownIn?: vscode.TextEditor;
   private unsupported = false;
   private applying = false;
   private readonly subscriptions: vscode.Disposable[] = [];
@@ -61,7 +62,11 @@ export class NextEdits implements vscode.Disposable {
 
   async suggest(editor: vscode.TextEditor | undefined = vscode.window.activeTextEditor): Promise<number> {
     const client = this.clientRef();
-    if (!editor || !client) return 0;
+    if (!editor) return 0;
+    if (!client?.isRunning()) {
+      void vscode.window.showWarningMessage("dllm-lsp: the server is not running (dllm: Restart the language server).");
+      return 0;
+    }
     if (this.unsupported) {
       void vscode.window.showInformationMessage("dllm-lsp: this server does not offer next edits (dllm/nextEdits).");
       return 0;
@@ -70,6 +75,9 @@ export class NextEdits implements vscode.Disposable {
       textDocument: { uri: client.code2ProtocolConverter.asUri(editor.document.uri) },
       position: client.code2ProtocolConverter.asPosition(editor.selection.active),
     };
+    // The answer's ranges are those of the version asked about: an edit made while the server
+    // worked (a line typed above) would put them on other text, and "accept all" corrupted the file.
+    const asked = editor.document.version;
     let result: { edits?: ProtoNextEdit[] } | null;
     try {
       result = await client.sendRequest<{ edits?: ProtoNextEdit[] } | null>("dllm/nextEdits", params);
@@ -79,7 +87,12 @@ export class NextEdits implements vscode.Disposable {
         void vscode.window.showInformationMessage("dllm-lsp: this server does not offer next edits (dllm/nextEdits).");
         return 0;
       }
-      throw err;
+      void vscode.window.showWarningMessage(`dllm-lsp: next edits failed: ${err instanceof Error ? err.message : String(err)}`);
+      return 0;
+    }
+    if (editor.document.version !== asked) {
+      void vscode.window.setStatusBarMessage("dllm-lsp: the document changed meanwhile; ask for next edits again", 4000);
+      return 0;
     }
     this.dismiss();
     const edits = result?.edits ?? [];
@@ -90,6 +103,7 @@ export class NextEdits implements vscode.Disposable {
     }));
     this.uri = editor.document.uri;
     this.version = editor.document.version;
+    this.shownIn = editor;
     this.render(editor);
     if (!this.pending.length) void vscode.window.setStatusBarMessage("dllm-lsp: no next edits", 3000);
     return this.pending.length;
@@ -140,14 +154,20 @@ export class NextEdits implements vscode.Disposable {
     void vscode.commands.executeCommand("setContext", "dllm.nextEditsVisible", false);
   }
 
+  /** The editor the preview is drawn in (of a document split in two, the first visible one was
+   *  taken: accepting cleared the other half and left the preview drawn for good). */
   private editor(): vscode.TextEditor | undefined {
     if (!this.uri) return undefined;
+    if (this.shownIn && vscode.window.visibleTextEditors.includes(this.shownIn)) return this.shownIn;
     return vscode.window.visibleTextEditors.find((e) => e.document.uri.toString() === this.uri!.toString());
   }
 
   private clearState(editor: vscode.TextEditor): void {
-    editor.setDecorations(this.oldText, []);
-    editor.setDecorations(this.newText, []);
+    for (const shown of new Set([editor, ...(this.shownIn ? [this.shownIn] : [])])) {
+      shown.setDecorations(this.oldText, []);
+      shown.setDecorations(this.newText, []);
+    }
+    this.shownIn = undefined;
     this.pending = [];
     this.uri = undefined;
     this.onCount(0);
@@ -181,7 +201,7 @@ function distance(range: vscode.Range, pos: vscode.Position): number {
 export function shiftRange(range: vscode.Range, applied: PendingEdit): vscode.Range {
   const a = applied.range;
   if (range.end.isBeforeOrEqual(a.start)) return range;
-  const newLines = applied.newText.split("\n");
+  const newLines = applied.newText.split(/\r\n|\r|\n/);
   const lineDelta = newLines.length - 1 - (a.end.line - a.start.line);
   const endChar =
     newLines.length === 1 ? a.start.character + newLines[0].length : newLines[newLines.length - 1].length;

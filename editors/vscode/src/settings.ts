@@ -65,10 +65,18 @@ function section(): vscode.WorkspaceConfiguration {
   return vscode.workspace.getConfiguration("dllm");
 }
 
+/** How to reach the server; throws a message naming a malformed setting (a command given as one
+ *  string was split into characters: "args.push is not a function"). */
 export function launchSettings(): LaunchSettings {
   const cfg = section();
+  const command = cfg.get<unknown>("server.command", []);
+  if (!Array.isArray(command) || !command.every((part) => typeof part === "string")) {
+    throw new Error(
+      `dllm.server.command must be an array of strings, e.g. ["dllm-lsp", "serve", "--stdio"], not ${JSON.stringify(command)}`,
+    );
+  }
   return {
-    command: cfg.get<string[]>("server.command", []),
+    command: command as string[],
     pythonPath: cfg.get<string>("server.pythonPath", ""),
     tcp: cfg.get<string>("server.tcp", ""),
   };
@@ -99,6 +107,15 @@ export function streamingEnabled(): boolean {
   return section().get<boolean>("streaming", true);
 }
 
+/** Writes `dllm.enabled` where it is decided: the most specific scope that sets it (a value written
+ *  to the user settings under a workspace that sets its own changed nothing), else the user's. */
 export async function setCompletionsEnabled(on: boolean): Promise<void> {
-  await section().update("enabled", on, vscode.ConfigurationTarget.Global);
+  const found = section().inspect<boolean>("enabled");
+  const target =
+    found?.workspaceFolderValue !== undefined
+      ? vscode.ConfigurationTarget.WorkspaceFolder
+      : found?.workspaceValue !== undefined
+        ? vscode.ConfigurationTarget.Workspace
+        : vscode.ConfigurationTarget.Global;
+  await section().update("enabled", on, target);
 }

@@ -123,9 +123,15 @@ export class StreamingInlineCompletions implements vscode.Disposable {
   ) {}
 
   dispose(): void {
+    this.reset();
+    this.cursorMoves.dispose();
+  }
+
+  /** Forgets the running stream (the client restarts); the listeners stay (dispose at a restart
+   *  left the `dllm.inlineStreaming` key set for good once the cursor left a stream). */
+  reset(): void {
     this.current?.cts.cancel();
     this.current = undefined;
-    this.cursorMoves.dispose();
     this.setStreaming(false);
   }
 

@@ -291,6 +291,31 @@ async function triggerAndToggle(page, out) {
   }, 10000, "the status-bar item to say on");
 }
 
+// The restart command twice in a row, the second while the first still restarts: one client and
+// one server after it, and a status bar that says running (overlapping restarts each started a
+// client; the one left over held its server and told the status bar "stopped").
+async function restartTwice(page, out) {
+  await runCommand(page, "dllm: Restart the language server");
+  await runCommand(page, "dllm: Restart the language server");
+  const tooltip = () => page.evaluate(() => {
+    const item = [...document.querySelectorAll(".statusbar-item")].find((e) => /^dllm( ·|$| \()/.test((e.textContent || "").trim()));
+    return item ? item.getAttribute("aria-label") : null;
+  });
+  await waitFor(async () => ((await tooltip()) || "").includes("server: running") ? true : null, 60000, "the server to run");
+  await page.waitForTimeout(6000); // a second client, were there one, would have started by now
+  out.tooltip = await tooltip();
+  out.servers = await scenarioServers();
+  out.notifications = await page.evaluate(() =>
+    [...document.querySelectorAll(".notification-list-item-message")].map((e) => e.textContent));
+}
+
+/** The dllm-lsp servers running now (the test passes a command that lists them). */
+async function scenarioServers() {
+  if (!scenario.serversCommand) return null;
+  const { execFileSync } = require("child_process");
+  return JSON.parse(execFileSync(scenario.serversCommand[0], scenario.serversCommand.slice(1), { encoding: "utf8" }));
+}
+
 (async () => {
   const out = { ok: false };
   const browser = await chromium.launch({
@@ -314,6 +339,7 @@ async function triggerAndToggle(page, out) {
     else if (scenario.kind === "nextEdits") await nextEdits(page, out);
     else if (scenario.kind === "triggerAndToggle") await triggerAndToggle(page, out);
     else if (scenario.kind === "cycle") await cycle(page, out);
+    else if (scenario.kind === "restartTwice") await restartTwice(page, out);
     out.ok = true;
   } catch (err) {
     out.error = String(err && err.stack || err);
