@@ -13,7 +13,7 @@ from pygls.workspace.text_document import TextDocument
 from dllm_lsp.syntax.document import ParsedDocument
 from dllm_lsp.syntax.snapshot import Snapshot
 
-from .positions import LspTextDocument, edit_offset
+from .positions import LspTextDocument, edit_range
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +56,9 @@ class DocumentTrees:
         for index, change in enumerate(changes):
             last = index == len(changes) - 1   # one reparse per notification, after its last edit
             if isinstance(change, types.TextDocumentContentChangePartial):
-                # the same offsets as LspTextDocument's edit (positions.edit_offset)
-                start = edit_offset(parsed.text, change.range.start, current.position_codec)
-                end = edit_offset(parsed.text, change.range.end, current.position_codec)
-                parsed.edit(start, max(start, end), change.text, reparse=last)
+                # the same offsets as LspTextDocument's edit
+                start, end = edit_range(parsed.text, change.range, current.position_codec)
+                parsed.edit(start, end, change.text, reparse=last)
             else:
                 parsed.edit(0, len(parsed.text), change.text, reparse=last)
         if parsed.text != current.source:   # never expected: both copies took the same edits

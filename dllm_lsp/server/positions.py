@@ -49,17 +49,22 @@ class LspTextDocument(TextDocument):
         # `\r`: text typed at the end of a CRLF line split its line end, and the server's text
         # drifted from the client's for good
         text = self.source
-        start = edit_offset(text, change.range.start, self.position_codec)
-        end = max(start, edit_offset(text, change.range.end, self.position_codec))
+        start, end = edit_range(text, change.range, self.position_codec)
         self._source = text[:start] + change.text + text[end:]
 
 
-def edit_offset(text: str, position: types.Position, codec: PositionCodec) -> int:
+def edit_range(text: str, lsp_range: types.Range, codec: PositionCodec) -> tuple[int, int]:
+    """The offsets a didChange range replaces (edit_offset), the end never before the start."""
+    starts = line_starts(text)
+    start = edit_offset(text, lsp_range.start, codec, starts)
+    return start, max(start, edit_offset(text, lsp_range.end, codec, starts))
+
+
+def edit_offset(text: str, position: types.Position, codec: PositionCodec, starts: list[int]) -> int:
     """Where a didChange position lands, by LSP's rule: a character past the line's end is the
     line's end (before its line break); a line past the last is the document's end; a position
     inside a character (half a surrogate pair) is after it. Requests are stricter (offset_in_text):
-    an edit the client already made must be mirrored, not refused."""
-    starts = line_starts(text)
+    an edit the client already made must be mirrored, not refused. `starts`: line_starts(text)."""
     if position.line >= len(starts):
         return len(text)
     start = starts[position.line]

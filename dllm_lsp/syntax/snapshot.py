@@ -157,8 +157,9 @@ class Snapshot:
         """This snapshot as its lines are read: lone CRs as LF (parser_text), with the same
         offsets and tree. The planner's and post-processing's line rules split at LF, so a
         classic-Mac file was one line to them (a line tail planned where a block body belongs)."""
-        text = self.parser_text
-        return self if text == self.text else Snapshot(text, self.data, self.tree, self.language_id, self.is_ascii)
+        if "\r" not in self.text or _LONE_CR.search(self.text) is None:   # LF and CRLF files: itself
+            return self
+        return Snapshot(self.parser_text, self.data, self.tree, self.language_id, self.is_ascii)
 
     def point(self, offset: int) -> tuple[int, int]:
         """(row, byte column) as the tree counts them (its rows end at lone `\r`s too)."""
