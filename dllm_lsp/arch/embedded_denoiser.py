@@ -25,7 +25,7 @@ from tokenizers import Tokenizer
 from dllm_lsp.engine.cuda_graph import GraphedCall, capture_or_none
 from dllm_lsp.engine.denoiser import Canvas, Denoiser, SpecialTokens, matching_run
 from dllm_lsp.engine.types import CacheSettings
-from dllm_lsp.model_folder import check_weights_match
+from dllm_lsp.model_folder import check_finite, check_weights_match
 
 from .embedded import KV, EmbeddedConfig, EmbeddedModel, SpanRows
 from .weight_storage import load_weights
@@ -182,6 +182,7 @@ class EmbeddedDenoiser(Denoiser):
             model = EmbeddedModel(cfg)
         state = load_weights(folder / "model.safetensors", device, dtype)   # bf16, fp32 or int8 on disk
         check_weights_match({name: tuple(t.shape) for name, t in model.state_dict().items()}, state, folder)
+        check_finite(state, folder)
         model.load_state_dict(state, strict=True, assign=True)
         tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         return cls(model.fuse_projections().to(device), tokenizer, folder.name)

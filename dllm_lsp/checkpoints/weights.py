@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from dllm_lsp.model_folder import ModelLoadError
+from dllm_lsp.model_folder import ModelLoadError, check_finite
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -87,6 +87,7 @@ class WeightFiles:
                         out[target] = f.get_tensor(source).to(dtype)
             except SafetensorError as exc:
                 raise ModelLoadError(f"shard {shard} in {self.folder} is corrupt: {exc}") from exc
+        check_finite(out, self.folder)
         return out
 
 

@@ -406,7 +406,10 @@ class Job:
         self.phase("train")["summary"] = {k: summary.get(k) for k in ("parameters", "steps", "tokens", "seconds",
                                                                        "hardware", "val_diffusion", "val_ar",
                                                                        "data_wait_share", "compile",
-                                                                       "compile_failed")}
+                                                                       "compile_failed", "skipped_steps",
+                                                                       "diverged")}
+        if summary.get("diverged"):
+            return "diverged"    # its folder holds the last good step's weights, which go on to eval
         if result.timed_out:
             return "timed_out"   # the folder saved last is still a loadable model
         return "done" if result.ok else "failed"

@@ -13,7 +13,7 @@ from dllm_lsp.cli_errors import report as report_error
 from .card import write_card
 from .corpus import CorpusOptions, build_corpus
 from .examples import LayoutOptions
-from .loop import TrainOptions, check_options, train
+from .loop import TrainingDiverged, TrainOptions, check_options, train
 from .objective import ObjectiveOptions
 from .presets import MODEL_KEYS, preset
 from .tokenizer_step import build_tokenizer, count_tokens
@@ -152,6 +152,6 @@ def main(argv: list[str] | None = None) -> int:
             vocab = a.vocab_size or preset(a.preset)["vocab_size"]
             count_tokens(corpus, build_tokenizer(corpus, tok_path, vocab))
             train(options)
-    except (ValueError, OSError, KeyError) as exc:
+    except (ValueError, OSError, KeyError, TrainingDiverged) as exc:
         return report_error("dllm-lsp train", exc)
     return 0

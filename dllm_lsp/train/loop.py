@@ -20,12 +20,21 @@ from dllm_lsp.arch.embedded import EmbeddedConfig, EmbeddedModel
 from dllm_lsp.arch.tokenizer import special_ids
 from dllm_lsp.arch.weight_storage import load_weights
 from dllm_lsp.loader import ModelLoadError, resolve_device
+from dllm_lsp.model_folder import check_finite, nonfinite_weights
 
 from .data import SpanBatches, TrainBatches, fixed_batches, load_files
 from .examples import LayoutOptions
 from .folder import save_model_folder
 from .objective import ObjectiveOptions, diffusion_loss
 from .tokenizer_step import load_tokenizer
+
+
+MAX_SKIPPED_IN_A_ROW = 20   # non-finite steps in a row that end a run as diverged
+
+
+class TrainingDiverged(Exception):
+    """The loss, the gradients or the weights went NaN or infinite and stayed so; the model folder
+    keeps the last weights that were finite."""
 
 
 @dataclass
@@ -151,8 +160,8 @@ def check_options(opts: TrainOptions, files: bool = True) -> torch.device:
         if value is not None and not value > 0:
             raise ValueError(f"{name} must be more than 0, not {value:g}")
     for name, value in {"--warmup": opts.warmup, "--workers": opts.workers, "--lr": opts.lr}.items():
-        if not value >= 0:     # --lr 0 is allowed: a run that only measures
-            raise ValueError(f"{name} must be at least 0, not {value:g}")
+        if not 0 <= value < math.inf:     # --lr 0 is allowed: a run that only measures
+            raise ValueError(f"{name} must be a number of at least 0, not {value:g}")
     if opts.layout.max_slot >= opts.layout.seq_len:
         raise ValueError(f"--max-slot ({opts.layout.max_slot}) must be less than --seq-len ({opts.layout.seq_len}): "
                          "the window holds the slot and its context")
@@ -187,7 +196,9 @@ def train(opts: TrainOptions, log=print) -> dict:
                                 "pad_token_id": specials["pad"], "eos_token_id": specials["eos"]})
     model = EmbeddedModel(cfg).to(device)
     if opts.init_from is not None:
-        model.load_state_dict(load_weights(Path(opts.init_from) / "model.safetensors", device), strict=True)
+        state = load_weights(Path(opts.init_from) / "model.safetensors", device)
+        check_finite(state, Path(opts.init_from))
+        model.load_state_dict(state, strict=True)
         log(f"continuing {opts.init_from}: {previous['steps']} steps, {previous['tokens']} tokens so far")
     model.training_attention = training_attention(opts, device)
     out = Path(opts.out)
@@ -249,12 +260,15 @@ def train(opts: TrainOptions, log=print) -> dict:
     best_val = math.inf
     t_start = time.time()
     data_wait = 0.0      # seconds this run waited for the DataLoader: too many, and --workers is too low
+    skipped = skipped_in_a_row = 0   # steps whose loss or gradient was NaN or infinite (not applied)
     last_val: dict[str, float] = {}
 
     def data_wait_share() -> float:
         return data_wait / max(time.time() - t_start, 1e-9)
 
-    def checkpoint(final: bool = False) -> None:
+    def checkpoint(final: bool = False) -> bool:
+        """Write the model folder; False (and nothing written) when the weights are not finite."""
+        nonlocal saved_step
         elapsed = elapsed_before + time.time() - t_start
         summary = {
             "parameters": n_params, "steps": base_steps + step, "tokens": base_tokens + tokens,
@@ -266,16 +280,23 @@ def train(opts: TrainOptions, log=print) -> dict:
             "attention": model.training_attention,
             "compile": opts.compile and compile_failed is None, "final": final, **last_val,
             **({"compile_failed": compile_failed} if compile_failed else {}),
-            "data_wait_share": round(data_wait_share(), 3),
+            "data_wait_share": round(data_wait_share(), 3), "skipped_steps": skipped, "diverged": diverged,
             **({"data_loader_failed": loader.fallback} if loader.fallback else {}),
             "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()},
         }
         # Recorded for the engine and eval: the canvas and slot sizes the model was trained on.
         layout = {"seq_len": opts.layout.seq_len, "max_slot": opts.layout.max_slot}
+        # Never replace a good folder with a broken one: the unattended GPU job ships what is here.
+        bad = nonfinite_weights(model.state_dict())
+        if bad:
+            log(f"step {base_steps + step}: the weights hold NaN or infinite values ({bad[0]}); not saved")
+            return False
         save_model_folder(model, opts.tokenizer, out, opts.save_dtype, extra_config={"training": layout})
         (out / "training.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
         torch.save({"model": model.state_dict(), "optim": optim.state_dict(), "step": step,
                     "tokens": tokens, "elapsed": elapsed}, state_path)
+        saved_step = base_steps + step
+        return True
 
     # SIGTERM (a time box ending, a lease given back) stops at the next step and saves the folder.
     stop = threading.Event()
@@ -283,6 +304,8 @@ def train(opts: TrainOptions, log=print) -> dict:
     if threading.current_thread() is threading.main_thread():
         previous_handler = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     model.train()
+    diverged = weights_broken = False
+    saved_step: int | None = None    # the step the folder holds, written by this run
     while not stop.is_set():
         elapsed = elapsed_before + time.time() - t_start
         progress = max(step / opts.max_steps if opts.max_steps else 0.0,
@@ -312,6 +335,21 @@ def train(opts: TrainOptions, log=print) -> dict:
             losses = loss_and_grads(model, ids, is_span, ar)
         stepped = True
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        # A NaN or infinite loss or gradient (a bad batch, a spike) would turn every weight NaN
+        # for good; such a step is not applied. The check waits for the step's backward (one
+        # sync a step, a launch gap against steps of ~100 ms on a GPU). Many in a row mean the
+        # run has diverged: it stops, keeping the weights of its last good step.
+        if not bool(torch.isfinite(grad_norm) & torch.isfinite(losses["loss"].detach())):
+            skipped += 1
+            skipped_in_a_row += 1
+            log(f"step {base_steps + step + 1}: the loss or gradient is not finite; step skipped ({skipped} so far)")
+            if skipped_in_a_row >= MAX_SKIPPED_IN_A_ROW:
+                log(f"{skipped_in_a_row} steps in a row were not finite: training has diverged and stops here "
+                    f"(lower --lr, or resume from the saved folder)")
+                diverged = True
+                break
+            continue
+        skipped_in_a_row = 0
         optim.step()
         step += 1
         tokens += ids.numel()
@@ -334,16 +372,26 @@ def train(opts: TrainOptions, log=print) -> dict:
             log(json.dumps(rec))
             best_val = min(best_val, last_val["val_diffusion"])
         if step % opts.save_every == 0 or (opts.save_minutes and time.time() - last_save >= 60 * opts.save_minutes):
-            checkpoint()
+            if not checkpoint():
+                diverged = weights_broken = True
+                break
             last_save = time.time()
     last_val = validate(model, val_batches, opts, device, autocast)
     log_fh.write(json.dumps({"step": base_steps + step, "tokens": base_tokens + tokens,
                              **{k: round(v, 4) for k, v in last_val.items()}}) + "\n")
     log_fh.close()
-    checkpoint(final=True)
+    if weights_broken or not checkpoint(final=True):
+        diverged = True
     if previous_handler is not None:
         signal.signal(signal.SIGTERM, previous_handler)
-    log(f"{'stopped (SIGTERM)' if stop.is_set() else 'done'}: {step} steps, {tokens} tokens, {last_val}")
+    ending = "diverged" if diverged else "stopped (SIGTERM)" if stop.is_set() else "done"
+    log(f"{ending}: {step} steps, {tokens} tokens, {last_val}")
+    if diverged:
+        kept = (f"{out} holds step {saved_step}" if saved_step is not None else
+                f"{out} holds what it held before this run" if (out / "model.safetensors").is_file() else
+                "nothing was saved")
+        raise TrainingDiverged(f"training diverged (its loss, gradients or weights went NaN or infinite): {kept}; "
+                               "lower --lr, or continue from the saved folder")
     if data_wait_share() > 0.1 and device.type == "cuda":
         log(f"the training steps waited for batches {100 * data_wait_share():.0f}% of the time: more --workers "
             "(dllm-lsp bench training-data says how many) would have trained faster")

@@ -2,6 +2,7 @@
 import json
 
 import pytest
+from safetensors.torch import load_file, save_file
 
 from dllm_lsp.checkpoints import SUPPORTED_FAMILIES
 from dllm_lsp.checkpoints.tiny import EXECUTED_MARKER
@@ -245,3 +246,13 @@ def test_a_folder_whose_name_is_not_utf8_is_refused_in_one_line(tiny_checkpoints
     with pytest.raises(ModelLoadError, match="not UTF-8: rename it") as info:
         load_model(os.fsdecode(target), "cpu")
     assert "\n" not in str(info.value)
+
+
+def test_a_weight_holding_nan_is_refused(fresh_copy):
+    folder = fresh_copy("dream")
+    shard = folder / "model-00002-of-00002.safetensors"
+    state = load_file(str(shard))
+    name = next(n for n, t in state.items() if t.is_floating_point())
+    state[name].view(-1)[0] = float("nan")
+    save_file(state, str(shard), metadata={"format": "pt"})
+    expect_error(folder, "NaN or infinite values", "diverged")

@@ -5,6 +5,7 @@ import json
 import shutil
 
 import pytest
+from safetensors.torch import load_file, save_file
 
 from dllm_lsp.loader import ModelLoadError, load_model, resolve_device
 
@@ -109,3 +110,14 @@ def test_cuda_without_a_gpu_is_explained():
         resolve_device("cuda")
     with pytest.raises(ModelLoadError, match="unknown device"):
         resolve_device("tpu9")
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_weights_holding_nan_or_infinity_are_refused(model_copy, bad):
+    # Such a model loads and writes the same meaningless token for every completion, silently.
+    state = load_file(str(model_copy / "model.safetensors"))
+    name = next(n for n, t in state.items() if t.is_floating_point() and t.dim() == 2)
+    state[name].view(-1)[3] = bad
+    save_file(state, str(model_copy / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(ModelLoadError, match=f"NaN or infinite values \\({name}\\)"):
+        load_model(model_copy, "cpu")

@@ -1,6 +1,7 @@
 """Continuing a model folder (what every GPU job does with the shipped model) and int8 weight
 storage (what keeps a ~30M-parameter shipped model small enough to travel)."""
 import json
+import shutil
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import DecodeSettings, InfillRequest
 from dllm_lsp.loader import load_model
 from dllm_lsp.train.cli import main
+from dllm_lsp.train.loop import MAX_SKIPPED_IN_A_ROW
 
 
 def test_int8_storage_round_trips_within_half_a_step_per_row(tmp_path):
@@ -99,3 +101,35 @@ def test_continuing_with_another_tokenizer_is_refused(first_run, tmp_path, capsy
     rc = main(["model", "--corpus", str(work / "corpus"), "--tokenizer", str(tmp_path / "tokenizer.json"),
                "--out", str(tmp_path / "x"), "--preset", "tiny-test", "--steps", "1", "--init-from", str(first)])
     assert rc == 1 and "its own tokenizer.json" in capsys.readouterr().err
+
+
+def test_steps_whose_loss_goes_nan_are_skipped_and_the_run_stops_as_diverged(first_run, tmp_path, capsys):
+    # lr 1e30: the first step throws every weight to ~1e30, after which each loss is NaN. The run
+    # must not apply those steps (the weights would all turn NaN), must stop instead of spending
+    # its time box on them, and must say so with exit status 1.
+    work, first = first_run
+    out = tmp_path / "diverged"
+    rc = main(["model", "--corpus", str(work / "corpus"), "--tokenizer", str(first / "tokenizer.json"),
+               "--out", str(out), "--preset", "tiny-test", "--steps", "200", "--lr", "1e30", "--warmup", "0",
+               "--init-from", str(first), "--threads", "1", "--save-dtype", "float32"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "dllm-lsp train: error: training diverged" in err and f"{out} holds step 6" in err, err
+    summary = json.loads((out / "training.json").read_text())
+    assert summary["diverged"] is True and summary["skipped_steps"] == MAX_SKIPPED_IN_A_ROW
+    assert summary["runs"][-1]["steps"] == 1          # stopped long before its 200 steps
+    load_model(out, "cpu")                            # what it kept is finite and loads
+
+
+def test_weights_that_went_infinite_never_replace_the_folder(first_run, tmp_path, capsys):
+    # lr 1e36 overflows the weights themselves in one step: no save may write them over the
+    # folder's good model (the GPU job continues and ships what is there).
+    work, first = first_run
+    out = tmp_path / "kept"
+    shutil.copytree(first, out)
+    before = (out / "model.safetensors").read_bytes()
+    rc = main(["model", "--corpus", str(work / "corpus"), "--tokenizer", str(first / "tokenizer.json"),
+               "--out", str(out), "--preset", "tiny-test", "--steps", "200", "--lr", "1e36", "--warmup", "0",
+               "--init-from", str(first), "--threads", "1", "--save-every", "1"])
+    err = capsys.readouterr().err
+    assert rc == 1 and f"{out} holds what it held before this run" in err, err
+    assert (out / "model.safetensors").read_bytes() == before

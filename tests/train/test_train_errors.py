@@ -44,6 +44,8 @@ def assert_one_line_error(capsys, rc: int, expected: str) -> None:
     (["--steps", "1", "--eval-every", "0"], "--eval-every must be at least 1, not 0"),
     (["--steps", "1", "--save-every", "0"], "--save-every must be at least 1, not 0"),
     (["--steps", "1", "--device", "bogus"], "--device: unknown device 'bogus'"),
+    (["--steps", "1", "--lr", "inf"], "--lr must be a number of at least 0, not inf"),
+    (["--steps", "1", "--lr", "nan"], "--lr must be a number of at least 0, not nan"),
 ])
 def test_model_refuses_bad_settings_before_any_work(corpus, small_tokenizer_path, tmp_path, capsys, extra, expected):
     out = tmp_path / "model"
