@@ -103,7 +103,7 @@ class CompletionPlan:
     context_tokens: int
     cache: CacheSettings
     min_confidence: float | None = None  # show only completions made this confidently on average (None: all)
-    lone_cr: bool = False                # the file ends its lines with lone CRs: so does the text shown
+    newline: str = "\n"                  # the file's line break at the cursor: the text shown uses it
 
     def run(self, engine: Engine, cancel: CancelToken | None = None,
             on_step: Callable[[StepState], None] | None = None) -> InfillResult:
@@ -115,11 +115,13 @@ class CompletionPlan:
 
     def step_state(self, state: StepState) -> StepState:
         """A streamed step as the cursor request sees it: without the companion slot, and its text
-        read from the cursor's range on (the healed blanks taken out, postprocess.unheal)."""
+        read from the cursor's range on (the healed blanks taken out, postprocess.unheal), its line
+        breaks the file's own, as `finish` writes them (a CRLF or lone-CR file's)."""
         state = self.companion.main_state(state) if self.companion is not None else state
-        if not self.span.healed:
+        if not self.span.healed and self.newline == "\n":
             return state
-        texts = [[unheal(self.span, slots[0]), *slots[1:]] for slots in state.slot_texts]
+        texts = [[unheal(self.span, slots[0]).replace("\r\n", "\n").replace("\n", self.newline), *slots[1:]]
+                 for slots in state.slot_texts]
         return replace(state, slot_texts=texts)
 
     def model_text(self, result: InfillResult) -> str:
@@ -156,7 +158,7 @@ class CompletionPlan:
         text = finish(self.span, raw)
         if text is None:
             return None
-        if self.lone_cr:
+        if self.newline == "\r":   # finished on the lines LSP counts (a lone CR read as LF)
             text = text.replace("\n", "\r")
         confidence = None
         if result.confidences:
@@ -196,6 +198,6 @@ def plan(snapshot: Snapshot, offset: int, options: Options = Options(),
             companion = with_companion_slot(span.request, lines, span.replace_start - len(span.healed),
                                             max_between_chars=between)
     request = companion.request if companion is not None else span.request
-    lone_cr = lines is not snapshot and line_break_near(snapshot.text, offset) == "\r"
+    newline = line_break_near(snapshot.text, offset)
     return CompletionPlan(snapshot, span, companion, request, options.decode.decode_settings(),
-                          budget, options.model.cache_settings(), options.decode.min_confidence, lone_cr)
+                          budget, options.model.cache_settings(), options.decode.min_confidence, newline)

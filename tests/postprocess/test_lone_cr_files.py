@@ -2,7 +2,7 @@
 import pytest
 
 from dllm_lsp import pipeline
-from dllm_lsp.engine.types import InfillResult
+from dllm_lsp.engine.types import InfillResult, StepState
 from dllm_lsp.syntax.snapshot import Snapshot
 
 
@@ -26,3 +26,15 @@ def test_a_multi_line_completion_in_a_lone_cr_file_ends_its_lines_in_cr():
     assert completion.text == "y = x + 1\r    return y"
     shown = text[:completion.start] + completion.text + text[completion.end:]
     assert "\n" not in shown and Snapshot.parse(shown, "python").error_count() == 0
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])
+def test_each_streamed_step_of_a_completion_ends_its_lines_as_the_final_text_does(newline):
+    # dllm/inlineCompletion's $/progress reports showed LF lines in a CRLF or CR file, then the final
+    # text with the file's line breaks.
+    text = f"def f(x):{newline}    {newline}{newline}print(f(1)){newline}"
+    plan = pipeline.plan(Snapshot.parse(text, "python"), len(f"def f(x):{newline}    "))
+    raw = "    y = x + 1\n    return y"
+    streamed = plan.step_state(StepState(3, 8, [[raw]], 0.5, 0)).slot_texts[0][0]
+    final = plan.finish(InfillResult([[raw]], steps=1, tokens_committed=1, latency_ms=0.0)).text
+    assert streamed == final == f"y = x + 1{newline}    return y"
