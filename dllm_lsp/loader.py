@@ -28,6 +28,8 @@ def resolve_device(device: str | None) -> torch.device:
         raise ModelLoadError(f"unknown device {device!r}: use auto, cpu, cuda or cuda:N") from exc
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ModelLoadError(f"device {device!r} asked for, but this torch build sees no CUDA GPU")
+    if dev.type == "cpu":
+        return torch.device("cpu")   # `cpu:0` is torch's spelling too; safetensors refuses it
     return dev
 
 

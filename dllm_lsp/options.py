@@ -37,6 +37,15 @@ class SettingsError(ValueError):
     """An option has the wrong type or an impossible value."""
 
 
+class OptionValueError(ValueError):
+    """A validator's refusal, naming the attribute it is about: attrs runs validators in the
+    group's __init__, so cattrs can place the error on the group only."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 def doc(text: str) -> dict:
     return {"doc": text}
 
@@ -46,13 +55,13 @@ def _in(low, high=None):
     def check(instance, attribute, value) -> None:
         if not (low <= value and (high is None or value <= high)):   # NaN is in no range
             bound = f"within {low}..{high}" if high is not None else f">= {low}"
-            raise ValueError(f"{snake_to_camel(attribute.name)} must be {bound}")
+            raise OptionValueError(attribute.name, f"{snake_to_camel(attribute.name)} must be {bound}")
     return check
 
 
 def _non_empty(instance, attribute, value) -> None:
     if not value:
-        raise ValueError(f"{snake_to_camel(attribute.name)} must be a non-empty string")
+        raise OptionValueError(attribute.name, f"{snake_to_camel(attribute.name)} must be a non-empty string")
 
 
 @attrs.frozen
@@ -109,10 +118,11 @@ def _on_the_confidence_scale(instance: DecodeOptions, attribute, value) -> None:
     if value is None:
         return
     if instance.confidence == "entropy":
-        if value > 0:
-            raise ValueError(f"{name} must be <= 0 with entropy confidences (they are negative entropies)")
+        if not value <= 0:
+            raise OptionValueError(attribute.name, f"{name} must be <= 0 with entropy confidences (they are negative "
+                                   f"entropies: set {name} with confidence, -0.5 say)")
     elif not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must be within 0..1 with {instance.confidence} confidences")
+        raise OptionValueError(attribute.name, f"{name} must be within 0..1 with {instance.confidence} confidences")
 
 
 @attrs.frozen
@@ -191,23 +201,46 @@ class Options:
 
     def merged(self, options: Any) -> Options:
         """A copy with the wire object `options` applied (its `dllm` section when it has one);
-        unknown keys are ignored, a bad value raises SettingsError and changes nothing."""
-        if options is None:
-            return self
-        if not isinstance(options, dict):
-            raise SettingsError("options must be a JSON object")
-        if isinstance(options.get("dllm"), dict):
-            options = options["dllm"]
-        nested = _converter.unstructure(self)
-        for option in OPTIONS:
-            for key in (option.wire, option.field):
-                if key in options:
-                    nested[option.group][option.field] = options[key]
+        unknown keys are ignored, a bad value raises SettingsError and changes nothing (the CLI's
+        and the eval's flags: a bad one is an error)."""
+        sent = _sent(options)
         try:
-            return _converter.structure(nested, Options)
+            return self._with(sent)
         except Exception as exc:   # cattrs gathers every bad field into one exception group
             raise SettingsError(_describe(exc)) from None
 
+    def applied(self, options: Any) -> tuple[Options, list[str], list[str]]:
+        """What a client's settings make of these options: (options, refusals, unknown keys).
+        Each option is taken on its own: the valid ones apply, a bad one keeps its value and its
+        refusal says why (an editor's one bad setting must not cost its user the model and device
+        it chose). SettingsError only when `options` is not an object at all."""
+        sent = _sent(options)
+        refusals: list[str] = []
+        while True:
+            try:
+                return self._with(sent), refusals, _unknown_keys(options)
+            except Exception as exc:
+                failures = list(_failures(exc, ()))
+            blamed = {key: text for key, text in failures if key in sent}
+            if not blamed:
+                # A check across options failed on one the client left alone (its threshold, on
+                # the scale of the confidence kind it changed): blame each sent option that fails
+                # by itself, else everything that was sent.
+                for key in sent:
+                    try:
+                        self._with({key: sent[key]})
+                    except Exception as alone:
+                        blamed[key] = _describe(alone)
+                blamed = blamed or {key: "; ".join(text for _, text in failures) for key in sent}
+            for key, text in blamed.items():
+                del sent[key]
+                refusals.append(f"{BY_FIELD[key].wire} ignored: {text}")
+
+    def _with(self, sent: dict[tuple[str, str], Any]) -> Options:
+        nested = _converter.unstructure(self)
+        for (group, field), value in sent.items():
+            nested[group][field] = value
+        return _converter.structure(nested, Options)
     def wire(self) -> dict[str, Any]:
         """The flat camelCase object a client sends (every option)."""
         nested = _converter.unstructure(self)
@@ -303,28 +336,61 @@ for _cls in (PlannerOptions, DecodeOptions, ModelOptions, ServerOptions, Options
 
 OPTIONS: tuple[Option, ...] = tuple(_options())
 BY_WIRE = {o.wire: o for o in OPTIONS}
+BY_FIELD = {(o.group, o.field): o for o in OPTIONS}
+NOT_OPTIONS = frozenset({"token"})   # initializationOptions read elsewhere (server/auth.py)
+
+
+def _section(options: Any) -> dict:
+    """The client's settings object: its `dllm` section when it has one."""
+    if not isinstance(options, dict):
+        raise SettingsError("options must be a JSON object")
+    return options["dllm"] if isinstance(options.get("dllm"), dict) else options
+
+
+def _sent(options: Any) -> dict[tuple[str, str], Any]:
+    """{(group, field): value} of the options the client set, by either spelling (snake_case over
+    camelCase when both are there). None: nothing."""
+    if options is None:
+        return {}
+    section = _section(options)
+    sent = {}
+    for option in OPTIONS:
+        for key in (option.wire, option.field):
+            if key in section:
+                sent[(option.group, option.field)] = section[key]
+    return sent
+
+
+def _unknown_keys(options: Any) -> list[str]:
+    if options is None:
+        return []
+    known = {name for o in OPTIONS for name in (o.wire, o.field)} | NOT_OPTIONS
+    return sorted(str(key) for key in _section(options) if key not in known)
 
 
 def _describe(exc: BaseException) -> str:
     """cattrs' tree of errors as one line: `steps must be an integer, not 'many'; ...`."""
-    return "; ".join(_messages(exc, ())) or str(exc)
+    return "; ".join(text for _, text in _failures(exc, ())) or str(exc)
 
 
-def _messages(exc: BaseException, path: tuple[str, ...]) -> Iterator[str]:
+def _failures(exc: BaseException, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, str] | None, str]]:
+    """((group, field) or None where unknown, message) of each bad option in cattrs' tree."""
     if hasattr(exc, "exceptions"):   # an exception group: one member per bad field
         for sub in exc.exceptions:
             notes = getattr(sub, "__notes__", [])
             name = next((str(n.name) for n in notes if hasattr(n, "name")), None)
             index = next((repr(n.index) for n in notes if hasattr(n, "index")), None)
             step = name if name is not None else index
-            yield from _messages(sub, path + ((step,) if step is not None else ()))
+            yield from _failures(sub, path + ((step,) if step is not None else ()))
         return
     if len(path) <= 1:
-        yield str(exc)    # a validator of a group: its message names the option already
+        # a validator of a group: its message names the option already
+        key = (path[0], exc.field) if path and isinstance(exc, OptionValueError) else None
+        yield key, str(exc)
         return
-    option = next((o for o in OPTIONS if path[:2] == (o.group, o.field)), None)
+    option = BY_FIELD.get(path[:2])
     label = option.wire if option is not None else path[1]
-    yield f"{label}{''.join(f'[{p}]' for p in path[2:])} {exc}"
+    yield path[:2], f"{label}{''.join(f'[{p}]' for p in path[2:])} {exc}"
 
 
 # --- the editors' and docs' copies of the schema ---------------------------------------------

@@ -96,6 +96,11 @@ class Engine:
         self.prepared: dict | None = None        # what `prepare` measured, once it ran
         self._token_index: TokenIndex | None = None
 
+    def close(self) -> None:
+        """Finish the requests in hand and stop the step scheduler's thread, which holds the model
+        (so that an engine no one uses any more is freed with its weights)."""
+        self.scheduler.close()
+
     def encode_piece(self, text: str, role: str) -> list[int]:
         """Encode one canvas piece ("prefix", "suffix", "middle1", ...) reusing the tokens of the
         same piece of the previous request."""

@@ -68,13 +68,20 @@ class DllmLanguageServer(LanguageServer):
     def show(self, kind: types.MessageType, message: str) -> None:
         self.window_show_message(types.ShowMessageParams(type=kind, message=f"dllm-lsp: {message}"))
 
-    def take_options(self, options: Any, refusal: str) -> bool:
-        """Merge client options; bad ones are shown and change nothing."""
+    def take_options(self, options: Any, where: str) -> bool:
+        """Apply a client's options, each on its own: a bad one is shown and keeps its value, the
+        others apply (one bad setting must not cost the user the model it chose); unknown keys
+        are logged (a misspelt option). False when `options` is not an object at all."""
         try:
-            self.options = self.options.merged(options)
+            self.options, refusals, unknown = self.options.applied(options)
         except SettingsError as exc:
-            self.show(types.MessageType.Error, f"{refusal}: {exc}")
+            self.show(types.MessageType.Error, f"{where} ignored: {exc}")
             return False
+        if refusals:
+            self.show(types.MessageType.Error, f"{where}: {'; '.join(refusals)} (the other options apply)")
+        if unknown:
+            self.window_log_message(types.LogMessageParams(
+                type=types.MessageType.Warning, message=f"dllm-lsp: {where}: unknown options ignored: {', '.join(unknown)}"))
         return True
 
     def ensure_model(self) -> None:
@@ -124,7 +131,7 @@ async def load_with_progress(ls: DllmLanguageServer, loading: asyncio.Future) ->
 # --- handlers ---------------------------------------------------------------------------------
 
 def initialize(ls: DllmLanguageServer, params: types.InitializeParams) -> None:
-    ls.take_options(params.initialization_options, "bad initializationOptions, using defaults")
+    ls.take_options(params.initialization_options, "initializationOptions")
 
 
 def initialized(ls: DllmLanguageServer, params: types.InitializedParams) -> None:
@@ -132,7 +139,7 @@ def initialized(ls: DllmLanguageServer, params: types.InitializedParams) -> None
 
 
 def did_change_configuration(ls: DllmLanguageServer, params: types.DidChangeConfigurationParams) -> None:
-    if ls.take_options(params.settings, "configuration ignored"):
+    if ls.take_options(params.settings, "configuration"):
         ls.ensure_model()
 
 

@@ -8,6 +8,7 @@ import functools
 import itertools
 import logging
 import time
+from pathlib import Path
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ class ModelUnavailable(Exception):
 class LoadKey:
     model: str
     device: str
+    resolved: bool = field(default=True, compare=False)   # False: the pair names no folder or device
 
     @classmethod
     def of(cls, model: str, device: str) -> "LoadKey":
@@ -45,7 +47,7 @@ class LoadKey:
             dev = resolve_device(device)
             folder = resolve_model_path(model, dev.type).resolve()
         except (ModelLoadError, OSError):
-            return cls(model, device)
+            return cls(model, device, resolved=False)
         if dev.type == "cuda" and dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
         return cls(str(folder), str(dev))
@@ -85,6 +87,15 @@ def use_cuda_graphs(engine: Engine, wanted: bool) -> None:
 
 
 DEFAULT_MAX_MODELS = 2   # models one server holds at once (connections asking for others share them)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A model a connection asked for that did not fit (max_models): asked again at its next request."""
+
+    model: str
+    device: str
+    why: str
 
 
 @dataclass(eq=False)
@@ -136,9 +147,9 @@ class ModelHost:
         self.max_models = max(1, max_models)
         self._slots: dict[tuple[str, str], Slot] = {}
         self._uses: dict[int, Slot] = {}
-        self._refused: dict[int, str] = {}       # user -> why its model was not loaded (max_models)
+        self._refused: dict[int, Refusal] = {}   # user -> the model that did not fit (max_models)
+        self._latency: dict[int, float] = {}     # user -> its last completion's latency
         self._ids = itertools.count(1)
-        self.last_latency_ms: float | None = None
         self.load_wait_s = LOAD_WAIT_S
 
     def view(self) -> "HostView":
@@ -167,22 +178,32 @@ class ModelHost:
         return self.is_loading(0)
 
     def needs_load(self, model: str, device: str, user: int = 0) -> bool:
+        """Whether `user`'s options, naming `model` on `device`, need a load. Options that name the
+        model it has end any wait for another one that did not fit."""
         slot = self._slot(user)
-        return slot is None or slot.key != LoadKey.of(model, device) or slot.failed
+        if slot is None or slot.key != LoadKey.of(model, device) or slot.failed:
+            return True
+        self._refused.pop(user, None)
+        return False
 
     def start_load(self, model: str, device: str, user: int = 0) -> asyncio.Future:
         """Start loading `model` on `device` for `user` now (synchronously: a request arriving right
         after sees the load in progress and waits for it). A model already loaded or loading is
-        shared, not loaded again. Raises ModelUnavailable when it would exceed max_models."""
+        shared, not loaded again. Raises ModelUnavailable when it would exceed max_models: the
+        user then keeps the model it had, if any, and its next request asks again (ready_engine),
+        so it switches as soon as another connection's model is let go."""
         key = LoadKey.of(model, device)
         slot = self._slots.get((key.model, key.device))
         if slot is None or slot.failed:
-            if slot is None:
+            if slot is not None or not key.resolved:
+                # A load that fails at once (no such folder or device) holds no memory: it takes
+                # no one's room, and a failed slot is replaced in place.
+                self._slots.pop((key.model, key.device), None)
+            else:
                 try:
                     self._make_room(user)
                 except ModelUnavailable as exc:
-                    self.release(user)
-                    self._refused[user] = str(exc)
+                    self._refused[user] = Refusal(model, device, str(exc))
                     raise
             slot = Slot(key, asyncio.ensure_future(self._load(model, device)))
             self._slots[(key.model, key.device)] = slot
@@ -195,10 +216,16 @@ class ModelHost:
         return await asyncio.shield(self.start_load(model, device, user))
 
     def release(self, user: int) -> None:
-        """The connection closed: its model stays loaded until another one needs the room."""
+        """`user` stops using its model, which stays loaded until another one needs the room."""
         slot = self._uses.pop(user, None)
         if slot is not None:
             slot.users.discard(user)
+
+    def disconnect(self, user: int) -> None:
+        """The connection closed: its model is released and nothing of it is kept."""
+        self.release(user)
+        self._refused.pop(user, None)
+        self._latency.pop(user, None)
 
     def _use(self, user: int, slot: Slot) -> None:
         self.release(user)
@@ -208,22 +235,43 @@ class ModelHost:
         self._uses[user] = slot
 
     def _make_room(self, user: int) -> None:
-        """Evict models no connection uses (least recently used first) until one more fits."""
+        """Evict models no other connection uses (failed loads first, then the least recently
+        used) until one more fits. A model `user` itself is still loading may go too (a client
+        that changes its mind mid-load): its load finishes on its thread and is then let go."""
         mine = self._uses.get(user)
+
         def idle(slot: Slot) -> bool:
-            return not (slot.users - {user}) and slot.loading.done()
-        while len(self._slots) >= self.max_models:
+            return not (slot.users - {user}) and (slot.loading.done() or slot is mine)
+        while sum(not s.failed for s in self._slots.values()) >= self.max_models:
             candidates = [s for s in self._slots.values() if idle(s) or s.failed]
             if not candidates:
-                held = ", ".join(f"{s.key.model} on {s.key.device}" for s in self._slots.values())
+                held = ", ".join(f"{s.key.model} on {s.key.device}" for s in self._slots.values() if not s.failed)
                 raise ModelUnavailable(
                     f"this server holds at most {self.max_models} model(s) ({held}), all in use by other "
-                    "connections: use one of them, or start the server with a larger --max-models")
-            victim = min(candidates, key=lambda s: (s is not mine, s.last_used))
+                    "connections: use one of them, or start the server with a larger --max-models"
+                    + (f" (this connection goes on with {Path(mine.key.model).name} until one is free)"
+                       if mine is not None and mine.engine is not None else ""))
+            victim = min(candidates, key=lambda s: (not s.failed, s is not mine, s.last_used))
             del self._slots[(victim.key.model, victim.key.device)]
             for u in list(victim.users):
                 self._uses.pop(u, None)
-            log.info("unloaded %s on %s to make room", victim.key.model, victim.key.device)
+            if not victim.failed:
+                log.info("unloading %s on %s to make room", victim.key.model, victim.key.device)
+            self._retire(victim)
+        for slot in [s for s in self._slots.values() if s.failed and not s.users]:
+            del self._slots[(slot.key.model, slot.key.device)]
+
+    def _retire(self, slot: Slot) -> None:
+        """Let an evicted model go: its engine is closed once its requests in hand are done (the
+        step scheduler's thread holds the model; nothing else does once the slot is dropped), so
+        its memory comes back instead of staying behind every evicted model."""
+        def close(future: asyncio.Future) -> None:
+            if future.cancelled() or future.exception() is not None:
+                return
+            close_engine = getattr(future.result(), "close", None)   # a remote engine holds no model here
+            if close_engine is not None:
+                self._executor.submit(close_engine)
+        slot.loading.add_done_callback(close)
 
     def _loaded(self, slot: Slot, future: asyncio.Future) -> None:
         if future.cancelled():
@@ -252,7 +300,14 @@ class ModelHost:
 
     async def ready_engine(self, user: int = 0) -> Engine:
         """`user`'s engine, waiting for a load in progress (up to `load_wait_s`); ModelUnavailable
-        when there is none, the load failed, or it takes longer than that."""
+        when there is none, the load failed, or it takes longer than that. A model that did not
+        fit when the user asked for it is asked for again first (room may have been made since)."""
+        refused = self._refused.get(user)
+        if refused is not None:
+            try:
+                self.start_load(refused.model, refused.device, user)
+            except ModelUnavailable:
+                pass            # still no room: the model it had, if any, serves it meanwhile
         slot = self._slot(user)
         if slot is not None and not slot.loading.done():
             try:
@@ -264,7 +319,7 @@ class ModelHost:
                 pass
         if slot is None or slot.engine is None:
             reason = (slot.why if slot is not None and slot.why else
-                      self._refused.get(user, "the model has not been loaded yet"))
+                      refused.why if refused is not None else "the model has not been loaded yet")
             raise ModelUnavailable(f"no model loaded: {reason}")
         slot.last_used = time.monotonic()
         return slot.engine
@@ -286,7 +341,7 @@ class ModelHost:
         engine = await self.ready_engine(user)
         run = functools.partial(engine.infill, request, settings, cancel, on_step,
                                 context_tokens=context_tokens, cache=cache)
-        return await self._run(run, cancel)
+        return await self._run(run, cancel, user)
 
     async def run_plan(self, plan: CompletionPlan, cancel: CancelToken,
                        on_step: Callable[[StepState], None] | None = None, user: int = 0,
@@ -296,9 +351,9 @@ class ModelHost:
         connection whose model changes meanwhile gets the new one from its next request on."""
         if engine is None:
             engine = await self.ready_engine(user)
-        return await self._run(functools.partial(plan.run, engine, cancel, on_step), cancel)
+        return await self._run(functools.partial(plan.run, engine, cancel, on_step), cancel, user)
 
-    async def _run(self, call: Callable[[], InfillResult], cancel: CancelToken) -> InfillResult:
+    async def _run(self, call: Callable[[], InfillResult], cancel: CancelToken, user: int) -> InfillResult:
         future = asyncio.get_running_loop().run_in_executor(self._executor, call)
         try:
             result = await future
@@ -307,7 +362,7 @@ class ModelHost:
             raise
         except ModelLoadError as exc:   # a remote engine whose deployment or cluster went away
             raise ModelUnavailable(str(exc)) from None
-        self.last_latency_ms = result.latency_ms
+        self._latency[user] = result.latency_ms
         return result
 
     def status(self, user: int = 0) -> dict:
@@ -321,8 +376,9 @@ class ModelHost:
             "device": info.get("device"),
             "loaded": engine is not None,
             "loading": slot is not None and not slot.loading.done(),
-            "error": slot.why if slot is not None else self._refused.get(user),
-            "lastLatencyMs": self.last_latency_ms,
+            "error": (slot.why if slot is not None and slot.why else
+                      self._refused[user].why if user in self._refused else None),
+            "lastLatencyMs": self._latency.get(user),
             "batching": local.scheduler.stats() if local is not None and local.batching else None,
             "work": local.work_stats() if local is not None else None,
             "prepared": local.prepared if local is not None else None,
@@ -372,7 +428,8 @@ class HostView:
         return self.host.status(self.user)
 
     def release(self) -> None:
-        self.host.release(self.user)
+        """The connection closed (ModelHost.disconnect)."""
+        self.host.disconnect(self.user)
 
     def shutdown(self) -> None:
         self.host.shutdown()

@@ -98,6 +98,30 @@ def test_thresholds_are_on_the_confidence_kinds_scale():
                              "minConfidence": -1.0}).decode.min_confidence == -1.0
 
 
+def test_a_client_object_applies_option_by_option():
+    # One bad setting used to drop the whole object: the client's model and device with it.
+    options, refusals, unknown = Options().applied(
+        {"dllm": {"model": "dllm-embedded-30m", "device": "cpu", "contextTokens": 300, "steps": "8", "Steps": 3}})
+    assert (options.model.model, options.model.device, options.planner.context_tokens) == ("dllm-embedded-30m", "cpu", 300)
+    assert options.decode.steps == 8 and refusals == ["steps ignored: steps must be an integer, not '8'"]
+    assert unknown == ["Steps"]
+    # a bad value keeps the value before, not the default
+    before = Options().merged({"steps": 4})
+    after, refusals, _ = before.applied({"steps": 0, "alternatives": 2})
+    assert (after.decode.steps, after.decode.alternatives) == (4, 2) and refusals == ["steps ignored: steps must be within 1..256"]
+    # a check across options blames the option sent, and options valid together apply together
+    lone, refusals, _ = Options().applied({"confidence": "entropy", "maxLineTokens": 20})
+    assert lone.decode.confidence == "prob" and lone.planner.max_line_tokens == 20
+    assert len(refusals) == 1 and refusals[0].startswith("confidence ignored: threshold must be <= 0 with entropy")
+    both, refusals, _ = Options().applied({"confidence": "entropy", "threshold": -0.5, "steps": True})
+    assert (both.decode.confidence, both.decode.threshold, both.decode.steps) == ("entropy", -0.5, 8)
+    assert refusals == ["steps ignored: steps must be an integer, not True"]
+    assert Options().applied({"token": "secret"})[1:] == ([], [])      # read by the TCP front
+    assert Options().applied(None) == (Options(), [], [])
+    with pytest.raises(SettingsError, match="JSON object"):
+        Options().applied(["steps"])
+
+
 def test_the_planner_budget_derives_from_the_context_tokens():
     small = Options().merged({"contextTokens": 100}).planner.planner_settings()
     large = Options().merged({"contextTokens": 2000}).planner.planner_settings()

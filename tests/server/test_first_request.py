@@ -13,7 +13,7 @@ from dllm_lsp.arch.tiny import write_tiny_model
 from dllm_lsp.loader import ModelLoadError
 from dllm_lsp.server.model_host import ModelHost, ModelUnavailable
 
-from .lsp_harness import inline_params, make_client, open_doc, start_server, stop_server
+from .lsp_harness import inline_params, make_client, open_doc, start_server, stop_server, wait_loaded
 
 URI = "file:///start/area.py"
 TEXT = "def area(width, height):\n    return \n"
@@ -113,3 +113,20 @@ async def test_connections_keep_their_own_models_and_share_equal_ones(tiny_model
         assert a.engine is first and host.status()["maxModels"] == 2
     finally:
         host.shutdown()
+
+
+async def test_one_bad_option_costs_the_client_only_that_option(tmp_path, tiny_model_dir):
+    # It used to cost every option the client sent: the server showed the error and loaded the
+    # default model instead of the client's.
+    client, seen, _ = await start_server(tmp_path, {"model": str(tiny_model_dir), "device": "cpu", "steps": "8",
+                                                    "contextTokens": 300})
+    try:
+        status = await wait_loaded(client)
+        assert status["model"] == tiny_model_dir.name and status["contextTokens"] == 300, status
+        assert any("steps ignored: steps must be an integer, not '8' (the other options apply)" in m.message
+                   for m in seen.messages), seen.messages
+        open_doc(client, URI, TEXT)
+        answer = await asyncio.wait_for(client.text_document_inline_completion_async(inline_params(URI, 1, 11)), 120)
+        assert answer is not None
+    finally:
+        await stop_server(client)
