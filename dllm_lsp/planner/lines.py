@@ -91,4 +91,15 @@ def detect_indent_unit(text: str, offset: int, default: str) -> str:
         return "\t"
     widths = [width for width in spaced if 1 < width <= 8]
     usual = [width for width in widths if spaced[width] >= 2] or widths   # one odd line is no evidence
-    return " " * min(usual) if usual else default
+    if usual:
+        return " " * min(usual)
+    if not tabs:
+        # No line is indented yet (a new file): what was typed on the cursor's line is all the
+        # evidence there is, and a body whose first line has the tab and the rest spaces mixes them.
+        start = line_bounds(text, offset)[0]
+        typed = text[start:offset][:len(text[start:offset]) - len(text[start:offset].lstrip(" \t"))]
+        if typed.startswith("\t"):
+            return "\t"
+        if 1 < len(typed) <= 8 and "\t" not in typed:
+            return typed
+    return default
