@@ -24,7 +24,7 @@ from .engine.types import InfillRequest
 from .loader import ModelLoadError, load_model
 from .options import Options, SettingsError
 from .server import auth, create_server
-from .server.model_host import ModelHost, local_engine, use_cuda_graphs
+from .server.model_host import LoadKey, ModelHost, local_engine, use_cuda_graphs
 from .server.positions import line_end, line_starts
 from .serving import require_ray
 from .server.tcp import serve_tcp
@@ -118,6 +118,7 @@ def serve(args) -> int:
 
 
 REMOTE_WORKERS = 32   # infills the front keeps in flight to a Ray deployment (its replicas queue the rest)
+REMOTE_RETRY_S = 5.0  # a deployment that could not be reached is tried again after this long
 
 
 def remote_host(address: str, app: str) -> ModelHost:
@@ -136,7 +137,13 @@ def remote_host(address: str, app: str) -> ModelHost:
                                          "(%s, %s) are the deployment's", address, app, model, device)
         return engine
 
-    return ModelHost(connect=connect, workers=REMOTE_WORKERS)
+    # Every client is served by the one deployment, whatever its options name: one key for all
+    # (distinct `model` options counted against --max-models and refused the third client), and a
+    # deployment that is not up yet is asked for again at a request 5 s or more after the last try.
+    def the_deployment(model: str, device: str) -> LoadKey:
+        return LoadKey(f"ray://{address}/{app}", "remote")
+
+    return ModelHost(connect=connect, workers=REMOTE_WORKERS, key_of=the_deployment, retry_failed_s=REMOTE_RETRY_S)
 
 
 def os_reason(exc: OSError) -> str:

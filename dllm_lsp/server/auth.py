@@ -38,7 +38,9 @@ def load_token(token_file: str | None, environ: dict[str, str] | None = None) ->
     if token_file:
         path = Path(token_file).expanduser()
         try:
-            token = path.read_text(encoding="utf-8").strip()
+            # the first line: a longer base64 token wraps at 76 characters, and the editors send
+            # the first line (the docs' Neovim example); the whole file refused every client
+            token = (path.read_text(encoding="utf-8").splitlines() or [""])[0].strip()
         except OSError as exc:
             raise AuthError(f"cannot read the token file {path}: {exc.strerror or exc}") from None
         if not token:

@@ -104,10 +104,12 @@ class Slot:
 
     key: LoadKey
     loading: asyncio.Future
+    asked: tuple[str, str] = ("", "")   # the (model, device) words the load was started with
     engine: Engine | None = None
     error: str | None = None
     users: set[int] = field(default_factory=set)
     last_used: float = 0.0
+    failed_at: float = 0.0
 
     @property
     def failed(self) -> bool:
@@ -141,8 +143,12 @@ class ModelHost:
     """
 
     def __init__(self, connect: Callable[[str, str], Engine] = local_engine,
-                 workers: int = DEFAULT_MAX_BATCH, max_models: int = DEFAULT_MAX_MODELS) -> None:
+                 workers: int = DEFAULT_MAX_BATCH, max_models: int = DEFAULT_MAX_MODELS,
+                 key_of: Callable[[str, str], LoadKey] = LoadKey.of,
+                 retry_failed_s: float | None = None) -> None:
         self._connect = connect
+        self._key_of = key_of        # what a (model, device) pair loads: pairs with one key share it
+        self.retry_failed_s = retry_failed_s   # a failed load is started again this long after (None: never)
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dllm-model")
         self.max_models = max(1, max_models)
         self._slots: dict[tuple[str, str], Slot] = {}
@@ -181,7 +187,7 @@ class ModelHost:
         """Whether `user`'s options, naming `model` on `device`, need a load. Options that name the
         model it has end any wait for another one that did not fit."""
         slot = self._slot(user)
-        if slot is None or slot.key != LoadKey.of(model, device) or slot.failed:
+        if slot is None or slot.key != self._key_of(model, device) or slot.failed:
             return True
         self._refused.pop(user, None)
         return False
@@ -192,7 +198,7 @@ class ModelHost:
         shared, not loaded again. Raises ModelUnavailable when it would exceed max_models: the
         user then keeps the model it had, if any, and its next request asks again (ready_engine),
         so it switches as soon as another connection's model is let go."""
-        key = LoadKey.of(model, device)
+        key = self._key_of(model, device)
         slot = self._slots.get((key.model, key.device))
         if slot is None or slot.failed:
             if slot is not None or not key.resolved:
@@ -205,7 +211,7 @@ class ModelHost:
                 except ModelUnavailable as exc:
                     self._refused[user] = Refusal(model, device, str(exc))
                     raise
-            slot = Slot(key, asyncio.ensure_future(self._load(model, device)))
+            slot = Slot(key, asyncio.ensure_future(self._load(model, device)), (model, device))
             self._slots[(key.model, key.device)] = slot
             slot.loading.add_done_callback(lambda f, s=slot: self._loaded(s, f))
         self._use(user, slot)
@@ -280,6 +286,8 @@ class ModelHost:
             slot.error = str(future.exception())
         else:
             slot.engine = future.result()
+        if slot.engine is None:
+            slot.failed_at = time.monotonic()
 
     async def _load(self, model: str, device: str) -> Engine:
         loop = asyncio.get_running_loop()
@@ -309,6 +317,11 @@ class ModelHost:
             except ModelUnavailable:
                 pass            # still no room: the model it had, if any, serves it meanwhile
         slot = self._slot(user)
+        if (slot is not None and slot.failed and self.retry_failed_s is not None
+                and time.monotonic() - slot.failed_at >= self.retry_failed_s):
+            # A load that may succeed later on its own (a Ray deployment not up yet): tried again.
+            self.start_load(*slot.asked, user)
+            slot = self._slot(user)
         if slot is not None and not slot.loading.done():
             try:
                 await asyncio.wait_for(asyncio.shield(slot.loading), timeout=self.load_wait_s)

@@ -9,7 +9,10 @@ U+2029; a client does not, so an edit below such a character would land on the w
 from __future__ import annotations
 
 import bisect
+import functools
 import re
+from itertools import accumulate, repeat
+from operator import add
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
@@ -22,8 +25,59 @@ EOL = re.compile(r"\r\n|\r|\n")
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 
 
-def line_starts(text: str) -> list[int]:
-    return [0, *(m.end() for m in EOL.finditer(text))]
+_LONE_CR = re.compile(r"\r(?!\n)")
+
+
+@functools.lru_cache(maxsize=4)
+def line_starts(text: str) -> tuple[int, ...]:
+    """Where each line of `text` starts (a table of the whole text: the CLI's and the lone-CR
+    path's; the server's per-edit lookups use line_start / line_of, which cost no Python loop
+    over the lines)."""
+    if _has_lone_cr(text):
+        return (0, *(m.end() for m in EOL.finditer(text)))
+    return tuple(accumulate(map(add, map(len, text.split("\n")[:-1]), repeat(1)), initial=0))
+
+
+def _has_lone_cr(text: str) -> bool:
+    return "\r" in text and _LONE_CR.search(text) is not None
+
+
+def line_start(text: str, line: int) -> int | None:
+    """Where line `line` (0-based) of `text` starts; None past its last line. Without lone CRs the
+    `line`-th line feed is found by halving with str.count (C speed, nothing allocated): each
+    content change of a didChange looks up its range so, and a Python loop over every line break
+    made a Replace All of 1,500 places in a 9,000-line file block the server for 11 s."""
+    if line <= 0:
+        return 0
+    if _has_lone_cr(text):
+        starts = line_starts(text)
+        return starts[line] if line < len(starts) else None
+    lo, hi, need = 0, min(len(text), 4096), line
+    while text.count("\n", 0, hi) < need:   # doubling: the cost follows the line, not the file
+        if hi == len(text):
+            return None
+        hi = min(len(text), 2 * hi)
+    while hi - lo > 256:
+        mid = (lo + hi) // 2
+        found = text.count("\n", lo, mid)
+        if found >= need:
+            hi = mid
+        else:
+            need -= found
+            lo = mid
+    at = lo
+    for _ in range(need):
+        at = text.index("\n", at) + 1
+    return at
+
+
+def line_of(text: str, offset: int) -> tuple[int, int]:
+    """(0-based line, where it starts) of the line holding `offset`."""
+    if _has_lone_cr(text):
+        starts = line_starts(text)
+        line = bisect.bisect_right(starts, offset) - 1
+        return line, starts[line]
+    return text.count("\n", 0, offset), text.rfind("\n", 0, offset) + 1
 
 
 def line_end(text: str, start: int) -> int:
@@ -55,19 +109,18 @@ class LspTextDocument(TextDocument):
 
 def edit_range(text: str, lsp_range: types.Range, codec: PositionCodec) -> tuple[int, int]:
     """The offsets a didChange range replaces (edit_offset), the end never before the start."""
-    starts = line_starts(text)
-    start = edit_offset(text, lsp_range.start, codec, starts)
-    return start, max(start, edit_offset(text, lsp_range.end, codec, starts))
+    start = edit_offset(text, lsp_range.start, codec)
+    return start, max(start, edit_offset(text, lsp_range.end, codec))
 
 
-def edit_offset(text: str, position: types.Position, codec: PositionCodec, starts: list[int]) -> int:
+def edit_offset(text: str, position: types.Position, codec: PositionCodec) -> int:
     """Where a didChange position lands, by LSP's rule: a character past the line's end is the
     line's end (before its line break); a line past the last is the document's end; a position
     inside a character (half a surrogate pair) is after it. Requests are stricter (offset_in_text):
-    an edit the client already made must be mirrored, not refused. `starts`: line_starts(text)."""
-    if position.line >= len(starts):
+    an edit the client already made must be mirrored, not refused."""
+    start = line_start(text, position.line)
+    if start is None:
         return len(text)
-    start = starts[position.line]
     end = line_end(text, start)
     units = 0
     for i in range(start, end):
@@ -86,12 +139,11 @@ def offset_in_text(text: str, position: types.Position, codec: PositionCodec) ->
     """Like offset_of, over plain text: the document store mirrors edits with it."""
     if position.line < 0 or position.character < 0:
         raise JsonRpcInvalidParams(f"position {position.line}:{position.character} is negative")
-    starts = line_starts(text)
-    if position.line >= len(starts):
+    start = line_start(text, position.line)
+    if start is None:
         raise JsonRpcInvalidParams(
-            f"line {position.line} is past the end of the document ({len(starts)} lines)"
+            f"line {position.line} is past the end of the document ({len(line_starts(text))} lines)"
         )
-    start = starts[position.line]
     line = text[start:line_end(text, start)]
     units = 0
     for i, char in enumerate(line):
@@ -110,10 +162,8 @@ def offset_in_text(text: str, position: types.Position, codec: PositionCodec) ->
 
 
 def position_in_text(text: str, offset: int, codec: PositionCodec) -> types.Position:
-    starts = line_starts(text)
-    line = bisect.bisect_right(starts, offset) - 1
-    prefix = text[starts[line]:offset]
-    return types.Position(line=line, character=codec.client_num_units(prefix))
+    line, start = line_of(text, offset)
+    return types.Position(line=line, character=codec.client_num_units(text[start:offset]))
 
 
 def range_of(document: TextDocument, start: int, end: int) -> types.Range:

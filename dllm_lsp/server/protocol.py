@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import Future
 from typing import Any
+from urllib.parse import unquote
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
@@ -102,15 +103,19 @@ class DllmProtocol(LanguageServerProtocol):
         return self._oversized
 
     def refuse_oversized(self, message) -> bool:
+        # URIs as pygls keys its documents (percent-decoded): `My%20Project/a.py` and its decoded
+        # spelling are one document, whose size was looked up under the wrong key and never checked.
         method = getattr(message, "method", None)
         if method == types.TEXT_DOCUMENT_DID_OPEN:
             document = message.params.text_document
-            self.oversized.pop(document.uri, None)
+            self.oversized.pop(unquote(document.uri), None)
             if len(document.text) > MAX_DOCUMENT_CHARS:
                 self.mark_oversized(document.uri, len(document.text))
                 return True
             return False
         uri = document_uri(getattr(message, "params", None))
+        if uri is not None:
+            uri = unquote(uri)
         if uri is None or uri not in self.oversized:
             return False
         if method == types.TEXT_DOCUMENT_DID_CLOSE:
@@ -122,13 +127,13 @@ class DllmProtocol(LanguageServerProtocol):
         return True   # its edits too: the document stays untracked until it is reopened
 
     def check_size(self, uri: str) -> None:
-        document = self.workspace.text_documents.get(uri)
+        document = self.workspace.text_documents.get(unquote(uri))
         if document is not None and len(document.source) > MAX_DOCUMENT_CHARS:
             self.mark_oversized(uri, len(document.source))
             self.workspace.remove_text_document(uri)
 
     def mark_oversized(self, uri: str, size: int) -> None:
-        self.oversized[uri] = size
+        self.oversized[unquote(uri)] = size
         log.warning("%s", too_big(uri, size))
         self._server.window_show_message(types.ShowMessageParams(
             type=types.MessageType.Warning, message=f"dllm-lsp: {too_big(uri, size)}"))
@@ -146,6 +151,17 @@ class DllmProtocol(LanguageServerProtocol):
             if msg_id != current_id and not future.done():
                 future.cancel()
         self._shutdown = True
+
+    def _execute_handler(self, msg_id, handler, callback, args=None, kwargs=None):
+        """pygls keeps the future of a notification it runs as a generator or coroutine (its own
+        didOpen / didChange / didClose) in the table of pending requests for good: ~1.8 KB a
+        keystroke that never came back, and a disconnecting TCP client was said to leave
+        thousands of requests pending. A notification's entry goes once it is done."""
+        super()._execute_handler(msg_id, handler, callback, args, kwargs)
+        if callback == self._check_handler_result:
+            future = self._request_futures.get(msg_id)
+            if future is not None:
+                future.add_done_callback(lambda _, key=msg_id: self._request_futures.pop(key, None))
 
     def _send_handler_result(self, future: Future, *, msg_id) -> None:
         if not future.cancelled():

@@ -25,9 +25,15 @@ from . import auth
 from .app import create_server
 from .model_host import ModelHost
 from .protocol import DllmProtocol
-from .transport import CHUNK, Connection, FrameReader
+from .transport import CHUNK, MAX_FRAME_BYTES, Connection, FrameReader
 
 log = logging.getLogger(__name__)
+
+# Before a connection has presented its token, its frames are an initialize (a few kB) and it has
+# this long to send one: a stranger announcing 60 MB frames and stalling held hundreds of MB of the
+# server's memory for as long as it liked.
+PRE_AUTH_MAX_FRAME = 256 * 1024
+AUTH_DEADLINE_S = 30.0
 
 
 class ConnectionProtocol(DllmProtocol):
@@ -48,9 +54,14 @@ class ConnectionProtocol(DllmProtocol):
         if self._server._stop_event is not None:
             self._server._stop_event.set()
 
+    frames: FrameReader | None = None
+
     def handle_message(self, message) -> None:
-        if self.token is not None and not self.authenticated and not auth.admit(self, message):
-            return
+        if self.token is not None and not self.authenticated:
+            if not auth.admit(self, message):
+                return
+            if self.frames is not None:
+                self.frames.max_frame = MAX_FRAME_BYTES
         super().handle_message(message)
 
 
@@ -62,6 +73,16 @@ class _Discard:
 
     def close(self) -> None:
         pass
+
+
+def close_unauthenticated(server, peer) -> None:
+    protocol = server.protocol
+    if protocol.token is not None and not protocol.authenticated and not server._stop_event.is_set():
+        log.warning("closing the connection from %s: no initialize with its token within %.0f s", peer, AUTH_DEADLINE_S)
+        transport = getattr(protocol.writer, "transport", None)
+        if transport is not None:
+            transport.abort()     # the reader's pending read ends, and with it the connection
+        protocol.close_connection()
 
 
 def cancel_pending(server) -> int:
@@ -84,11 +105,15 @@ async def serve_tcp(host: str, port: int, settings: Options, token: str | None =
         server.protocol.token = token
         server._stop_event = threading.Event()
         server.protocol.set_writer(writer)
+        frames = FrameReader(lambda: reader.read(CHUNK), max_frame=PRE_AUTH_MAX_FRAME if token else MAX_FRAME_BYTES)
+        server.protocol.frames = frames
+        deadline = asyncio.get_running_loop().call_later(AUTH_DEADLINE_S, close_unauthenticated, server, peer)
         try:
-            await Connection(server, FrameReader(lambda: reader.read(CHUNK)), server._stop_event).run()
+            await Connection(server, frames, server._stop_event).run()
         except Exception:
             log.exception("connection from %s failed", peer)
         finally:
+            deadline.cancel()
             server.protocol.writer = _Discard()
             cancelled = cancel_pending(server)
             server.host.release()   # its model may be unloaded when another one needs the room

@@ -28,6 +28,7 @@ import logging
 import re
 import sys
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,8 @@ MAX_FRAME_BYTES = 64 * 1024 * 1024      # one message; a bigger Content-Length i
 MAX_HEADER_LINE = 8 * 1024              # longer "lines" between frames are skipped in pieces
 CHUNK = 64 * 1024
 BODY_STALL_S = 1.0                      # a body that stops this long short of its length is looked at
+MAX_UNSENT_BYTES = 16 * 1024 * 1024     # answers waiting for a socket client before its requests wait
+UNSENT_WAIT_S = 60.0                    # ... and how long they may wait before the connection is closed
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -71,6 +74,7 @@ class FrameReader:
         self._reading: asyncio.Future | None = None   # a read outlives a timeout: its bytes are never lost
         self.max_frame = max_frame
         self.stall_s = stall_s
+        self._judged = -1      # the buffer length _complete_json last looked at
 
     def unread(self, data: bytes) -> None:
         """Put bytes back in front of the stream (the next frame found inside a short body)."""
@@ -144,6 +148,11 @@ class FrameReader:
         return body
 
     def _complete_json(self) -> bool:
+        # Looked at once per new byte count: a stalled body re-parsed every second (64 MiB of it,
+        # on the event loop) stalled every other client.
+        if len(self._buf) == self._judged:
+            return False
+        self._judged = len(self._buf)
         data = bytes(self._buf).strip()
         if not data or data[:1] not in (b"{", b"[") or data[-1:] not in (b"}", b"]"):
             return False
@@ -306,6 +315,8 @@ class Connection:
     async def run(self) -> int | None:
         """Serve until end of stream, `exit` or the stop event; returns the exit status `exit` asked for."""
         while not self.stop_event.is_set() and self.exit_code is None:
+            if not await self.answers_read():
+                break
             item = await self.frames.next()
             if item is None:
                 break
@@ -321,6 +332,23 @@ class Connection:
             # not after a didChange read in the same chunk (pygls starts async handlers as tasks).
             await asyncio.sleep(0)
         return self.exit_code
+
+    async def answers_read(self) -> bool:
+        """False when the client has stopped reading its answers: over a socket, more than
+        MAX_UNSENT_BYTES of them wait to be sent and none goes for UNSENT_WAIT_S. Until then no
+        more of its requests are read (each would add an answer: they piled up without limit)."""
+        transport = getattr(getattr(self.protocol, "writer", None), "transport", None)
+        if transport is None or transport.get_write_buffer_size() <= MAX_UNSENT_BYTES:
+            return True
+        deadline = time.monotonic() + UNSENT_WAIT_S
+        while transport.get_write_buffer_size() > MAX_UNSENT_BYTES // 2:
+            if transport.is_closing() or time.monotonic() > deadline:
+                log.warning("closing a connection that does not read its answers (%d bytes unsent)",
+                            transport.get_write_buffer_size())
+                transport.abort()
+                return False
+            await asyncio.sleep(0.05)
+        return True
 
     def refuse_if_unauthenticated(self, what: str) -> None:
         """A connection that must authenticate first (a TCP server with a token) sent something

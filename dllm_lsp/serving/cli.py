@@ -62,6 +62,6 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"model": engine.denoiser.describe(), "replicas": engine.replica_stats()}, indent=1))
         else:
             undeploy(a.address, a.app)
-    except (ValueError, RemoteUnavailable) as exc:
+    except (ValueError, TimeoutError, RemoteUnavailable) as exc:
         return report_error("dllm-lsp ray", exc)
     return 0

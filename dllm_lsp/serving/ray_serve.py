@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import threading
 import time
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 
 import ray
 from ray import serve
-from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
 from ray.serve.exceptions import RayServeException
 from tokenizers import Tokenizer
 
@@ -36,7 +37,7 @@ from dllm_lsp.cli_errors import one_line
 from dllm_lsp.engine.denoiser import SpecialTokens
 from dllm_lsp.engine.engine import Cancelled, CancelToken, Engine
 from dllm_lsp.engine.types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState
-from dllm_lsp.loader import ModelLoadError, load_model
+from dllm_lsp.loader import ModelLoadError, load_model, resolve_model_path
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,10 @@ APP_NAME = "dllm-lsp"
 DEPLOYMENT = "DenoiserReplica"
 RETRIES = 3              # a request whose replica died is sent again this many times
 CANCEL_POLL_S = 0.02     # how often a waiting front checks its cancel token
+# Ray ends a driver process that has lost the cluster's GCS for this long (60 s by default): the
+# front is a driver, and with it went every editor's connection. A year: the front stays, its
+# requests fail with RemoteUnavailable, and it serves again once the cluster is back.
+GCS_RECONNECT_TIMEOUT_S = str(365 * 24 * 3600)
 
 
 class RemoteUnavailable(ModelLoadError):
@@ -167,6 +172,8 @@ def connect(address: str) -> None:
             socket.create_connection((host or "127.0.0.1", int(port)), timeout=5).close()
         except OSError as exc:
             raise RemoteUnavailable(f"cannot reach the Ray cluster at {address}: {exc}") from exc
+    os.environ.setdefault("RAY_gcs_rpc_server_reconnect_timeout_s", GCS_RECONNECT_TIMEOUT_S)
+    logging.getLogger("ray.serve").setLevel(logging.WARNING)   # its INFO lines on our CLI's stderr
     try:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False,
                  configure_logging=False)
@@ -180,16 +187,56 @@ def connect(address: str) -> None:
 
 
 def deploy(address: str, config: ReplicaConfig, app_name: str = APP_NAME) -> dict:
-    """Start (or update) the deployment and wait until it serves; returns its model's description."""
+    """Start (or update) the deployment and wait until it serves; returns its model's description.
+    What would never serve is refused first, in one line: a model folder this node does not have
+    (every node needs it at the same path), replicas no node has the CPUs or GPUs for (Serve waits
+    for them for ever, silently)."""
+    try:
+        resolve_model_path(config.model, None if config.device == "auto" else config.device.split(":")[0])
+    except ModelLoadError as exc:
+        raise RemoteUnavailable(f"{exc} (the folder must exist at that path on every node)") from None
     connect(address)
-    handle = serve.run(deployment_for(config), name=app_name, route_prefix=None)
+    nodes = [node.get("Resources", {}) for node in ray.nodes() if node.get("Alive")]
+    if not any(r.get("CPU", 0) >= config.num_cpus and r.get("GPU", 0) >= config.num_gpus for r in nodes):
+        have = ", ".join(f"{r.get('CPU', 0):g} CPU / {r.get('GPU', 0):g} GPU" for r in nodes) or "no live node"
+        raise RemoteUnavailable(f"no node of the cluster at {address} has the {config.num_cpus:g} CPU(s) and "
+                                f"{config.num_gpus:g} GPU(s) a replica asks for ({have}): lower --num-cpus / "
+                                "--num-gpus, or use --device cpu where Ray sees no GPU")
+    try:
+        handle = serve.run(deployment_for(config), name=app_name, route_prefix=None)
+    except RuntimeError as exc:   # Serve's "Deploying application ... failed", the reason left in its status
+        raise RemoteUnavailable(f"deploying {app_name!r} failed: {_deployment_message(app_name) or one_line(exc)}") from None
     info = handle.info.remote().result(timeout_s=600)
     return {k: v for k, v in info.items() if k not in ("tokenizer", "special")}
 
 
+def _deployment_message(app_name: str) -> str:
+    """The last line of what Serve says about the application's deployment (a replica's error)."""
+    try:
+        app = serve.status().applications.get(app_name)
+    except Exception:   # noqa: BLE001 - only a better message is at stake
+        return ""
+    if app is None:
+        return ""
+    messages = [d.message for d in app.deployments.values() if d.message] or [app.message]
+    lines = [line.strip() for line in "\n".join(m for m in messages if m).splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
 def undeploy(address: str, app_name: str = APP_NAME) -> None:
     connect(address)
-    serve.delete(app_name)
+    try:
+        serve.delete(app_name)
+    except (RayServeException, ValueError) as exc:
+        raise RemoteUnavailable(f"nothing to delete: {one_line(exc)}") from None
+
+
+def replica_error(exc: RayTaskError) -> Exception:
+    """What a replica raised (a request its model cannot take), as a local engine raises it: its
+    own one-line error, not Ray's remote traceback with its colour codes (editors showed all 36
+    lines of it)."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, Exception) else RemoteUnavailable(one_line(exc))
 
 
 class RemoteDenoiser:
@@ -221,12 +268,24 @@ class RemoteEngine:
     def __init__(self, address: str, app_name: str = APP_NAME, timeout_s: float = 120.0) -> None:
         self.address, self.app_name, self.timeout_s = address, app_name, timeout_s
         connect(address)
+        hint = f"start one with `dllm-lsp ray deploy --address {address}" + (
+            f" --app {app_name}`" if app_name != APP_NAME else "`")
+        try:
+            status = serve.status().applications.get(app_name)
+        except (RayServeException, ValueError) as exc:
+            raise RemoteUnavailable(f"no Serve instance runs on the Ray cluster at {address} ({hint}): "
+                                    f"{one_line(exc)}") from None
+        if status is not None and status.status == "DEPLOY_FAILED":
+            # Its handle would wait the whole timeout and say "Timed out resolving to ObjectRef".
+            # (UNHEALTHY is not refused: a replica being replaced, the others still serve.)
+            raise RemoteUnavailable(f"the {app_name!r} deployment on the Ray cluster at {address} is "
+                                    f"DEPLOY_FAILED: {_deployment_message(app_name) or status.message}")
         try:
             self.handle = serve.get_deployment_handle(DEPLOYMENT, app_name=app_name)
             info = self.handle.info.remote().result(timeout_s=timeout_s)
         except (RayServeException, KeyError, ValueError, TimeoutError) as exc:
             raise RemoteUnavailable(f"no {app_name!r} deployment serves on the Ray cluster at {address} "
-                                    f"(start one with `dllm-lsp ray deploy --address {address}`): {exc}") from exc
+                                    f"({hint}): {one_line(exc)}") from exc
         self.denoiser = RemoteDenoiser(info)
         self.context_tokens = None
 
@@ -253,6 +312,8 @@ class RemoteEngine:
                 time.sleep(0.2 * attempt)
             except RayServeException as exc:
                 raise RemoteUnavailable(f"the {self.app_name!r} deployment cannot serve: {exc}") from exc
+            except RayTaskError as exc:
+                raise replica_error(exc) from None
         raise RemoteUnavailable(f"no replica of {self.app_name!r} could serve the request after {RETRIES} tries: {last}")
 
     def _call(self, args: tuple, cancel: CancelToken) -> InfillResult:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
 from dllm_lsp.server.auth import AUTH_FAILED, SERVER_NOT_INITIALIZED, AuthError, check_bind, load_token
+from dllm_lsp.server.tcp import AUTH_DEADLINE_S
 
 from .raw_rpc import RawClient, frame
 from .test_transport import OPTIONS, free_port, start_tcp_server, stop
@@ -42,6 +44,9 @@ def test_token_from_file_or_environment(tmp_path):
     (tmp_path / "empty").write_text("\n")
     with pytest.raises(AuthError):
         load_token(str(tmp_path / "empty"), {})
+    # the first line is the token (a base64 token wraps at 76 characters; editors send line one)
+    (tmp_path / "wrapped").write_text(TOKEN + "\nAAAA==\n")
+    assert load_token(str(tmp_path / "wrapped"), {}) == TOKEN
 
 
 @pytest.fixture(scope="module")
@@ -126,3 +131,29 @@ def test_token_from_the_environment_guards_the_server(tmp_path, tiny_model_dir):
         client.close()
     finally:
         stop(proc)
+
+
+def test_a_stranger_can_neither_hold_a_big_frame_nor_stay_silent(guarded_server):
+    # Four such connections held 243 MiB of the server's memory, and its re-reading of their
+    # stalled bodies made every client wait seconds.
+    port, tmp = guarded_server
+    big = RawClient.tcp(port)
+    silent = RawClient.tcp(port)
+    started = time.monotonic()
+    try:
+        try:
+            big.raw(b"Content-Length: 60000000\r\n\r\n[" + b"1," * 200_000)
+        except OSError:
+            pass                                           # closed while it was still sending
+        assert big.closed.wait(10), "a 60 MB frame before the token was read"
+        good = RawClient.tcp(port)
+        try:
+            assert "result" in good.initialize({**OPTIONS, "token": TOKEN})
+            assert "result" in good.call("dllm/status")
+        finally:
+            good.close()
+        assert silent.closed.wait(AUTH_DEADLINE_S + 15), "a connection that never initialized stayed open"
+        assert time.monotonic() - started >= AUTH_DEADLINE_S - 1
+    finally:
+        big.close()
+        silent.close()

@@ -162,6 +162,22 @@ def case_document_above_the_limit(c: RawClient) -> None:
     still_serves(c)
 
 
+def case_a_percent_encoded_uri_that_grows_past_the_limit(c: RawClient) -> None:
+    # Its size was looked up under the encoded spelling, pygls keys the decoded one: it went on
+    # being parsed and completed past the limit, and nothing was said.
+    uri = f"file:///tmp/My%20Project/grown{time.monotonic_ns()}.py"
+    c.open(uri, "x = 1\n")
+    c.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": 2},
+                                        "contentChanges": [{"text": "x = 1\n" * (MAX_DOCUMENT_CHARS // 6 + 1)}]})
+    warning = c.wait_for(lambda m: isinstance(m, dict) and m.get("method") == "window/showMessage"
+                         and "grown" in m["params"]["message"])
+    assert "limit" in warning["params"]["message"]
+    answer = c.response(c.inline(uri, 0, 5))
+    assert is_error(answer, -32803) and "limit" in answer["error"]["message"]
+    c.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+    still_serves(c)
+
+
 CASES = {name[len("case_"):]: fn for name, fn in dict(globals()).items() if name.startswith("case_")}
 
 
@@ -397,5 +413,59 @@ def test_requests_after_shutdown_are_refused_not_dropped(tmp_path):
         assert is_error(client.call("dllm/status", {}), -32600)
         client.notify("exit")
         assert proc.wait(timeout=30) == 0
+    finally:
+        stop(proc)
+
+
+def test_notifications_leave_nothing_pending(tmp_path, tiny_model_dir):
+    # pygls kept every didOpen / didChange / didClose future in its table of pending requests:
+    # memory grew a keystroke at a time, and a client leaving was said to cancel thousands.
+    proc, port = start_tcp_server(tmp_path, tiny_model_dir)
+    try:
+        client = RawClient.tcp(port)
+        assert "result" in client.initialize(OPTIONS)
+        uri = "file:///tmp/typed.py"
+        client.open(uri, "")
+        for version in range(2, 302):
+            client.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": version},
+                                                     "contentChanges": [{"text": "x" * version}]})
+        client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+        assert "result" in client.call("dllm/status")
+        client.close()
+        log = tmp_path / "tcp.log"
+
+        def ours() -> list[str]:   # the first connection was wait_listening's probe
+            return [line for line in log.read_text().splitlines() if "disconnected" in line][1:]
+        deadline = time.monotonic() + 30
+        while not ours() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ours() and "pending" not in ours()[0], ours()
+    finally:
+        stop(proc)
+
+
+def test_a_client_that_reads_no_answers_stops_being_read(tmp_path, tiny_model_dir):
+    # Its answers piled up in the server without limit (~100 MiB per 250,000 of them).
+    proc, port = start_tcp_server(tmp_path, tiny_model_dir)
+    try:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        sock.sendall(frame({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"capabilities": {}}}))
+        request = frame({"jsonrpc": "2.0", "id": 1, "method": "dllm/status"})
+        sock.settimeout(5)
+        sent = 0
+        try:
+            while sent < 200_000:           # ~1 KB answers: 16 MiB of them is ~16,000 requests
+                sock.sendall(request * 100)
+                sent += 100
+        except (socket.timeout, OSError):
+            pass
+        assert sent < 200_000, "the server read every request of a client that reads nothing"
+        sock.close()
+        client = RawClient.tcp(port)     # the others are still served
+        try:
+            assert "result" in client.initialize(OPTIONS)
+            assert "result" in client.call("dllm/status")
+        finally:
+            client.close()
     finally:
         stop(proc)

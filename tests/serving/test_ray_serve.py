@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 from lsprotocol import types
@@ -36,13 +37,21 @@ def cluster(tmp_path_factory):
         yield running
 
 
-@pytest.fixture(scope="module")
-def deployed(cluster, tiny_model_dir):
+def deploy_tiny(cluster, tiny_model_dir) -> None:
+    """Deploy the tiny model once per cluster (the first test does it before any deployment)."""
+    if getattr(cluster, "deployed_tiny", False):
+        return
     done = cluster.dllm("ray", "deploy", "--address", cluster.address, "--model", str(tiny_model_dir), "--device",
                         "cpu", "--replicas", "2", "--num-cpus", "0.5")
     assert done.returncode == 0, done.stderr
     info = json.loads(done.stdout.strip().splitlines()[-1])
     assert info["name"] == tiny_model_dir.name and info["family"] == "embedded"
+    cluster.deployed_tiny = True
+
+
+@pytest.fixture(scope="module")
+def deployed(cluster, tiny_model_dir):
+    deploy_tiny(cluster, tiny_model_dir)
     return cluster
 
 
@@ -69,6 +78,80 @@ def replica_counts(cluster) -> dict:
     done = cluster.dllm("ray", "status", "--address", cluster.address)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)["replicas"]
+
+
+def one_line_error(done) -> str:
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1 and lines[0].startswith("dllm-lsp ray: error:"), done.stderr[-3000:]
+    return lines[0]
+
+
+async def test_an_editor_connected_before_the_deployment_is_served_once_it_is_up(cluster, tiny_model_dir, tmp_path):
+    # Runs first, on a cluster where Serve never ran.
+    assert "nothing to delete" in one_line_error(cluster.dllm("ray", "delete", "--address", cluster.address))
+    client, _, status = await start_front(tmp_path, "--ray", cluster.address, env=cluster.env)
+    try:
+        assert not status["loaded"] and "no Serve instance" in status["error"]
+        deploy_tiny(cluster, tiny_model_dir)
+        await asyncio.sleep(5)      # the front asks again 5 s after its last try
+        open_doc(client, URI, TEXT)
+        answer = await asyncio.wait_for(client.text_document_inline_completion_async(inline_params(URI, 1, 11)), 120)
+        assert answer is not None and answer.items      # the same connection, not a new one
+        # Whatever model its options name, every client is served by the one deployment: three
+        # names used to take three of the --max-models (2) slots, and the third was refused.
+        for i in range(3):
+            folder = shutil.copytree(tiny_model_dir, tmp_path / f"named{i}")
+            client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+                settings={"dllm": {"model": str(folder)}}))
+            again = await asyncio.wait_for(client.text_document_inline_completion_async(inline_params(URI, 1, 11)), 120)
+            assert again is not None and again.items
+        status = await wait_loaded(client)
+        assert status["loaded"] and status["error"] is None and status["device"] == "ray:cpu"
+    finally:
+        await stop_front(client)
+
+
+def test_deploy_refuses_at_once_what_would_never_serve(cluster, tmp_path):
+    missing = one_line_error(cluster.dllm("ray", "deploy", "--address", cluster.address,
+                                          "--model", str(tmp_path / "no-such-model"), timeout=120))
+    assert "no-such-model" in missing and "every node" in missing
+    # Serve used to wait for such replicas for ever, printing nothing.
+    for extra, expected in ((["--num-cpus", "64"], "64 CPU(s)"), (["--device", "cuda"], "1 GPU(s)")):
+        error = one_line_error(cluster.dllm("ray", "deploy", "--address", cluster.address, "--app", "never",
+                                            *extra, timeout=120))
+        assert "no node of the cluster" in error and expected in error
+
+
+def test_a_deployment_whose_replicas_fail_says_why_and_status_says_so_at_once(deployed, tiny_model_dir, tmp_path):
+    broken = shutil.copytree(tiny_model_dir, tmp_path / "broken")
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    error = one_line_error(deployed.dllm("ray", "deploy", "--address", deployed.address, "--app", "broken",
+                                         "--model", str(broken), "--num-cpus", "0.25", timeout=300))
+    assert "deploying 'broken' failed" in error and "broken" in error
+    started = time.monotonic()
+    status = one_line_error(deployed.dllm("ray", "status", "--address", deployed.address, "--app", "broken"))
+    assert "DEPLOY_FAILED" in status and time.monotonic() - started < 60   # it waited 120 s for an answer
+    assert deployed.dllm("ray", "delete", "--address", deployed.address, "--app", "broken").returncode == 0
+
+
+def test_an_error_a_replica_raises_reaches_the_front_as_its_own_line(cluster):
+    # The front answered Ray's whole remote traceback (36 lines, colour codes) to the editor.
+    script = (
+        "import ray\n"
+        "from dllm_lsp.serving.ray_serve import connect, replica_error\n"
+        f"connect({cluster.address!r})\n"
+        "@ray.remote(num_cpus=0)\n"
+        "def refuse():\n"
+        "    raise ValueError('slots of 256 tokens leave no room for the context')\n"
+        "try:\n"
+        "    ray.get(refuse.remote())\n"
+        "except ray.exceptions.RayTaskError as exc:\n"
+        "    error = replica_error(exc)\n"
+        "    print(repr(type(error).__name__ + ': ' + str(error)))\n")
+    done = subprocess.run([sys.executable, "-c", script], env=cluster.env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == repr("ValueError: slots of 256 tokens leave no room for the context")
 
 
 async def test_completions_through_the_replicas_equal_a_local_server(deployed, tiny_model_dir, tmp_path):
