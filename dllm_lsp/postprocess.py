@@ -183,26 +183,26 @@ def trim_line_overlap(text: str, rest: str) -> str:
     return text
 
 
-def _opens(text: str) -> bool:
-    """Whether `text` leaves a bracket or a string open."""
+def _open_brackets(text: str) -> list[str]:
+    """The openers `text` leaves unclosed, innermost last (a closer without its opener is skipped)."""
     stack: list[str] = []
     for ch in text:
         if ch in _OPENERS:
             stack.append(ch)
         elif ch in _CLOSERS and stack and stack[-1] == _CLOSERS[ch]:
             stack.pop()
-    return bool(stack) or any(text.count(q) % 2 for q in _QUOTES)
+    return stack
+
+
+def _opens(text: str) -> bool:
+    """Whether `text` leaves a bracket or a string open."""
+    return bool(_open_brackets(text)) or any(text.count(q) % 2 for q in _QUOTES)
 
 
 def _removable(kept: str, removed: str, quotes: bool = False) -> bool:
     """True when no closer (or quote) in `removed` closes something opened in `kept`: the removed
     text then only duplicates closers the document already has."""
-    stack: list[str] = []
-    for ch in kept:
-        if ch in _OPENERS:
-            stack.append(ch)
-        elif ch in _CLOSERS and stack and stack[-1] == _CLOSERS[ch]:
-            stack.pop()
+    stack = _open_brackets(kept)
     own = 0   # openers inside `removed`, which its own closers may close
     for ch in removed:
         if ch in _OPENERS:

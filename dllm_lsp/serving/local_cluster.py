@@ -94,6 +94,10 @@ class RayCluster:
                            f"ray start log: {(self.root / 'ray-start.log').read_text()[-1500:]}")
 
     def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop the cluster (again: nothing)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)   # `ray start --block` stops its own processes
             try:

@@ -45,6 +45,7 @@ APP_NAME = "dllm-lsp"
 DEPLOYMENT = "DenoiserReplica"
 RETRIES = 3              # a request whose replica died is sent again this many times
 CANCEL_POLL_S = 0.02     # how often a waiting front checks its cancel token
+GCS_CHECK_S = 5.0        # how often a request waiting for its answer checks that the cluster is there
 # Ray ends a driver process that has lost the cluster's GCS for this long (60 s by default): the
 # front is a driver, and with it went every editor's connection. A year: the front stays, its
 # requests fail with RemoteUnavailable, and it serves again once the cluster is back.
@@ -319,6 +320,7 @@ class RemoteEngine:
     def _call(self, args: tuple, cancel: CancelToken) -> InfillResult:
         response = self.handle.infill.remote(*args)
         deadline = time.monotonic() + self.timeout_s
+        next_check = time.monotonic() + GCS_CHECK_S
         while True:
             if cancel.cancelled:
                 response.cancel()
@@ -329,17 +331,43 @@ class RemoteEngine:
                 if time.monotonic() > deadline:
                     response.cancel()
                     raise RemoteUnavailable(f"no answer from {self.app_name!r} within {self.timeout_s:.0f} s") from None
+                if time.monotonic() > next_check:
+                    next_check = time.monotonic() + GCS_CHECK_S
+                    self._check_cluster(response)
+
+    def _check_cluster(self, response) -> None:
+        """RemoteUnavailable at once when the cluster's GCS no longer answers (the cluster stopped,
+        its head died): the request would otherwise wait its whole timeout."""
+        host, _, port = self.address.rpartition(":")
+        if not port.isdecimal():
+            return
+        try:
+            socket.create_connection((host or "127.0.0.1", int(port)), timeout=2).close()
+        except OSError as exc:
+            response.cancel()
+            raise RemoteUnavailable(f"the Ray cluster at {self.address} is gone ({exc})") from None
 
     def _stream(self, args: tuple, cancel: CancelToken, on_step: Callable[[StepState], None]) -> InfillResult:
         stream = self.handle.options(stream=True).infill_stream.remote(*args)
         stop = threading.Event()
 
+        gone: list[RemoteUnavailable] = []
+
         def watch() -> None:
-            # Iterating blocks between steps: a watcher turns a cancel into the Serve cancel.
+            # Iterating blocks between steps: a watcher turns a cancel into the Serve cancel, and a
+            # cluster that has gone into an error instead of a wait without end.
+            next_check = time.monotonic() + GCS_CHECK_S
             while not stop.wait(CANCEL_POLL_S):
                 if cancel.cancelled:
                     stream.cancel()
                     return
+                if time.monotonic() > next_check:
+                    next_check = time.monotonic() + GCS_CHECK_S
+                    try:
+                        self._check_cluster(stream)
+                    except RemoteUnavailable as exc:
+                        gone.append(exc)
+                        return
 
         watcher = threading.Thread(target=watch, daemon=True, name="dllm-ray-cancel")
         watcher.start()
@@ -349,8 +377,14 @@ class RemoteEngine:
                     on_step(payload)
                 else:
                     return payload
+        except Cancelled:
+            if gone:
+                raise gone[0] from None
+            raise
         finally:
             stop.set()
+        if gone:
+            raise gone[0]
         raise RemoteUnavailable("the replica's stream ended without a result")
 
     def _items(self, stream, cancel: CancelToken) -> Iterator[tuple[str, object]]:

@@ -60,39 +60,35 @@ async def test_an_evicted_model_is_freed_with_its_thread(models):
         host.shutdown()
 
 
-async def test_a_connection_refused_for_want_of_room_keeps_its_model_then_gets_the_one_it_asked_for(models):
+@pytest.fixture
+async def refused(models):
+    """One room, two connections sharing the first model, the second refused the other one."""
     first, second = models
     host = ModelHost(max_models=1)
     a, b = host.view(), host.view()
-    try:
-        shared = await a.load(first, "cpu")
-        assert await b.load(first, "cpu") is shared
-        with pytest.raises(ModelUnavailable, match="at most 1 model.*goes on with tiny"):
-            b.start_load(second, "cpu")                        # a still uses the only room
-        assert await b.ready_engine() is shared                # b completes with what it had ...
-        assert b.status()["model"] == "tiny" and "at most 1 model" in b.status()["error"]
-        await complete(b)
-        a.release()                                            # ... until a leaves
-        other = await b.ready_engine()                         # its next request loads what it asked for
-        assert other is not shared and other.denoiser.name == "other" and b.status()["error"] is None
-    finally:
-        host.shutdown()
+    shared = await a.load(first, "cpu")
+    assert await b.load(first, "cpu") is shared
+    with pytest.raises(ModelUnavailable, match="at most 1 model.*goes on with tiny"):
+        b.start_load(second, "cpu")                        # a still uses the only room
+    yield shared, a, b
+    host.shutdown()
 
 
-async def test_options_that_name_the_model_it_has_end_the_wait_for_another(models):
-    first, second = models
-    host = ModelHost(max_models=1)
-    a, b = host.view(), host.view()
-    try:
-        shared = await a.load(first, "cpu")
-        await b.load(first, "cpu")
-        with pytest.raises(ModelUnavailable):
-            b.start_load(second, "cpu")
-        assert not b.needs_load(first, "cpu")                  # b's options name its model again
-        a.release()
-        assert await b.ready_engine() is shared and b.status()["error"] is None
-    finally:
-        host.shutdown()
+async def test_a_connection_refused_for_want_of_room_keeps_its_model_then_gets_the_one_it_asked_for(refused):
+    shared, a, b = refused
+    assert await b.ready_engine() is shared                # b completes with what it had ...
+    assert b.status()["model"] == "tiny" and "at most 1 model" in b.status()["error"]
+    await complete(b)
+    a.release()                                            # ... until a leaves
+    other = await b.ready_engine()                         # its next request loads what it asked for
+    assert other is not shared and other.denoiser.name == "other" and b.status()["error"] is None
+
+
+async def test_options_that_name_the_model_it_has_end_the_wait_for_another(refused, models):
+    shared, a, b = refused
+    assert not b.needs_load(models[0], "cpu")              # b's options name its model again
+    a.release()
+    assert await b.ready_engine() is shared and b.status()["error"] is None
 
 
 async def test_a_client_that_changes_its_model_mid_load_gets_the_new_one(models):

@@ -278,3 +278,23 @@ def test_the_clusters_ports_avoid_the_ones_ray_takes_by_default(tmp_path):
     assert cluster.port != cluster.agent_port
     assert not {cluster.port, cluster.agent_port} & RAY_DEFAULT_PORTS
     assert cluster.address == f"127.0.0.1:{cluster.port}"
+
+
+async def test_the_front_outlives_its_cluster(deployed, tiny_model_dir, tmp_path):
+    # Last: it stops the module's cluster. Ray ended the front (a driver) 60 s after the cluster
+    # went, taking every editor's connection with it; requests meanwhile got no answer.
+    deployed.deployed_tiny = False                 # an earlier test deleted the deployment
+    deploy_tiny(deployed, tiny_model_dir)
+    client, _, _ = await start_front(tmp_path, "--ray", deployed.address, env=deployed.env)
+    try:
+        open_doc(client, URI, TEXT)
+        assert await client.text_document_inline_completion_async(inline_params(URI, 1, 11)) is not None
+        deployed.stop()
+        with pytest.raises(Exception) as caught:
+            await asyncio.wait_for(client.text_document_inline_completion_async(inline_params(URI, 1, 11)), 60)
+        assert getattr(caught.value, "code", None) == -32803 and "is gone" in str(caught.value), caught.value
+        await asyncio.sleep(70)
+        status = await asyncio.wait_for(client.protocol.send_request_async("dllm/status", {}), 30)
+        assert status is not None                              # the front is still there
+    finally:
+        await stop_front(client)
