@@ -140,6 +140,7 @@ def initialized(ls: DllmLanguageServer, params: types.InitializedParams) -> None
 
 def did_change_configuration(ls: DllmLanguageServer, params: types.DidChangeConfigurationParams) -> None:
     if ls.take_options(params.settings, "configuration"):
+        ls.completions.options_changed()
         ls.ensure_model()
 
 
@@ -184,8 +185,13 @@ async def streamed_inline_completion(ls: DllmLanguageServer, raw: Any) -> types.
     if token is not None:
         reporter = StreamReporter(ls.progress, ls.workspace.position_codec, token,
                                   ls.options.server.stream_interval_ms)
-    found = await answered(ls.completions.complete(uri, params.position, ls.workspace, ls.options,
-                                                   reporter.on_step if reporter is not None else None))
+    try:
+        found = await answered(ls.completions.complete(uri, params.position, ls.workspace, ls.options,
+                                                       reporter.on_step if reporter is not None else None))
+    except BaseException:
+        if reporter is not None:
+            reporter.close()       # answered with an error (a cancel, say): no report after it
+        raise
     result = inline_list(uri, found, ls.workspace.position_codec)
     if reporter is not None:
         reporter.final(result)

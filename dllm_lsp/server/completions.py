@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Callable
+from urllib.parse import unquote
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcRequestCancelled
@@ -67,29 +68,47 @@ class CompletionService:
     async def complete(self, uri: str, position: types.Position, workspace: Workspace, options: Options,
                        on_step: StepCallback | None = None) -> Completion | None:
         snapshot, document, language_id = self.trees.get(uri, workspace)
+        uri = unquote(uri)      # one document however the client spells it (as pygls keys it)
         if not options.planner.language_enabled(language_id):
             return None
         offset = offset_in_text(snapshot.text, position, document.position_codec)
-        if on_step is None:   # a streamed request wants to watch the model: always run it
+        key = (uri, on_step is not None)
+        if on_step is None:   # a streamed request wants to watch the model: never typed-through
             reused = self._typed_through(uri, snapshot, offset)
             if reused is not None:
+                self._cancel_running(key)     # an older request must not answer after this one
                 self.counters["typedThroughHits"] += 1
                 return reused
-            prefetched = self._prefetch.pop(uri, None)
-            if prefetched is not None:
-                if prefetched.text == snapshot.text and prefetched.offset == offset:
-                    self.counters["prefetchHits"] += 1
-                    try:
-                        completion = await asyncio.shield(prefetched.task)
-                    except Cancelled:
-                        completion = None
-                    return self._settle(uri, completion, workspace)
-                prefetched.task.cancel()
+        prefetched = self._prefetch.get(uri)
+        if prefetched is not None:
+            if prefetched.text == snapshot.text and prefetched.offset == offset:
+                # Kept for the other request of this keystroke: an editor that streams sends a
+                # plain and a streamed one, and a streamed request takes it too (it sees no steps,
+                # only the answer): it is the run it would start, begun earlier. (Streamed requests
+                # never took it, so every accept cost a second run.) The prefetch's own run
+                # superseded any older request when it started.
+                self.counters["prefetchHits"] += 1
+                try:
+                    completion = await asyncio.shield(prefetched.task)
+                except Cancelled:
+                    completion = None
+                return self._settle(uri, completion, workspace)
+            del self._prefetch[uri]
+            prefetched.task.cancel()
         completion = await self._run(uri, snapshot, offset, options, on_step)
         return self._settle(uri, completion, workspace)
 
+    def options_changed(self) -> None:
+        """Settings changed: nothing computed under the old ones is shown again (a suggestion a
+        new `minConfidence` would hold back, a prefetched line longer than `maxLineTokens`)."""
+        self._shown.clear()
+        for prefetched in self._prefetch.values():
+            prefetched.task.cancel()
+        self._prefetch.clear()
+
     def document_changed(self, uri: str, before: str, snapshot: Snapshot, options: Options) -> None:
         """After an edit: if it inserted the last suggestion (accepted), compute the next one now."""
+        uri = unquote(uri)
         shown = self._shown.get(uri)
         if shown is None or shown.snapshot.text != before:
             return
@@ -108,6 +127,7 @@ class CompletionService:
     def forget(self, uri: str) -> None:
         """The document closed: nothing of it is reused, and its running requests stop at their
         next step boundary (a document reopened meanwhile is another document to them)."""
+        uri = unquote(uri)
         for streamed in (False, True):
             token = self._running.pop((uri, streamed), None)
             if token is not None:
@@ -120,14 +140,20 @@ class CompletionService:
 
     async def _run(self, uri: str, snapshot: Snapshot, offset: int, options: Options,
                    on_step: StepCallback | None) -> Completion | None:
-        # The model's positions cap the context budget: one engine plans and runs the request.
-        engine = await self.host.ready_engine()
-        completion_plan = plan(snapshot, offset, options, self.trees.others(uri), engine.denoiser.max_context)
         key = (uri, on_step is not None)
+        # Registered before the wait for a model load: a newer request or a didClose meanwhile
+        # cancels it before it costs a run.
         token = self._supersede(key)
-        step = None if on_step is None else (lambda state: on_step(completion_plan, state))
         try:
+            # The model's positions cap the context budget: one engine plans and runs the request.
+            engine = await self.host.ready_engine()
+            if token.cancelled:
+                raise Cancelled()
+            completion_plan = plan(snapshot, offset, options, self.trees.others(uri), engine.denoiser.max_context)
+            step = None if on_step is None else (lambda state: on_step(completion_plan, state))
             result = await self.host.run_plan(completion_plan, token, step, engine=engine)
+            if token.cancelled:      # cancelled between its last step and here: its answer is stale
+                raise Cancelled()
         except Cancelled:
             if token in self._closed_tokens:
                 raise JsonRpcRequestCancelled("the document was closed") from None
@@ -178,8 +204,11 @@ class CompletionService:
         return completion
 
     def _supersede(self, key: tuple[str, bool]) -> CancelToken:
-        previous = self._running.get(key)
-        if previous is not None:
-            previous.cancel()
+        self._cancel_running(key)
         token = self._running[key] = CancelToken()
         return token
+
+    def _cancel_running(self, key: tuple[str, bool]) -> None:
+        previous = self._running.pop(key, None)
+        if previous is not None:
+            previous.cancel()

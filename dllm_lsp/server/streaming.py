@@ -28,9 +28,21 @@ class StreamReporter:
         self.interval = interval_ms / 1000
         self.loop = asyncio.get_running_loop()   # reports are sent from the event loop thread
         self._last_sent = 0.0
+        # Once the request is answered (its result, or an error such as a cancel) no report may
+        # follow (LSP): the step running when it was cancelled still calls on_step.
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+    def _send(self, params: types.ProgressParams) -> None:
+        if not self.closed:
+            self.send(params)
 
     def on_step(self, plan: CompletionPlan, state: StepState) -> None:
         """Called on the model thread after each step; hands the report to the event loop."""
+        if self.closed:
+            return
         now = time.monotonic()
         if now - self._last_sent < self.interval and state.masked_left > 0:
             return
@@ -46,8 +58,9 @@ class StreamReporter:
             "maskedLeft": state.masked_left,
             "range": _converter.unstructure(at),
         }
-        self.loop.call_soon_threadsafe(self.send, types.ProgressParams(token=self.token, value=value))
+        self.loop.call_soon_threadsafe(self._send, types.ProgressParams(token=self.token, value=value))
 
     def final(self, result: types.InlineCompletionList) -> None:
         text = result.items[0].insert_text if result.items else ""
-        self.send(types.ProgressParams(token=self.token, value={"kind": "end", "text": text, "final": True}))
+        self._send(types.ProgressParams(token=self.token, value={"kind": "end", "text": text, "final": True}))
+        self.close()

@@ -130,3 +130,17 @@ async def test_one_bad_option_costs_the_client_only_that_option(tmp_path, tiny_m
         assert answer is not None
     finally:
         await stop_server(client)
+
+
+async def test_a_document_closed_while_its_request_waits_for_the_load_costs_no_run(tmp_path, tiny_model_dir):
+    client, _, _ = await start_server(tmp_path, {"model": str(tiny_model_dir), "device": "cpu"})
+    try:
+        open_doc(client, URI, TEXT)
+        pending = asyncio.ensure_future(client.text_document_inline_completion_async(inline_params(URI, 1, 11)))
+        await asyncio.sleep(0.05)
+        client.text_document_did_close(types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(URI)))
+        with pytest.raises(Exception) as closed:
+            await asyncio.wait_for(pending, 120)
+        assert getattr(closed.value, "code", None) == -32800 and "closed" in str(closed.value)
+    finally:
+        await stop_server(client)

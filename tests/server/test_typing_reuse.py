@@ -171,3 +171,74 @@ async def test_a_streamed_and_a_plain_request_for_one_document_both_finish(clien
     first = await asyncio.wait_for(asyncio.wrap_future(streamed), 60)
     second = await asyncio.wait_for(plain, 60)
     assert first is not None and second is not None     # neither answered RequestCancelled
+
+
+async def test_a_keystroke_answered_from_the_suggestion_cancels_the_older_request(client):
+    # A typo (the model runs for it), Backspace, the suggestion's next character: answered from
+    # the suggestion, while the typo's request went on and later answered, erasing the suggestion.
+    uri = "file:///typing/typo.py"
+    try:
+        await slow_settings_that_show_something(client, uri)
+        first = await suggest(client, uri, LINE, COL)
+        assert first is not None
+        change(client, uri, 2, LINE, COL, COL, "~" if first.insert_text[0] != "~" else "^")       # the typo
+        typo = asyncio.ensure_future(client.text_document_inline_completion_async(inline_params(uri, LINE, COL + 1)))
+        await asyncio.sleep(0.01)
+        change(client, uri, 3, LINE, COL, COL + 1, "")                                              # Backspace
+        change(client, uri, 4, LINE, COL, COL, first.insert_text[0])
+        before = await status(client)
+        again = await suggest(client, uri, LINE, COL + 1)
+        assert again is not None and again.insert_text == first.insert_text
+        assert (await status(client))["typedThroughHits"] == before["typedThroughHits"] + 1
+        with pytest.raises(Exception) as older:
+            await asyncio.wait_for(typo, 120)
+        assert getattr(older.value, "code", None) == -32800
+    finally:
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+            settings={"dllm": {"steps": 8, "threshold": 0.9, "maxLineTokens": 32}}))
+
+
+async def test_a_settings_change_ends_reuse_of_what_was_computed_before_it(client):
+    uri = "file:///typing/settings.py"
+    open_doc(client, uri, SOURCE)
+    first = await suggest(client, uri, LINE, COL)
+    assert first is not None and len(first.insert_text) >= 2
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"dllm": {"maxLineTokens": 31}}))
+    before = await status(client)
+    change(client, uri, 2, LINE, COL, COL, first.insert_text[0])
+    await suggest(client, uri, LINE, COL + 1)
+    assert (await status(client))["typedThroughHits"] == before["typedThroughHits"]
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"dllm": {"maxLineTokens": 32}}))
+
+
+async def test_a_request_for_another_spelling_of_the_document_is_the_same_document(client):
+    # `My%20Project` and `My Project` were one document to the store, two to the completions:
+    # a didClose in one spelling did not stop a request in the other.
+    encoded, plain_uri = "file:///typing/My%20Project/a.py", "file:///typing/My Project/a.py"
+    try:
+        await slow_settings_that_show_something(client, encoded)
+        pending = asyncio.ensure_future(client.text_document_inline_completion_async(inline_params(encoded, LINE, COL)))
+        await asyncio.sleep(0.01)
+        client.text_document_did_close(types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(plain_uri)))
+        with pytest.raises(Exception) as closed:
+            await asyncio.wait_for(pending, 120)
+        assert getattr(closed.value, "code", None) == -32800 and "closed" in str(closed.value)
+    finally:
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+            settings={"dllm": {"steps": 8, "threshold": 0.9, "maxLineTokens": 32}}))
+
+
+async def test_a_streamed_request_after_an_accept_takes_the_prefetched_run(client):
+    # An editor that streams never used the prefetch: every accept cost a second model run.
+    uri = "file:///typing/accept-streamed.py"
+    open_doc(client, uri, SOURCE)
+    first = await suggest(client, uri, LINE, COL)
+    assert first is not None and "\n" not in first.insert_text
+    before = await status(client)
+    r = first.range
+    change(client, uri, 2, r.start.line, r.start.character, r.end.character, first.insert_text)   # accept
+    params = {**raw_inline_params(uri, LINE, r.start.character + len(first.insert_text)), "partialResultToken": "acc"}
+    await client.protocol.send_request_async("dllm/inlineCompletion", params)
+    after = await status(client)
+    assert after["prefetchStarted"] == before["prefetchStarted"] + 1
+    assert after["prefetchHits"] == before["prefetchHits"] + 1
