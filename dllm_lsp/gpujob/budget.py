@@ -43,8 +43,8 @@ class Budget:
     hurried: bool = False   # told to pack now (`gpujob wait --pack-by`): no phase but pack gets time
 
     def __post_init__(self) -> None:
-        if self.minutes <= 0:
-            raise ValueError("--minutes must be positive")
+        if not 0 < self.minutes < float("inf"):   # NaN too: no box would ever end, nothing be packed
+            raise ValueError(f"--minutes must be a positive number, not {self.minutes}")
         self.start = self.clock()
 
     @property

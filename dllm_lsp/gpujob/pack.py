@@ -159,19 +159,25 @@ def unpack(pack_dir: Path, repo: Path, make_default: bool = False) -> list[Path]
     if sha256_of(data) != manifest["archive_sha256"]:
         raise ValueError("the joined archive's sha256 differs from the manifest")
     expected = {f["dest"]: f["sha256"] for f in manifest["files"]}
+    model_folders = sorted({Path(*Path(d).parts[:2]) for d in expected if d.startswith("models/")})
+    if make_default and len(model_folders) != 1:   # refused before anything is written
+        raise ValueError("--make-default needs exactly one model folder in the pack")
     written: list[Path] = []
-    with tempfile.TemporaryDirectory() as tmp, tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        for member in tar.getmembers():
-            parts = Path(member.name).parts
-            if not member.isfile() or not parts or parts[0] not in ALLOWED_ROOTS or ".." in parts:
-                raise ValueError(f"refusing archive member {member.name!r}: only files under models/ and docs/")
-        tar.extractall(tmp, filter="data")
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+                for member in tar.getmembers():
+                    parts = Path(member.name).parts
+                    if not member.isfile() or not parts or parts[0] not in ALLOWED_ROOTS or ".." in parts:
+                        raise ValueError(f"refusing archive member {member.name!r}: only files under models/ and docs/")
+                tar.extractall(tmp, filter="data")
+        except (tarfile.TarError, EOFError, OSError) as exc:
+            raise ValueError(f"the pack's archive cannot be read ({type(exc).__name__}: {exc})") from None
         for dest, digest in expected.items():
             if not (Path(tmp) / dest).is_file():
                 raise ValueError(f"{dest} is in the manifest but not in the archive")
             if sha256_of((Path(tmp) / dest).read_bytes()) != digest:
                 raise ValueError(f"{dest} differs from the manifest")
-        model_folders = sorted({Path(*Path(d).parts[:2]) for d in expected if d.startswith("models/")})
         for folder in model_folders:
             target = repo / folder
             if target.exists():
@@ -182,8 +188,6 @@ def unpack(pack_dir: Path, repo: Path, make_default: bool = False) -> list[Path]
             shutil.copyfile(Path(tmp) / dest, target)
             written.append(target)
     if make_default:
-        if len(model_folders) != 1:
-            raise ValueError("--make-default needs exactly one model folder in the pack")
         # The default on GPUs: the CPU default stays until this model is measured fast enough
         # there too (models/DEFAULT, dllm_lsp/loader.py).
         marker = repo / "models" / "DEFAULT"

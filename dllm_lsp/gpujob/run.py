@@ -149,8 +149,12 @@ class Job:
     def __init__(self, opts: JobOptions, log: TextIO | None = None) -> None:
         self.opts = opts
         self.out = Path(opts.out)
-        self.out.mkdir(parents=True, exist_ok=True)
         self.budget = Budget(opts.minutes, phases=opts.phases)
+        if self.out.is_dir() and any(self.out.iterdir()):
+            # An earlier job's results, check and model would be packed as this job's, dated
+            # today, and unpacked into docs/ as fresh GPU figures.
+            raise ValueError(f"--out {self.out} is not empty (an earlier job?): give the job a new folder")
+        self.out.mkdir(parents=True, exist_ok=True)
         self.log = log or open(self.out / "job.log", "a", encoding="utf-8", buffering=1)
         self.disabled: list[str] = []
         self.run_state: str | None = None    # "device": the check found the host layout failing here

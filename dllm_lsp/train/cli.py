@@ -13,6 +13,8 @@ from dllm_lsp.cli_errors import report as report_error
 from .card import write_card
 from .corpus import CorpusOptions, build_corpus
 from .examples import LayoutOptions
+from dllm_lsp.model_folder import ModelLoadError
+
 from .loop import TrainingDiverged, TrainOptions, check_options, train
 from .objective import ObjectiveOptions
 from .presets import MODEL_KEYS, preset
@@ -141,8 +143,12 @@ def main(argv: list[str] | None = None) -> int:
         elif a.step == "model":
             train(train_options(a, a.corpus, a.tokenizer, a.out))
         elif a.step == "card":
-            path = write_card(a.model, a.corpus, a.eval, a.title or a.model.name,
-                              a.preamble.read_text() if a.preamble else "", a.closing.read_text() if a.closing else "")
+            try:
+                path = write_card(a.model, a.corpus, a.eval, a.title or a.model.name,
+                                  a.preamble.read_text() if a.preamble else "", a.closing.read_text() if a.closing else "")
+            except KeyError as exc:     # said `error: 'modes'`, naming neither the file nor the field
+                raise ValueError(f"cannot write the card of {a.model}: {exc.args[0]!r} is missing from its "
+                                 "training.json, config.json or an --eval file") from None
             print(path)
         else:
             corpus, tok_path = a.work / "corpus", a.work / "tokenizer.json"
@@ -152,6 +158,6 @@ def main(argv: list[str] | None = None) -> int:
             vocab = a.vocab_size or preset(a.preset)["vocab_size"]
             count_tokens(corpus, build_tokenizer(corpus, tok_path, vocab))
             train(options)
-    except (ValueError, OSError, KeyError, TrainingDiverged) as exc:
+    except (ValueError, OSError, KeyError, ModelLoadError, TrainingDiverged) as exc:
         return report_error("dllm-lsp train", exc)
     return 0

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from tokenizers import Tokenizer
 
 from dllm_lsp.arch.embedded import EmbeddedConfig, EmbeddedModel
@@ -186,7 +187,20 @@ def train(opts: TrainOptions, log=print) -> dict:
         torch.set_num_threads(opts.threads)
     torch.manual_seed(opts.seed)
     previous = {"steps": 0, "tokens": 0, "seconds": 0.0, "runs": []}
-    if opts.init_from is not None:
+    out = Path(opts.out)
+    state_path = out.parent / f".{out.name}.train_state.pt"   # optimizer state: kept outside the shipped folder
+    if opts.resume and not state_path.is_file():
+        # It used to start afresh from random weights, over the trained folder, and exit 0.
+        raise ValueError(f"--resume: no optimizer state at {state_path} (it is kept beside the model folder, "
+                         f"not in it): continue the folder with --init-from {out} instead")
+    if opts.resume and (out / "config.json").is_file():
+        # Its architecture, and the counters of the runs before the one resumed (the folder's
+        # training.json ends with that run, which the optimizer state carries on).
+        cfg, previous = continued_config(out, tokenizer, opts.layout.seq_len)
+        earlier = previous["runs"][:-1]
+        previous = {"steps": sum(r.get("steps", 0) for r in earlier), "tokens": sum(r.get("tokens", 0) for r in earlier),
+                    "seconds": sum(r.get("seconds", 0.0) for r in earlier), "runs": earlier}
+    elif opts.init_from is not None:
         # Continue a model folder (a shipped model, say): its architecture, weights and counters;
         # the optimizer starts fresh, so the schedule warms up again.
         cfg, previous = continued_config(Path(opts.init_from), tokenizer, opts.layout.seq_len)
@@ -195,15 +209,16 @@ def train(opts: TrainOptions, log=print) -> dict:
                                 "max_positions": opts.layout.seq_len, "mask_token_id": specials["mask"],
                                 "pad_token_id": specials["pad"], "eos_token_id": specials["eos"]})
     model = EmbeddedModel(cfg).to(device)
-    if opts.init_from is not None:
-        state = load_weights(Path(opts.init_from) / "model.safetensors", device)
-        check_finite(state, Path(opts.init_from))
-        model.load_state_dict(state, strict=True)
+    if opts.init_from is not None and not opts.resume:
+        try:
+            state = load_weights(Path(opts.init_from) / "model.safetensors", device)
+            check_finite(state, Path(opts.init_from))
+            model.load_state_dict(state, strict=True)
+        except (ModelLoadError, SafetensorError, RuntimeError) as exc:
+            raise ValueError(f"--init-from {opts.init_from}: {' '.join(str(exc).split())[:300]}") from None
         log(f"continuing {opts.init_from}: {previous['steps']} steps, {previous['tokens']} tokens so far")
     model.training_attention = training_attention(opts, device)
-    out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
-    state_path = out.parent / f".{out.name}.train_state.pt"   # optimizer state: kept outside the shipped folder
 
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -211,11 +226,15 @@ def train(opts: TrainOptions, log=print) -> dict:
                                {"params": no_decay, "weight_decay": 0.0}],
                               lr=opts.lr, betas=(0.9, 0.95), fused=device.type == "cuda")
     step, tokens, elapsed_before = 0, 0, 0.0
-    if opts.resume and state_path.is_file():
-        state = torch.load(state_path, map_location=device, weights_only=True)
-        model.load_state_dict(state["model"])
-        optim.load_state_dict(state["optim"])
-        step, tokens, elapsed_before = state["step"], state["tokens"], state["elapsed"]
+    if opts.resume:
+        try:
+            state = torch.load(state_path, map_location=device, weights_only=True)
+            model.load_state_dict(state["model"])
+            optim.load_state_dict(state["optim"])
+            step, tokens, elapsed_before = state["step"], state["tokens"], state["elapsed"]
+        except Exception as exc:   # noqa: BLE001 - a corrupt file or another model's: one line, not a traceback
+            raise ValueError(f"--resume: the optimizer state {state_path} cannot continue this model "
+                             f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from None
         log(f"resumed at step {step}")
 
     min_bytes = opts.layout.seq_len * 3

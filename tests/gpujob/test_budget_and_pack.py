@@ -9,7 +9,7 @@ import pytest
 from dllm_lsp.engine.denoise import RUN_STATE_ENV
 from dllm_lsp.gpujob.budget import FLOOR_S, Budget, parse_phases
 from dllm_lsp.gpujob.check import DEVICE_STATE, described, run_state_fallback
-from dllm_lsp.gpujob.pack import pack_job, unpack
+from dllm_lsp.gpujob.pack import pack_job, sha256_of, unpack
 from dllm_lsp.gpujob.run import BENCHES, DEFAULT_MODEL_NAME, Job, JobOptions, job_model_name
 from dllm_lsp.loader import default_name
 
@@ -225,3 +225,37 @@ def test_a_job_that_does_not_train_keeps_the_init_folders_name(tmp_path):
     assert job_model_name(JobOptions(out=tmp_path, minutes=5, init=str(preview))) == DEFAULT_MODEL_NAME  # trains it
     assert job_model_name(JobOptions(out=tmp_path, minutes=5, phases=measure, init=str(preview),
                                      model_name="renamed")) == "renamed"
+
+
+def test_unpack_refuses_an_unreadable_archive_in_one_line_and_make_default_before_writing(tmp_path):
+    job, model = fake_job(tmp_path, 10_000)
+    pack = tmp_path / "pack"
+    manifest = pack_job(job, model, pack)
+    # a second model folder: --make-default cannot choose, and used to say so after writing both
+    manifest["files"].append({**manifest["files"][0], "dest": "models/other/config.json"})
+    (pack / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="exactly one model folder"):
+        unpack(pack, tmp_path / "repo", make_default=True)
+    assert not (tmp_path / "repo").exists()
+    # parts whose hashes match but whose archive is not a tar.gz: a traceback, before
+    garbage = b"not a tar.gz at all"
+    manifest = {**manifest, "parts": [{"name": "part-000.bin", "bytes": len(garbage), "sha256": sha256_of(garbage)}],
+                "archive_sha256": sha256_of(garbage)}
+    (pack / "part-000.bin").write_bytes(garbage)
+    (pack / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="archive cannot be read"):
+        unpack(pack, tmp_path / "repo")
+
+
+@pytest.mark.parametrize("minutes", [float("nan"), float("inf"), 0, -1])
+def test_a_budget_that_never_ends_or_never_begins_is_refused(minutes):
+    with pytest.raises(ValueError, match="--minutes must be a positive number"):
+        Budget(minutes)
+
+
+def test_a_job_never_runs_into_a_folder_an_earlier_one_left(tmp_path):
+    # Its results and check would be packed as this job's, dated today.
+    (tmp_path / "job" / "results").mkdir(parents=True)
+    (tmp_path / "job" / "results" / "latency-h200-old.json").write_text("{}")
+    with pytest.raises(ValueError, match="is not empty"):
+        Job(JobOptions(out=tmp_path / "job", minutes=5, device="cpu"), log=io.StringIO())

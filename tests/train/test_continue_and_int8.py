@@ -133,3 +133,37 @@ def test_weights_that_went_infinite_never_replace_the_folder(first_run, tmp_path
     err = capsys.readouterr().err
     assert rc == 1 and f"{out} holds what it held before this run" in err, err
     assert (out / "model.safetensors").read_bytes() == before
+
+
+def test_resume_continues_a_continued_folder_and_keeps_its_earlier_runs(first_run, tmp_path, capsys):
+    work, first = first_run
+    out = tmp_path / "continued"
+    common = ["--corpus", str(work / "corpus"), "--tokenizer", str(first / "tokenizer.json"), "--out", str(out),
+              "--preset", "tiny-test", "--threads", "1"]
+    assert main(["model", *common, "--steps", "2", "--init-from", str(first)]) == 0
+    assert main(["model", *common, "--steps", "4", "--resume"]) == 0
+    summary = json.loads((out / "training.json").read_text())
+    assert [run["steps"] for run in summary["runs"]] == [5, 4] and summary["steps"] == 9   # the first run kept
+
+
+def test_resume_refuses_what_it_cannot_resume_in_one_line(first_run, tmp_path, capsys):
+    work, first = first_run
+    moved = shutil.copytree(first, tmp_path / "moved")          # its optimizer state stayed behind
+    before = (moved / "model.safetensors").read_bytes()
+    common = ["--corpus", str(work / "corpus"), "--tokenizer", str(first / "tokenizer.json"),
+              "--preset", "tiny-test", "--threads", "1", "--steps", "3"]
+    # It started afresh from random weights over the trained folder, and said nothing.
+    assert main(["model", *common, "--out", str(moved), "--resume"]) == 1
+    err = capsys.readouterr().err
+    assert "--resume: no optimizer state" in err and f"--init-from {moved}" in err and "Traceback" not in err
+    assert (moved / "model.safetensors").read_bytes() == before
+    state = tmp_path / f".{moved.name}.train_state.pt"
+    state.write_bytes(b"not a torch file")
+    assert main(["model", *common, "--out", str(moved), "--resume"]) == 1
+    assert "cannot continue this model" in capsys.readouterr().err
+    broken = shutil.copytree(first, tmp_path / "broken")
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    assert main(["model", *common, "--out", str(tmp_path / "o"), "--init-from", str(broken)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("dllm-lsp train: error: --init-from") and err.count("\n") == 1, err
