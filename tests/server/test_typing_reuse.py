@@ -108,8 +108,12 @@ async def denoising(client, uri: str, source: str = SOURCE):
         await asyncio.sleep(0.01)
         yield pending
     finally:
-        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-            settings={"dllm": {"steps": 8, "threshold": 0.9, "maxLineTokens": 32}}))
+        usual_settings(client)
+
+
+def usual_settings(client) -> None:
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={"dllm": {"steps": 8, "threshold": 0.9, "maxLineTokens": 32}}))
 
 
 async def test_an_edit_during_denoising_moves_the_result_or_drops_it(client):
@@ -194,8 +198,7 @@ async def test_a_keystroke_answered_from_the_suggestion_cancels_the_older_reques
             await asyncio.wait_for(typo, 120)
         assert getattr(older.value, "code", None) == -32800
     finally:
-        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-            settings={"dllm": {"steps": 8, "threshold": 0.9, "maxLineTokens": 32}}))
+        usual_settings(client)
 
 
 async def test_a_settings_change_ends_reuse_of_what_was_computed_before_it(client):
@@ -215,17 +218,11 @@ async def test_a_request_for_another_spelling_of_the_document_is_the_same_docume
     # `My%20Project` and `My Project` were one document to the store, two to the completions:
     # a didClose in one spelling did not stop a request in the other.
     encoded, plain_uri = "file:///typing/My%20Project/a.py", "file:///typing/My Project/a.py"
-    try:
-        await slow_settings_that_show_something(client, encoded)
-        pending = asyncio.ensure_future(client.text_document_inline_completion_async(inline_params(encoded, LINE, COL)))
-        await asyncio.sleep(0.01)
+    async with denoising(client, encoded) as pending:
         client.text_document_did_close(types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(plain_uri)))
         with pytest.raises(Exception) as closed:
             await asyncio.wait_for(pending, 120)
         assert getattr(closed.value, "code", None) == -32800 and "closed" in str(closed.value)
-    finally:
-        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-            settings={"dllm": {"steps": 8, "threshold": 0.9, "maxLineTokens": 32}}))
 
 
 async def test_a_streamed_request_after_an_accept_takes_the_prefetched_run(client):
