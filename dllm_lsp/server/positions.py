@@ -19,13 +19,12 @@ from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace.position_codec import PositionCodec
 from pygls.workspace.text_document import TextDocument
 
+from dllm_lsp.syntax.snapshot import has_lone_cr
+
 
 EOL = re.compile(r"\r\n|\r|\n")
 # a line with its end, as pygls' `lines` holds them (no empty line after a final line end)
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
-
-
-_LONE_CR = re.compile(r"\r(?!\n)")
 
 
 @functools.lru_cache(maxsize=4)
@@ -33,13 +32,9 @@ def line_starts(text: str) -> tuple[int, ...]:
     """Where each line of `text` starts (a table of the whole text: the CLI's and the lone-CR
     path's; the server's per-edit lookups use line_start / line_of, which cost no Python loop
     over the lines)."""
-    if _has_lone_cr(text):
+    if has_lone_cr(text):
         return (0, *(m.end() for m in EOL.finditer(text)))
     return tuple(accumulate(map(add, map(len, text.split("\n")[:-1]), repeat(1)), initial=0))
-
-
-def _has_lone_cr(text: str) -> bool:
-    return "\r" in text and _LONE_CR.search(text) is not None
 
 
 def line_start(text: str, line: int) -> int | None:
@@ -49,7 +44,7 @@ def line_start(text: str, line: int) -> int | None:
     made a Replace All of 1,500 places in a 9,000-line file block the server for 11 s."""
     if line <= 0:
         return 0
-    if _has_lone_cr(text):
+    if has_lone_cr(text):
         starts = line_starts(text)
         return starts[line] if line < len(starts) else None
     lo, hi, need = 0, min(len(text), 4096), line
@@ -73,7 +68,7 @@ def line_start(text: str, line: int) -> int | None:
 
 def line_of(text: str, offset: int) -> tuple[int, int]:
     """(0-based line, where it starts) of the line holding `offset`."""
-    if _has_lone_cr(text):
+    if has_lone_cr(text):
         starts = line_starts(text)
         line = bisect.bisect_right(starts, offset) - 1
         return line, starts[line]

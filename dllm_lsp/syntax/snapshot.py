@@ -29,6 +29,11 @@ def encode(text: str) -> bytes:
     return text.encode("utf-8", errors="surrogatepass")
 
 
+def has_lone_cr(text: str) -> bool:
+    """Whether some line of `text` ends in a CR not followed by LF (classic Mac line ends)."""
+    return "\r" in text and _LONE_CR.search(text) is not None
+
+
 def parser_text(text: str) -> str:
     """The text as the grammars are given it: each lone `\r` replaced by `\n`.
 
@@ -157,7 +162,7 @@ class Snapshot:
         """This snapshot as its lines are read: lone CRs as LF (parser_text), with the same
         offsets and tree. The planner's and post-processing's line rules split at LF, so a
         classic-Mac file was one line to them (a line tail planned where a block body belongs)."""
-        if "\r" not in self.text or _LONE_CR.search(self.text) is None:   # LF and CRLF files: itself
+        if not has_lone_cr(self.text):   # LF and CRLF files: itself
             return self
         return Snapshot(self.parser_text, self.data, self.tree, self.language_id, self.is_ascii)
 
