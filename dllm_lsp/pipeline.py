@@ -23,7 +23,7 @@ from dllm_lsp.options import CHARS_PER_TOKEN, Options
 from dllm_lsp.planner.lines import line_break_near
 from dllm_lsp.planner.spans import plan_span
 from dllm_lsp.planner.types import PlanError, SpanPlan
-from dllm_lsp.postprocess import finish, strip_markers, unheal
+from dllm_lsp.postprocess import finish, unheal
 from dllm_lsp.syntax.snapshot import Snapshot
 
 __all__ = ["Completion", "CompletionPlan", "Confidence", "PlanError", "plan", "shown_confidence"]
@@ -125,11 +125,11 @@ class CompletionPlan:
         return replace(state, slot_texts=texts)
 
     def model_text(self, result: InfillResult) -> str:
-        """The cursor slot's text as post-processing reads it (special-token text stripped, the
-        healed blanks taken out): what `finish` showed or refused, for a message that says why."""
+        """The cursor slot's text as post-processing reads it (the healed blanks taken out): what
+        `finish` showed or refused, for a message that says why."""
         if self.companion is not None:
             result = self.companion.main_result(result)
-        return unheal(self.span, strip_markers(result.text))
+        return unheal(self.span, result.text)
 
     def finish(self, result: InfillResult, gate: bool = True) -> Completion | None:
         """The completion to show for `result` (a result of this plan's request), or None: its

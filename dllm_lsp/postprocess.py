@@ -1,8 +1,9 @@
 """From the model's raw span text to the text the editor inserts (or None: show nothing).
 
 finish() runs, in order:
-  1. strip special-token text a decoder left behind (`<pad>`, `<|endoftext|>`, ...), and take the
-     blanks the planner left to the model (token healing) back out of its text (unheal);
+  1. take the blanks the planner left to the model (token healing) back out of its text (unheal);
+     special tokens never reach here (the engine cuts a slot at its end markers and leaves the
+     others out, by token id: `"<pad>"` in the text is the user's code);
   2. mid-identifier spans must start with the typed word (the editor replaces it);
   3. one-line spans stop at the first newline; multi-line bodies are re-indented to the plan's
      indentation (Python: a line dedented out of the body ends it);
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import warnings
+from dataclasses import dataclass
 
 from dllm_lsp.syntax.languages import facts_for
 from dllm_lsp.planner.lines import indent_width, leading_ws, line_break_near, line_bounds, render_indent
@@ -29,16 +31,14 @@ from dllm_lsp.planner.syntax import check_region
 from dllm_lsp.syntax.snapshot import parse_errors
 from dllm_lsp.planner.types import SpanPlan
 
-# Text a decoder may leave when it renders special tokens: everything from an end marker on is
-# dropped, fillers are removed wherever they are.
-END_MARKERS = ("<eos>", "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "</s>", "<|dlm_eos|>")
-FILLER_MARKERS = ("<pad>", "<mask>", "<|mask|>", "<|pad|>", "<|fim_pad|>", "<|expand|>", "<|dlm_pad|>")
-
 _OPENERS = {"(": ")", "[": "]", "{": "}"}
 _CLOSERS = {v: k for k, v in _OPENERS.items()}
 _QUOTES = "\"'`"
 _CLOSING_PUNCTUATION = frozenset(")]};,\"'` \t")
 _SUFFIX_LINES_LOOKED_AT = 2000   # characters of suffix compared with a multi-line completion's tail
+# Characters of the line on each side of a one-line completion read for the brackets it leaves
+# open: a minified megabyte line is read in Python twice per completion otherwise.
+_LINE_LOOKED_AT = 2000
 
 
 def finish(plan: SpanPlan, completion: str) -> str | None:
@@ -48,22 +48,12 @@ def finish(plan: SpanPlan, completion: str) -> str | None:
     if not isinstance(completion, str):
         raise TypeError(f"completion must be a string, got {type(completion).__name__}")
     doc_text = plan.snapshot.text
-    text = unheal(plan, strip_markers(completion).replace("\r\n", "\n"))
+    text = unheal(plan, completion.replace("\r\n", "\n"))
     if plan.typed_prefix and not text.startswith(plan.typed_prefix):
         return None
     if plan.single_line:
         return _finish_line(plan, doc_text, text)
     return _finish_block(plan, doc_text, text)
-
-
-def strip_markers(text: str) -> str:
-    for marker in END_MARKERS:
-        cut = text.find(marker)
-        if cut >= 0:
-            text = text[:cut]
-    for marker in FILLER_MARKERS:
-        text = text.replace(marker, "")
-    return text
 
 
 def unheal(plan: SpanPlan, text: str) -> str:
@@ -96,7 +86,7 @@ def _finish_line(plan: SpanPlan, doc_text: str, text: str) -> str | None:
     newline = text.find("\n")
     if newline >= 0:
         text = text[:newline]
-    text = trim_line_overlap(text.rstrip(), plan.line_rest)
+    text = trim_line_overlap(text.rstrip(), plan.line_rest, _line_quotes(plan.snapshot.language_id))
     if not text.strip() or text == plan.typed_prefix or not text.startswith(plan.typed_prefix):
         return None
     rest = plan.line_rest
@@ -112,9 +102,10 @@ def _finish_line(plan: SpanPlan, doc_text: str, text: str) -> str | None:
         # the rest of its line closes (`"range": ",`, `size: {,`): on a line the user is still
         # typing, the file already has an error there and the parse count would not see it.
         line_start = line_bounds(doc_text, plan.replace_start)[0]
-        head = doc_text[line_start:plan.replace_start]
+        head = doc_text[max(line_start, plan.replace_start - _LINE_LOOKED_AT):plan.replace_start]
+        rest = rest[:_LINE_LOOKED_AT]
         quotes = _line_quotes(plan.snapshot.language_id)
-        if _unbalanced(head + text + rest, quotes) > _unbalanced(head + rest, quotes):
+        if _brackets(head + text + rest, quotes).unbalanced > _brackets(head + rest, quotes).unbalanced:
             return None
     return text if _ParseCheck(plan)(text) else None
 
@@ -128,15 +119,31 @@ def _line_quotes(language_id: str) -> str:
     return "\"`" if language_id == "rust" else _QUOTES
 
 
-def _unbalanced(line: str, quotes: str = _QUOTES) -> int:
-    """Brackets `line` leaves open or closes without opening, plus one for a string it leaves open
-    (brackets inside strings do not count)."""
+@dataclass(frozen=True)
+class _Brackets:
+    """What a piece of code leaves open, read left to right: `open`, the openers it does not close
+    (innermost last); `stray`, its closers that close nothing; `quote`, the quote of a string open
+    at its end. Brackets inside strings do not count, and a string ends with its line (a `'` in
+    a comment, `don't`, would otherwise hide every bracket after it)."""
+
+    open: tuple[str, ...]
+    stray: int
+    quote: str | None
+
+    @property
+    def unbalanced(self) -> int:
+        return len(self.open) + self.stray + (self.quote is not None)
+
+
+def _brackets(text: str, quotes: str = _QUOTES) -> _Brackets:
     stack: list[str] = []
     stray = 0
     quote: str | None = None
     escaped = False
-    for ch in line:
-        if quote is not None:
+    for ch in text:
+        if ch == "\n":
+            quote, escaped = None, False
+        elif quote is not None:
             if escaped:
                 escaped = False
             elif ch == "\\":
@@ -152,12 +159,13 @@ def _unbalanced(line: str, quotes: str = _QUOTES) -> int:
                 stack.pop()
             else:
                 stray += 1
-    return len(stack) + stray + (quote is not None)
+    return _Brackets(tuple(stack), stray, quote)
 
 
-def trim_line_overlap(text: str, rest: str) -> str:
+def trim_line_overlap(text: str, rest: str, quotes: str = _QUOTES) -> str:
     """Drop the end of `text` that the rest of the line already has (`foo(a)` before `)` -> `foo(a`
-    only if that `)` is not the completion's own)."""
+    only if that `)` is not the completion's own). `quotes`: the characters that open a string in
+    the file's language."""
     rest = rest.rstrip()
     if not rest or not text:
         return text
@@ -167,7 +175,7 @@ def trim_line_overlap(text: str, rest: str) -> str:
             continue
         if size != len(rest) and not set(tail) <= _CLOSING_PUNCTUATION:
             continue   # a partial match of real code is a coincidence, not an overlap
-        if _removable(text[:-size], tail, quotes=True):
+        if _removable(text[:-size], tail, quotes):
             return text[:-size].rstrip()
     # The line ends in closers only (`)`, `);`): the completion may have written them and gone on
     # (`x):` before `)`), so cut at the first place it writes them that closes nothing of its own.
@@ -177,32 +185,18 @@ def trim_line_overlap(text: str, rest: str) -> str:
     if set(closers) <= _CLOSING_PUNCTUATION:
         at = text.find(closers)
         while at >= 0:
-            if _removable(text[:at], closers, quotes=True) and not _opens(text[:at]):
+            kept = _brackets(text[:at], quotes)
+            if not kept.open and kept.quote is None:   # then no closer of `closers` is its own
                 return text[:at].rstrip()
             at = text.find(closers, at + 1)
     return text
 
 
-def _open_brackets(text: str) -> list[str]:
-    """The openers `text` leaves unclosed, innermost last (a closer without its opener is skipped)."""
-    stack: list[str] = []
-    for ch in text:
-        if ch in _OPENERS:
-            stack.append(ch)
-        elif ch in _CLOSERS and stack and stack[-1] == _CLOSERS[ch]:
-            stack.pop()
-    return stack
-
-
-def _opens(text: str) -> bool:
-    """Whether `text` leaves a bracket or a string open."""
-    return bool(_open_brackets(text)) or any(text.count(q) % 2 for q in _QUOTES)
-
-
-def _removable(kept: str, removed: str, quotes: bool = False) -> bool:
-    """True when no closer (or quote) in `removed` closes something opened in `kept`: the removed
-    text then only duplicates closers the document already has."""
-    stack = _open_brackets(kept)
+def _removable(kept: str, removed: str, quotes: str = "") -> bool:
+    """True when no closer in `removed` closes a bracket `kept` leaves open (and, with `quotes`,
+    no quote in it closes a string `kept` leaves open): the removed text then only duplicates
+    closers the document already has."""
+    left = _brackets(kept, quotes or _QUOTES)
     own = 0   # openers inside `removed`, which its own closers may close
     for ch in removed:
         if ch in _OPENERS:
@@ -210,13 +204,9 @@ def _removable(kept: str, removed: str, quotes: bool = False) -> bool:
         elif ch in _CLOSERS:
             if own:
                 own -= 1
-            elif stack:
+            elif left.open:
                 return False
-    if quotes:
-        for quote in set(removed) & set(_QUOTES):
-            if kept.count(quote) % 2 == 1:
-                return False
-    return True
+    return not (quotes and left.quote is not None and left.quote in removed)
 
 
 # --- multi-line spans ------------------------------------------------------------------------------

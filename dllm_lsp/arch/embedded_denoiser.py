@@ -23,7 +23,7 @@ import torch
 from tokenizers import Tokenizer
 
 from dllm_lsp.engine.cuda_graph import GraphedCall, capture_or_none
-from dllm_lsp.engine.denoiser import Canvas, Denoiser, SpecialTokens, matching_run
+from dllm_lsp.engine.denoiser import Canvas, Denoiser, SpecialTokens, matching_run, plain_text_tokenizer
 from dllm_lsp.engine.types import CacheSettings
 from dllm_lsp.model_folder import check_finite, check_weights_match
 
@@ -158,7 +158,7 @@ class EmbeddedDenoiser(Denoiser):
 
     def __init__(self, model: EmbeddedModel, tokenizer: Tokenizer, name: str) -> None:
         self.model = model.eval()
-        self.tokenizer = tokenizer
+        self.tokenizer = plain_text_tokenizer(tokenizer)
         self.name = name
         cfg = model.cfg
         self.special = SpecialTokens(mask_id=cfg.mask_token_id, pad_id=cfg.pad_token_id, eos_id=cfg.eos_token_id)

@@ -20,7 +20,7 @@ import torch
 from tokenizers import Tokenizer
 
 from dllm_lsp.engine.blockwise import BlockStep
-from dllm_lsp.engine.denoiser import Canvas, Denoiser, SpecialTokens
+from dllm_lsp.engine.denoiser import Canvas, Denoiser, SpecialTokens, plain_text_tokenizer
 from dllm_lsp.engine.types import CacheSettings
 
 from .block_families import SDAR, BlockFamily
@@ -73,7 +73,7 @@ class BlockDenoiser(Denoiser):
     def __init__(self, model: BlockLM, tokenizer: Tokenizer, special: SpecialTokens, family: BlockFamily, name: str,
                  max_context: int, block_size: int, sub_block_size: int | None, fim: FimFormat | None) -> None:
         self.model = model.eval()
-        self.tokenizer = tokenizer
+        self.tokenizer = plain_text_tokenizer(tokenizer)
         self.special = special
         self.family = family.key
         self.spec = family

@@ -6,7 +6,7 @@ import time
 import torch
 from tokenizers import Tokenizer
 
-from dllm_lsp.engine.denoiser import Canvas, Denoiser, SpecialTokens
+from dllm_lsp.engine.denoiser import Canvas, Denoiser, SpecialTokens, plain_text_tokenizer
 from dllm_lsp.engine.types import CacheSettings
 
 from .architecture import BidirectionalLM
@@ -19,7 +19,7 @@ class CheckpointDenoiser(Denoiser):
     def __init__(self, model: BidirectionalLM, tokenizer: Tokenizer, special: SpecialTokens, family: Family,
                  name: str, max_context: int) -> None:
         self.model = model.eval()
-        self.tokenizer = tokenizer
+        self.tokenizer = plain_text_tokenizer(tokenizer)
         self.special = special
         self.family = family.key
         self.spec = family

@@ -8,6 +8,7 @@ dual cache) plug into the same loops.
 """
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -46,6 +47,45 @@ class SpecialTokens:
     def end_ids(self) -> tuple[int, ...]:
         """Tokens that mean "the span ended before this position"."""
         return tuple(t for t in (self.pad_id, self.eos_id) if t is not None)
+
+
+# Special tokens a model may write into a span besides its pad and end of text: from one of the
+# end markers on, the span has ended; the other special tokens (fillers, chat and FIM markers) are
+# left out of its text. Matched by token id, never by text: `"<pad>"` or JSX's `</s>` spelt with
+# ordinary tokens is the user's code, which a cut by text had taken away.
+END_MARKERS = frozenset({"<eos>", "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "</s>", "<|dlm_eos|>"})
+FILLER_MARKERS = frozenset({"<pad>", "<mask>", "<|mask|>", "<|pad|>", "<|fim_pad|>", "<|expand|>", "<|dlm_pad|>"})
+
+
+@dataclass(frozen=True)
+class TextMarkers:
+    """Token ids that are not text in a span: `ends` end it, `dropped` are left out."""
+
+    ends: frozenset[int]
+    dropped: frozenset[int]
+
+
+def text_markers(tokenizer: Tokenizer) -> TextMarkers:
+    """The tokenizer's added tokens that are markers, not text: those named in END_MARKERS end a
+    span; every other special one, and the FILLER_MARKERS added without the special flag, are
+    dropped. Added tokens that are not special (a chat template's `<tool_call>`) stay text."""
+    ends, dropped = set(), set()
+    for token_id, added in tokenizer.get_added_tokens_decoder().items():
+        if added.content in END_MARKERS:
+            ends.add(token_id)
+        elif added.special or added.content in FILLER_MARKERS:
+            dropped.add(token_id)
+    return TextMarkers(frozenset(ends), frozenset(dropped))
+
+
+def plain_text_tokenizer(tokenizer: Tokenizer) -> Tokenizer:
+    """`tokenizer`, set to encode the text of special tokens in the user's text as plain text.
+
+    By default `tokenizers` turns `"<pad>"` or `<mask>` written in a file into the special token:
+    a tokenizer test's string put a pad (the span's end) or a mask into the model's context.
+    Every port sets this on the tokenizer it encodes with, and so does training."""
+    tokenizer.encode_special_tokens = True
+    return tokenizer
 
 
 def matching_run(old_ids: torch.Tensor, old_positions: torch.Tensor, new_ids: torch.Tensor,
@@ -235,6 +275,11 @@ class Denoiser(ABC):
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False) if ids else ""
+
+    @functools.cached_property
+    def markers(self) -> TextMarkers:
+        """The special tokens that end a span or are left out of its text (engine: a slot's text)."""
+        return text_markers(self.tokenizer)
 
     def describe(self) -> dict:
         return {"name": self.name, "family": self.family, "device": str(self.device)}

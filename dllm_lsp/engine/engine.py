@@ -193,8 +193,10 @@ class Engine:
         with self._lock:
             if self._token_index is None:
                 special = self.denoiser.special
-                exclude = tuple(t for t in (special.mask_id, special.pad_id, special.eos_id, special.bos_id,
-                                            special.expand_id, special.delete_id) if t is not None)
+                markers = self.denoiser.markers
+                exclude = tuple(sorted({t for t in (special.mask_id, special.pad_id, special.eos_id, special.bos_id,
+                                                    special.expand_id, special.delete_id) if t is not None}
+                                       | markers.ends | markers.dropped))
                 self._token_index = TokenIndex.of(self.denoiser.tokenizer, exclude)
             return self._token_index
 
@@ -283,15 +285,17 @@ class Engine:
         return out
 
     def _kept(self, row: list[int], offset: int, width: int, masked: list[bool] | None = None) -> list[int]:
-        """The positions of the slot at `offset` whose tokens are its text: up to its first end,
-        masks (and positions `masked` flags, still undecided) left out."""
-        special = self.denoiser.special
+        """The positions of the slot at `offset` whose tokens are its text: up to its first end
+        (the model's pad or end of text, or an end marker such as `<|im_end|>`), masks, the other
+        special tokens (denoiser.markers) and positions `masked` flags (still undecided) left out."""
+        special, markers = self.denoiser.special, self.denoiser.markers
         kept = []
         for i in range(offset, offset + width):
             if masked is not None and masked[i]:
                 continue
-            if row[i] in special.end_ids:
+            token = row[i]
+            if token in special.end_ids or token in markers.ends:
                 break
-            if row[i] != special.mask_id:
+            if token != special.mask_id and token not in markers.dropped:
                 kept.append(i)
         return kept

@@ -13,7 +13,6 @@ from typing import Literal
 
 from dllm_lsp.engine.types import InfillRequest, Slot
 from dllm_lsp.planner.lines import line_break_near
-from dllm_lsp.postprocess import strip_markers
 
 from dllm_lsp.syntax.nodes import ancestors
 from dllm_lsp.syntax.snapshot import Snapshot
@@ -132,7 +131,7 @@ def settle(
     outcomes = []
     for site, raw in zip(ordered, slot_texts):
         original = text[site.start:site.end]
-        fill = shape_fill(strip_markers(raw), site, text[site.end:site.end + 1], line_break_near(text, site.start))
+        fill = shape_fill(raw, site, text[site.end:site.end + 1], line_break_near(text, site.start))
         reason = check_fill(fill, original)
         if reason is None and current.tree is not None:
             candidate_edits = accepted + [Outcome(site.start, site.end, fill, site.label, "model")]

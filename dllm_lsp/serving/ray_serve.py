@@ -34,7 +34,7 @@ from ray.serve.exceptions import RayServeException
 from tokenizers import Tokenizer
 
 from dllm_lsp.cli_errors import one_line
-from dllm_lsp.engine.denoiser import SpecialTokens
+from dllm_lsp.engine.denoiser import SpecialTokens, plain_text_tokenizer
 from dllm_lsp.engine.engine import Cancelled, CancelToken, Engine
 from dllm_lsp.engine.types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState
 from dllm_lsp.loader import ModelLoadError, load_model, resolve_model_path
@@ -251,7 +251,7 @@ class RemoteDenoiser:
         self.device = f"ray:{info['device']}"
         self.max_context = int(info["max_context"])
         self.special: SpecialTokens = info["special"]
-        self.tokenizer = Tokenizer.from_str(info["tokenizer"])
+        self.tokenizer = plain_text_tokenizer(Tokenizer.from_str(info["tokenizer"]))
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids if text else []

@@ -14,6 +14,8 @@ import torch
 from tokenizers import Tokenizer
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from dllm_lsp.engine.denoiser import plain_text_tokenizer
+
 from .corpus import iter_records
 from .examples import LayoutOptions, sample_example
 from .spans import FileSpans
@@ -53,7 +55,7 @@ class SpanBatches(IterableDataset):
         info = get_worker_info()
         worker = info.id if info else 0
         rng = random.Random(self.seed * 1000 + worker)
-        tokenizer = Tokenizer.from_file(self.tokenizer_path)
+        tokenizer = plain_text_tokenizer(Tokenizer.from_file(self.tokenizer_path))
         pool: list[FileSpans] = []
         reuse = 1.0 - 1.0 / self.uses_per_file
         while True:

@@ -46,6 +46,15 @@ def test_a_cut_before_the_lines_comma_never_lands_inside_the_completions_own_cal
     assert shown == "max(width, height)"
 
 
+def test_brackets_inside_the_completions_strings_are_not_its_own():
+    # the `(` in the string opens nothing: the `)` the line has is the one the model repeated
+    assert trim_line_overlap('"(", end)', ")") == '"(", end'
+    text, shown = finished('print(‸)\n', "python", '"(", end="")')
+    assert shown == '"(", end=""'
+    # a closer inside the completion's string is no place to cut (`")"` before `)`)
+    assert trim_line_overlap('")" + x)', ")") == '")" + x'
+
+
 @pytest.mark.parametrize("src, language, raw", [
     ('result = {\n    "sum": sum(values),\n    "range": ‸,\n}\n', "python", ' "'),
     ('const config = {\n  name: "demo",\n  size: ‸,\n  path: process.cwd(),\n};\n', "javascript", " {"),
