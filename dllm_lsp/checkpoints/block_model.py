@@ -14,9 +14,10 @@ Three ways to run it:
   (True = may attend; None = every row sees every key). Returns the hidden states and the rows'
   own keys/values, which the caller appends to its cache once the rows are final. This is what
   block-wise decoding uses: finished blocks in the cache, the current block as the rows.
-- `full(ids, rope, keep_kv)` / `cached(ids, rope, context)`: the bidirectional interface of
-  `architecture.BidirectionalLM`, so the bidirectional families here (LLaDA-MoE, CoDA) run in the
-  existing dual-cache session unchanged.
+- `full(ids, rope, keep_kv)` / `cached(ids, rope, context)` / `cached_ragged(...)`: the
+  bidirectional interface of `architecture.BidirectionalLM`, so the bidirectional families here
+  (LLaDA-MoE, CoDA) run in the existing dual-cache session unchanged, shared steps and the
+  "reuse" cache included.
 
 Mixture of experts: a plain, correct top-k routing (each selected expert runs on its tokens; the
 outputs are summed with the routing weights). Two routers:
@@ -38,7 +39,7 @@ from torch import nn
 from dllm_lsp.arch.layers import Rotary
 from dllm_lsp.kernels.rmsnorm import rms_norm
 from dllm_lsp.kernels.rope import apply_rotary
-from dllm_lsp.kernels.span_attention import span_attention
+from dllm_lsp.kernels.span_attention import span_attention, span_attention_ragged
 
 KV = tuple[torch.Tensor, torch.Tensor]   # keys, values [B, Hkv, N, D], rotary already applied
 
@@ -150,6 +151,12 @@ class Attention(nn.Module):
     def cached(self, x, cos, sin, ctx: KV) -> torch.Tensor:
         q, k, v = self.qkv(x, cos, sin)
         return self.out(span_attention(q, ctx[0], ctx[1], k, v))
+
+    def cached_ragged(self, x, cos, sin, shapes: list[tuple[int, int]], contexts: list[KV]) -> tuple[torch.Tensor, KV]:
+        """`cached` for several requests' rows back to back (architecture.Attention.cached_ragged's
+        contract): each attends to its own context and its own rows; also the rows' keys/values."""
+        q, k, v = self.qkv(x, cos, sin)
+        return self.out(span_attention_ragged(q, k, v, shapes, contexts)), (k, v)
 
     def attend_ragged(self, x, cos, sin, shapes: list[tuple[int, int]], pasts: list[KV | None],
                       masks: list[torch.Tensor | None]) -> tuple[torch.Tensor, list[KV]]:
@@ -342,6 +349,32 @@ class BlockLM(nn.Module):
     def cached(self, ids: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], context: list[KV]) -> torch.Tensor:
         cos, sin = rope
         return self._stack(self.embed(ids), lambda i, layer, x: layer.attn.cached(x, cos, sin, context[i]))
+
+    @torch.no_grad()
+    def cached_ragged(self, ids: list[torch.Tensor], ropes: list[tuple[torch.Tensor, torch.Tensor]],
+                      contexts: list[list[KV]], keep_kv: bool = False) -> list[tuple[torch.Tensor, list[KV] | None]]:
+        """`cached` for several requests in one pass: the shared step and the "reuse" first pass
+        of a CheckpointSession (BidirectionalLM.cached_ragged's contract, which LLaDA-MoE and CoDA
+        had lacked: every shared step and every "reuse" request of theirs failed)."""
+        shapes = [(int(i.shape[0]), int(i.shape[1])) for i in ids]
+        cos = torch.cat([c.repeat(b, 1) for (c, _), (b, _) in zip(ropes, shapes)])
+        sin = torch.cat([s.repeat(b, 1) for (_, s), (b, _) in zip(ropes, shapes)])
+        layer_kv: list[KV] = []
+
+        def attend(i: int, layer: Layer, x: torch.Tensor) -> torch.Tensor:
+            out, kv = layer.attn.cached_ragged(x, cos, sin, shapes, [ctx[i] for ctx in contexts])
+            if keep_kv:
+                layer_kv.append(kv)
+            return out
+
+        hidden = self._stack(self.embed(torch.cat([i.reshape(-1) for i in ids])[None]), attend)
+        out, off = [], 0
+        for part, (b, a) in zip(hidden[0].split([b * a for b, a in shapes]), shapes):
+            kv = [tuple(t[0, :, off:off + b * a].unflatten(1, (b, a)).transpose(0, 1) for t in pair)
+                  for pair in layer_kv] if keep_kv else None
+            out.append((part.view(b, a, -1), kv))
+            off += b * a
+        return out
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         weight = self.embed.weight if self.lm_head is None else self.lm_head.weight

@@ -12,6 +12,22 @@ def tiny_checkpoints(tmp_path_factory) -> dict[str, Path]:
     return {layout: write_tiny_checkpoint(root / layout, layout, seed=i) for i, layout in enumerate(LAYOUTS)}
 
 
+# The block families whose attention is bidirectional: they run in the same CheckpointSession as
+# the LAYOUTS above (block_loader.py), so the session's shared step and "reuse" cache must work on
+# their model too.
+BIDIRECTIONAL_BLOCK_LAYOUTS = ("llada-moe", "coda")
+
+
+@pytest.fixture(scope="session")
+def loaded_bidirectional_blocks(tmp_path_factory):
+    from dllm_lsp.checkpoints.block_tiny import write_tiny_block_checkpoint
+    from dllm_lsp.loader import load_model
+
+    root = tmp_path_factory.mktemp("bidirectional-blocks")
+    return {layout: load_model(str(write_tiny_block_checkpoint(root / layout, layout)), "cpu")
+            for layout in BIDIRECTIONAL_BLOCK_LAYOUTS}
+
+
 @pytest.fixture(scope="session")
 def loaded(tiny_checkpoints):
     """Each tiny folder loaded on the CPU once (tests that change cache settings restore them)."""

@@ -17,19 +17,20 @@ def request(typed: str = "", cut: int = 1500) -> InfillRequest:
 
 
 @pytest.fixture
-def reusing(loaded):
+def reusing(loaded, loaded_bidirectional_blocks):
     """(denoiser, engine) of a family with an empty context store of its own; the loaded
     model's store comes back afterwards (the `loaded` models are shared by the session)."""
-    saved = {layout: d.context_store for layout, d in loaded.items()}
+    models = {**loaded, **loaded_bidirectional_blocks}
+    saved = {layout: d.context_store for layout, d in models.items()}
 
     def make(layout: str, **store):
-        denoiser = loaded[layout]
+        denoiser = models[layout]
         denoiser.context_store = ContextStore(**store)
         return denoiser, Engine(denoiser, batching=False)
 
     yield make
     for layout, store in saved.items():
-        loaded[layout].context_store = store
+        models[layout].context_store = store
 
 
 def first_pass(denoiser, canvas, cache=REUSE):
@@ -55,7 +56,7 @@ def test_rotating_a_key_moves_it_exactly(loaded):
                                atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("layout", ["dream", "llada"])
+@pytest.mark.parametrize("layout", ["dream", "llada", "llada-moe", "coda"])
 def test_the_next_keystroke_keeps_all_but_the_typed_context(layout, reusing):
     denoiser, engine = reusing(layout)
     first_pass(denoiser, engine.canvas(request()))

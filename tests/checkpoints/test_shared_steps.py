@@ -39,9 +39,9 @@ def sessions_after_one_step(denoiser, cache=CacheSettings()):
     return sessions, ids
 
 
-@pytest.mark.parametrize("layout", ["llada", "dream", "open-dcoder"])
-def test_a_shared_cached_step_gives_each_request_its_own_logits(layout, loaded):
-    denoiser = loaded[layout]
+@pytest.mark.parametrize("layout", ["llada", "dream", "open-dcoder", "llada-moe", "coda"])
+def test_a_shared_cached_step_gives_each_request_its_own_logits(layout, loaded, loaded_bidirectional_blocks):
+    denoiser = {**loaded, **loaded_bidirectional_blocks}[layout]
     shared, ids = sessions_after_one_step(denoiser)
     alone, _ = sessions_after_one_step(denoiser)
     # One request wants the LM head only for some rows (those still undecided).
