@@ -32,6 +32,9 @@ from .weight_storage import load_weights
 
 
 PREFIX_CACHE_ENTRIES = 8
+# A new context that reuses an entry's prefix up to this many tokens was computed at the same
+# spot (a keystroke retokenizes the last token or two before the cursor): it replaces the entry.
+SAME_SPOT_TOKENS = 4
 
 
 @dataclass(eq=False)   # compared by identity: its fields are tensors
@@ -45,6 +48,14 @@ class PrefixCache:
 
     def __post_init__(self) -> None:
         self.head = _head(self.ids, self.positions)
+        # Context tokens before the first slot (the cursor's): where the positions first jump.
+        jumps = ((self.positions[1:] - self.positions[:-1]) > 1).nonzero()
+        self.prefix_length = int(jumps[0, 0]) + 1 if jumps.numel() else int(self.ids.numel())
+
+    def holds(self, ids: torch.Tensor, positions: torch.Tensor) -> bool:
+        """Whether this entry is exactly the context `ids` at `positions`."""
+        return ids.numel() == self.ids.numel() and \
+            self.reusable_length(ids, positions, _head(ids, positions)) == ids.numel()
 
     def reusable_length(self, ids: torch.Tensor, positions: torch.Tensor, head: tuple[int, int] | None) -> int:
         """How many leading context tokens of a new canvas (whose first token and position are
@@ -223,12 +234,17 @@ class EmbeddedDenoiser(Denoiser):
             self._prefix_caches = []
 
     def remember(self, lookup: ContextLookup, kv: list[KV]) -> None:
-        """A session's whole context, once computed, joins the prefix caches (least recently used out)."""
+        """A session's whole context, once computed, joins the prefix caches (least recently used
+        out). It replaces the entry it grew from when it reused that entry's prefix up to a few
+        tokens (a keystroke or a backspace at the same spot; the suffix after the cursor has moved,
+        so the old entry served only up to the cursor, and one more entry per word typed had
+        pushed every other document's out), and any entry that holds this very context (two
+        requests that computed it side by side)."""
         with self._lock:
             source = lookup.source
-            if source is not None and lookup.reused in (source.ids.numel(), lookup.ids.numel()):
-                # extended (typing), shortened (deleting) or the same: replace it, don't add another
-                self._prefix_caches = [c for c in self._prefix_caches if c is not source]
+            grew = source is not None and lookup.reused >= source.prefix_length - SAME_SPOT_TOKENS
+            self._prefix_caches = [c for c in self._prefix_caches
+                                   if not (c is source and grew) and not c.holds(lookup.ids, lookup.positions)]
             self._prefix_caches.append(PrefixCache(lookup.ids, lookup.positions, kv))
             keep = self.prefix_cache_entries
             self._prefix_caches = self._prefix_caches[-keep:] if keep > 0 else []

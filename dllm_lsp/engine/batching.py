@@ -69,6 +69,10 @@ EXPLORE_EVERY = 32
 MAX_SHARED_FAILURES = 3
 
 
+class SchedulerClosed(RuntimeError):
+    """The step scheduler was closed (its engine retired): the request runs another way."""
+
+
 @dataclass(frozen=True)
 class StepCoefficients:
     """Seconds a model call costs: `fixed` per pass, `per_row` per span row, `per_context_row`
@@ -203,27 +207,35 @@ class StepScheduler:
         self.dropped_waiting = 0
         self.busy_seconds = 0.0   # the thread at work (context work, steps), not waiting for requests
         self._iterations = 0
+        self.closed = False
 
     def submit(self, make_run: Callable[[], SteppedRun], should_stop: Callable[[], bool],
                rows: StepRows = StepRows(1)) -> Future:
         """Queue a request; the future gives its DenoiseOutcome, or raises Cancelled or its error.
         `rows` sizes it for the group choice before its run exists."""
         job = Job(make_run, should_stop, Future(), rows)
-        with self._start_lock:
+        with self._start_lock:   # queued before close()'s stop, or refused: never left behind it
+            if self.closed:
+                raise SchedulerClosed("the step scheduler was closed")
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="dllm-steps", daemon=True)
                 self._thread.start()
                 # Stop the thread before the interpreter tears torch down: a daemon thread still
                 # inside torch at exit can abort the process ("terminate called ...").
                 atexit.register(_close_at_exit, weakref.ref(self))
-        self._incoming.put(job)
+            self._incoming.put(job)
         return job.future
 
     def close(self, timeout: float = 10.0) -> None:
-        """Finish the requests in hand, then stop the thread (new submits start it again)."""
-        thread = self._thread
-        if thread is not None and thread.is_alive():
-            self._incoming.put(None)
+        """Finish the requests in hand, then stop the thread for good: a later submit raises
+        SchedulerClosed. (A late request of an evicted model had started the thread again, and
+        nothing closed it: the model it held was never freed.)"""
+        with self._start_lock:
+            self.closed = True
+            thread = self._thread
+            if thread is not None and thread.is_alive():
+                self._incoming.put(None)
+        if thread is not None:
             thread.join(timeout)
 
     def run(self, make_run: Callable[[], SteppedRun], should_stop: Callable[[], bool],

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import torch
 
-from .batching import DEFAULT_SLACK, StepScheduler
+from .batching import DEFAULT_SLACK, SchedulerClosed, StepScheduler
 from .blockwise import BlockwiseRun
 from .canvas import CanvasTooSmall, build_canvas
 from .denoise import Cancelled, FixedLengthRun, run_alone
@@ -97,8 +97,9 @@ class Engine:
         self._token_index: TokenIndex | None = None
 
     def close(self) -> None:
-        """Finish the requests in hand and stop the step scheduler's thread, which holds the model
-        (so that an engine no one uses any more is freed with its weights)."""
+        """Finish the requests in hand and stop the step scheduler's thread for good, which holds the
+        model (so that an engine no one uses any more is freed with its weights). A request that
+        arrives later still gets its answer: it runs alone, in its caller's thread."""
         self.scheduler.close()
 
     def encode_piece(self, text: str, role: str) -> list[int]:
@@ -165,9 +166,13 @@ class Engine:
         def make_run():
             return run(self.denoiser, canvas, settings, step_cb, cache, ends, starts=starts)
 
+        outcome = None
         if self.batching:
-            outcome = self.scheduler.run(make_run, should_stop, rows=run.planned_rows(self.denoiser, canvas, settings))
-        else:
+            try:
+                outcome = self.scheduler.run(make_run, should_stop, rows=run.planned_rows(self.denoiser, canvas, settings))
+            except SchedulerClosed:   # a request that reached a closed (retired) engine late: alone
+                outcome = None
+        if outcome is None:
             with self._model_lock, torch.inference_mode():
                 start = time.perf_counter()
                 try:

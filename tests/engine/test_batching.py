@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from dllm_lsp.checkpoints.tiny import write_tiny_checkpoint
+from dllm_lsp.engine.batching import SchedulerClosed
 from dllm_lsp.engine.denoise import Cancelled, FixedLengthRun
 from dllm_lsp.engine.engine import CancelToken, Engine
 from dllm_lsp.engine.types import DecodeSettings, InfillRequest, Slot
@@ -143,13 +144,46 @@ def test_prefix_caches_of_two_documents_survive_each_other(denoiser):
     assert denoiser.last_reused_tokens >= len(denoiser.encode(a.prefix)) - 2
 
 
-def test_close_finishes_the_work_in_hand_and_a_later_request_starts_it_again(denoiser):
+def test_typing_a_word_at_a_time_in_one_document_keeps_the_other_documents_entry(denoiser):
+    """Typing with text after the cursor: each keystroke's context matches the last one's only up
+    to the cursor (the suffix moved). Its entry replaces the one it grew from; one entry per word
+    typed had pushed every other document's out of the cache."""
+    engine = Engine(denoiser)
+    denoiser.forget_requests()
+    other = InfillRequest.single("class SecondDocument:\n    name = 'x'\n    def f(self):\n        ", "\n    pass\n", 6)
+    engine.infill(other, DecodeSettings(steps=2))
+    prefix, suffix = "def first_document(values):\n    total = 0\n    ", "\n    return total\n"
+    for word in ["for", " value", " in", " values", ":", " total", " +=", " value", " *", " 2", " +", " 1"]:
+        prefix += word
+        engine.infill(InfillRequest.single(prefix, suffix, 6), DecodeSettings(steps=2))
+    assert len(denoiser._prefix_caches) <= 3
+    engine.infill(InfillRequest.single(other.prefix + "r", other.suffix, 6), DecodeSettings(steps=2))
+    assert denoiser.last_reused_tokens >= len(denoiser.encode(other.prefix)) - 2
+
+
+def test_one_context_computed_twice_is_kept_once(denoiser):
+    request = InfillRequest.single("def twice(x):\n    return ", "\n\nprint(twice(2))\n", 6)
+    lookup = denoiser._lookup(Engine(denoiser).canvas(request))
+    kv = denoiser._empty_kv()
+    denoiser.remember(lookup, kv)
+    denoiser.remember(lookup, kv)       # the second of two requests that both missed
+    assert sum(c.holds(lookup.ids, lookup.positions) for c in denoiser._prefix_caches) == 1
+    denoiser.forget_requests()          # (an entry without its keys/values: no later test may reuse it)
+
+
+def test_close_finishes_the_work_in_hand_and_a_later_request_runs_alone(denoiser):
+    """An evicted model's engine is closed; a request planned on it that arrives late is answered
+    without starting the thread again (which then held the model for good)."""
     engine = Engine(denoiser)
     first = engine.scheduler.submit(lambda: _run(engine, REQUESTS[0]), lambda: False)
-    engine.scheduler.close()
+    engine.close()
     assert first.done() and first.result().steps >= 1
     assert not engine.scheduler._thread.is_alive()
-    assert engine.infill(REQUESTS[3], DecodeSettings(steps=2)).steps >= 1   # started again
+    with pytest.raises(SchedulerClosed):
+        engine.scheduler.submit(lambda: _run(engine, REQUESTS[1]), lambda: False)
+    assert engine.infill(REQUESTS[3], DecodeSettings(steps=2)).steps >= 1   # answered, alone
+    assert not engine.scheduler._thread.is_alive()
+    assert not [t for t in threading.enumerate() if t is engine.scheduler._thread]
 
 
 class ShortOfMemory:
