@@ -33,7 +33,8 @@ answered more keystrokes but showed fewer suggestions: they favour small, cheap 
 which a small model mostly answers with nothing, over the line-start requests at a pause
 whose suggestion the user then types through. The oldest live request is the one whose user
 has waited longest, usually at a pause, when a suggestion is read (docs/serving.md has the
-figures).
+figures). One exception: a request that has already taken LONG_RUN_STEPS steps (options far
+past the defaults) goes behind the others, so it cannot hold the model from everyone else.
 """
 from __future__ import annotations
 
@@ -65,6 +66,11 @@ DEFAULT_SLACK = 1.25
 # model keeps seeing more than one group size (it would otherwise never learn that larger
 # groups got cheaper, e.g. after a load spike).
 EXPLORE_EVERY = 32
+# A request that has taken this many steps leads no group while others wait: options far past the
+# defaults (`steps: 256` with `remaskBelow`: hundreds of steps; a default request takes about 8 a
+# window) had held the model, on a CPU where the cost bound lets no second request in, so another
+# client's one-line completion waited 22x its own time.
+LONG_RUN_STEPS = 64
 # Shared steps that may raise (each halving the group limit) before requests step in turn for good.
 MAX_SHARED_FAILURES = 3
 
@@ -182,6 +188,7 @@ class Job:
     rows: StepRows             # what its next step carries (span rows times candidates, context rows)
     arrived: float = field(default_factory=time.monotonic)
     run: SteppedRun | None = None
+    steps: int = 0             # steps it has taken
 
 
 class StepScheduler:
@@ -297,8 +304,9 @@ class StepScheduler:
         return True
 
     def _order(self, jobs: list[Job]) -> list[Job]:
-        """First come, first served (the module docstring says why not something cleverer)."""
-        return sorted(jobs, key=lambda job: job.arrived)
+        """First come, first served (the module docstring says why not something cleverer), except
+        that a request past LONG_RUN_STEPS steps goes behind those that are not."""
+        return sorted(jobs, key=lambda job: (job.steps >= LONG_RUN_STEPS, job.arrived))
 
     def _group(self, jobs: list[Job]) -> list[Job]:
         """This step's requests (admitted: their runs exist and want logits)."""
@@ -379,6 +387,7 @@ class StepScheduler:
                 else:
                     logits = batched[i]
                 job.run.advance(logits)
+                job.steps += 1
                 self.request_steps += 1
             except BaseException as exc:
                 job.future.set_exception(exc)

@@ -4,12 +4,13 @@ boundaries, and each keeps its own result, budget and cancellation."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
 
 from dllm_lsp.checkpoints.tiny import write_tiny_checkpoint
-from dllm_lsp.engine.batching import SchedulerClosed
+from dllm_lsp.engine.batching import LONG_RUN_STEPS, SchedulerClosed
 from dllm_lsp.engine.denoise import Cancelled, FixedLengthRun
 from dllm_lsp.engine.engine import CancelToken, Engine
 from dllm_lsp.engine.types import DecodeSettings, InfillRequest, Slot
@@ -142,6 +143,28 @@ def test_prefix_caches_of_two_documents_survive_each_other(denoiser):
     typed = InfillRequest.single(a.prefix + "v", "\n", 6)     # back in the first document, one key later
     engine.infill(typed, DecodeSettings(steps=2))
     assert denoiser.last_reused_tokens >= len(denoiser.encode(a.prefix)) - 2
+
+
+def test_a_long_request_does_not_hold_the_model_from_a_short_one(denoiser):
+    """A request with options far past the defaults (hundreds of steps) goes behind others once
+    past LONG_RUN_STEPS: a short request that arrives meanwhile is answered before it ends.
+    max_batch 1 stands for a CPU, where the cost bound lets no second request into a step."""
+    engine = Engine(denoiser)
+    engine.scheduler.max_batch = 1
+    long_steps: list[int] = []
+    long_settings = DecodeSettings(steps=LONG_RUN_STEPS * 3, remask_below=0.999, slot_start_tokens=0)
+    long = threading.Thread(target=lambda: engine.infill(
+        InfillRequest.single("def long_request(x):\n    ", "\n", 24), long_settings,
+        on_step=lambda state: long_steps.append(state.step)))
+    long.start()
+    while len(long_steps) < 3 and long.is_alive():
+        time.sleep(0.001)
+    short = engine.infill(REQUESTS[1], DecodeSettings(steps=4))
+    running = long.is_alive()
+    long.join()
+    assert short.steps >= 1
+    assert len(long_steps) > LONG_RUN_STEPS * 2, "the long request should take its hundreds of steps"
+    assert running, "the short request waited for the long one's whole denoise"
 
 
 def test_typing_a_word_at_a_time_in_one_document_keeps_the_other_documents_entry(denoiser):
