@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
+import sys
 import time
 
 import torch
@@ -31,14 +33,26 @@ from dllm_lsp.engine.types import DecodeSettings, InfillRequest
 from dllm_lsp.loader import ModelLoadError, load_model
 
 from .environment import environment, percentiles
-from .latency import return_tail
+from .latency import RETURN_LINE, return_tail
 from .overhead import synthetic_python
 
 PROG = "dllm-lsp bench batching"
 
 
+def spots_text(count: int) -> str:
+    """The generated module the requests are cut from, with at least `count` spots (`return
+    total` lines) past its first quarter: the 400-line module the figures so far were measured
+    on while it has enough (about 30), else one 400 lines longer at a time."""
+    lines = 400
+    while True:
+        text = synthetic_python(lines)
+        if text.count(RETURN_LINE, len(text) // 4) >= count:
+            return text
+        lines += 400
+
+
 def requests_at_spots(count: int, span_tokens: int) -> list[InfillRequest]:
-    text = synthetic_python(400)
+    text = spots_text(count)
     out, at = [], len(text) // 4
     for _ in range(count):
         prefix, suffix, cut = return_tail(text, at)
@@ -65,6 +79,11 @@ def interleaved(first, second, device: torch.device, runs: int) -> tuple[dict, d
             synchronize(device)
             out.append((time.perf_counter() - t0) * 1000)
     return percentiles(samples[0]), percentiles(samples[1])
+
+
+def progress(message: str) -> None:
+    """Progress goes to stderr: stdout is the JSON's (`--json | jq`)."""
+    print(message, file=sys.stderr, flush=True)
 
 
 def run_batching_bench(engine: Engine, counts: list[int], runs: int = 15, span_tokens: int = 32) -> dict:
@@ -95,8 +114,8 @@ def run_batching_bench(engine: Engine, counts: list[int], runs: int = 15, span_t
             s, t = interleaved(lambda: shared(group), lambda: in_turn(group), device, runs)
             rows.append({"requests": k, "rows": k * span_tokens, "shared_step": s, "steps_in_turn": t,
                          "throughput_gain": round(t["p50_ms"] / s["p50_ms"], 3)})
-            print(f"{k} request(s): shared step p50 {s['p50_ms']:.2f} ms, in turn {t['p50_ms']:.2f} ms, "
-                  f"gain {rows[-1]['throughput_gain']:.2f}x", flush=True)
+            progress(f"{k} request(s): shared step p50 {s['p50_ms']:.2f} ms, in turn {t['p50_ms']:.2f} ms, "
+                     f"gain {rows[-1]['throughput_gain']:.2f}x")
     first_steps = run_first_steps(engine, counts, runs, span_tokens, settings, shared)
     return {
         "benchmark": "one shared denoising step of k requests vs their k steps in turn",
@@ -104,6 +123,7 @@ def run_batching_bench(engine: Engine, counts: list[int], runs: int = 15, span_t
         "step_cost": step_cost_fits(rows, first_steps, span_tokens),
         "model": denoiser.describe(),
         "settings": {"span_tokens": span_tokens, "runs": runs, "counts": counts,
+                     "module_lines": spots_text(max(counts)).count("\n"),   # the generated file the spots are in
                      "torch_threads": torch.get_num_threads(), "batched_forward": batched_forward},
         "environment": environment(str(device)),
         "cases": rows,
@@ -135,9 +155,9 @@ def run_first_steps(engine: Engine, counts: list[int], runs: int, span_tokens: i
                 context = sum(int(c.context_mask().sum()) for c in group)
                 rows.append({"requests": k, "context_tokens": context, "contexts_in_the_step": merged,
                              "context_passes_then_step": own, "gain": round(own["p50_ms"] / merged["p50_ms"], 3)})
-                print(f"{k} new request(s), {context} context tokens: first step with their contexts "
-                      f"p50 {merged['p50_ms']:.2f} ms, context passes then the step {own['p50_ms']:.2f} ms, "
-                      f"gain {rows[-1]['gain']:.2f}x", flush=True)
+                progress(f"{k} new request(s), {context} context tokens: first step with their contexts "
+                         f"p50 {merged['p50_ms']:.2f} ms, context passes then the step {own['p50_ms']:.2f} ms, "
+                         f"gain {rows[-1]['gain']:.2f}x")
     finally:
         denoiser.prefix_cache_entries, denoiser.context_in_first_step = entries, True
     return rows
@@ -168,11 +188,11 @@ def step_cost_fits(cases: list[dict], first_steps: list[dict] | None, span_token
             "per_context_row_ms": round(fit.per_context_row * 1000, 4),
             "steps": [{"span_rows": rows.span, "context_rows": rows.context, "measured_ms": round(seconds * 1000, 2),
                        "predicted_ms": round(p * 1000, 2)} for p, (rows, seconds) in zip(predicted, steps)],
-            "median_error": round(sorted(errors)[len(errors) // 2], 3), "max_error": round(max(errors), 3),
+            "median_error": round(statistics.median(errors), 3), "max_error": round(max(errors), 3),
         }
-        print(f"step cost, {name.replace('_', ' ')}: fixed {fit.fixed * 1000:.2f} ms, "
-              f"{fit.per_row * 1000:.3f} ms a span row, {fit.per_context_row * 1000:.3f} ms a context row; "
-              f"error median {fits[name]['median_error']:.0%}, max {fits[name]['max_error']:.0%}", flush=True)
+        progress(f"step cost, {name.replace('_', ' ')}: fixed {fit.fixed * 1000:.2f} ms, "
+                 f"{fit.per_row * 1000:.3f} ms a span row, {fit.per_context_row * 1000:.3f} ms a context row; "
+                 f"error median {fits[name]['median_error']:.0%}, max {fits[name]['max_error']:.0%}")
     return fits
 
 

@@ -1,14 +1,18 @@
-"""What every benchmark records beside its figures: device, versions, host."""
+"""What every benchmark records beside its figures: device, versions (the code's too), host."""
 from __future__ import annotations
 
 import os
 import platform
 import statistics
+import subprocess
 from contextlib import contextmanager
 from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
 
 import torch
 
+from dllm_lsp import __version__
 from dllm_lsp.cpus import usable_cpus
 
 
@@ -44,6 +48,8 @@ def environment(device: str | None = None) -> dict:
         "host_cpus": os.cpu_count(),
         "cuda": torch.version.cuda,
         "device": device or ("cuda" if torch.cuda.is_available() else "cpu"),
+        # Which code measured: a figure is only comparable with one from the same code.
+        "dllm_lsp": dict(code_version()),
     }
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name()
@@ -53,6 +59,34 @@ def environment(device: str | None = None) -> dict:
         info["triton"] = triton.__version__
     except ImportError:
         info["triton"] = None
+    return info
+
+
+@lru_cache(maxsize=1)
+def code_version() -> dict:
+    """The package's version, and where it runs from a git checkout, its commit and whether the
+    tracked files differ from it (figures from an uncommitted tree name the commit they started
+    from). Never fails and prints nothing: no git, a copy without `.git` (an installed wheel, a
+    GPU host's rsync), or a checkout git refuses all give `commit: None`."""
+    info = {"version": __version__, "commit": None, "modified": None}
+    root = Path(__file__).resolve().parents[2]
+    # Only the package's own checkout: a wheel installed inside some other repository (a
+    # virtual environment in a project folder) must not report that repository's commit.
+    if not (root / ".git").exists():
+        return info
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-c", f"safe.directory={root}", "-C", str(root), *args],
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit:
+        status = git("status", "--porcelain", "--untracked-files=no")
+        info.update(commit=commit, modified=None if status is None else bool(status))
     return info
 
 

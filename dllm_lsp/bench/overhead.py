@@ -77,13 +77,14 @@ def open_documents(count: int) -> list[tuple[str, str]]:
 
 
 def run_overhead(text: str, denoiser, requests: int, seed: int = 0,
-                 others: list[tuple[str, str]] | None = None) -> dict:
+                 others: list[tuple[str, str]] | None = None, options: Options | None = None) -> dict:
     """Per request, the server's own path: pipeline.plan (planner + companion slot; snippets from
-    `others`, the other open documents), the engine's incremental tokenization and canvas, and
-    CompletionPlan.finish on a stand-in model answer."""
+    `others`, the other open documents) with `options` (default: the server's defaults), the
+    engine's incremental tokenization and canvas, and CompletionPlan.finish on a stand-in model
+    answer."""
     doc = ParsedDocument(text, "python")
     engine = Engine(denoiser)
-    options = Options()
+    options = options or Options()
     plan_ms, tokenize_ms, finish_ms, total_ms, edit_ms = [], [], [], [], []
     for i, offset in enumerate(typing_cursors(doc, requests, seed)):
         t0 = time.perf_counter()
@@ -145,13 +146,18 @@ def main(argv: list[str] | None = None) -> int:
         denoiser = load_model(args.model, "cpu")
     except ModelLoadError as exc:
         return report_error(prog, exc)
-    by_count = {n: run_overhead(text, denoiser, args.requests, others=open_documents(n)) for n in counts}
+    options = Options()
+    by_count = {n: run_overhead(text, denoiser, args.requests, others=open_documents(n), options=options)
+                for n in counts}
     figures = by_count[counts[0]]
     report = {
         "benchmark": "server overhead per request (model excluded)",
         "settings": {"file": args.file or "generated", "lines": text.count("\n"), "requests": args.requests,
                      "keystrokes_per_spot": WORD_LENGTH, "model_tokenizer": denoiser.name,
-                     "open_documents": counts},
+                     "open_documents": counts,
+                     # What the planner ran with (companionEdits adds the import slot's work):
+                     # defaults change, and a figure means little without them.
+                     "options": options.wire()},
         "environment": environment("cpu"),
         "figures": figures,
         "target": {"request_overhead_p50_ms": 2.0},

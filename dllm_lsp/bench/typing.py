@@ -4,9 +4,12 @@ Each client is one TCP connection to one `dllm-lsp serve --tcp` process, with on
 its own: a real source file whose regions (the next lines of a function, say) were cut out and
 are typed back character by character, at a human pace, with pauses at line ends, typos
 corrected with backspace, jumps between regions, and the suggestion accepted when it is what
-the person was about to type. Every keystroke is an incremental `didChange` followed by an
-`inlineCompletion` request; a request still running at the next keystroke is cancelled, as
-editors do. For 1, 2, 4 and 8 concurrent clients, and for every server variant (a set of
+the person was about to type: before each key, after the pause that precedes it (the time the
+last request had to come back), the person looks at the suggestion at the cursor, and accepting
+it (Tab) types the suggestion's text over its range, as an editor does, which is the edit the
+server recognises and prefetches after. Every keystroke, an accept included, is an incremental
+`didChange` followed by an `inlineCompletion` request; a request still running at the next
+keystroke is cancelled, as editors do. For 1, 2, 4 and 8 concurrent clients, and for every server variant (a set of
 options, e.g. prefix reuse or batching off), side by side in one run, it reports:
 
 - keystroke -> suggestion latency p50 / p95 (answered requests),
@@ -45,6 +48,7 @@ from pygls.lsp.client import LanguageClient
 
 from dllm_lsp.cli_errors import output_file, report as report_error, write_out
 from dllm_lsp.serving.local_cluster import RayCluster
+from dllm_lsp.syntax.languages import facts_for, language_id_for_path
 
 from .environment import environment, percentiles
 
@@ -52,6 +56,8 @@ DEFAULT_FILES = ("textwrap.py", "json/encoder.py", "argparse.py", "dataclasses.p
                  "statistics.py", "fractions.py", "shlex.py")
 STATUS_METHOD = "dllm/status"
 CANCELLED = -32800
+STATUS_TIMEOUT_S = 30.0      # a dllm/status answer takes milliseconds: longer is a server that hangs
+LINES_PER_SEGMENT = 3
 
 
 @dataclass
@@ -88,19 +94,31 @@ class Script:
     uri: str
     document: str
     segments: list[Segment]
+    language_id: str = "python"
 
 
 def stdlib_file(name: str) -> Path:
     return Path(sysconfig.get_paths()["stdlib"]) / name
 
 
-def make_script(path: Path, client: int, rng: random.Random, keystrokes: int, lines_per_segment: int = 3) -> Script:
+def segment_starts(lines: list[str], language_id: str, lines_per_segment: int = LINES_PER_SEGMENT) -> list[int]:
+    """Where a region can be cut out: `lines_per_segment` non-blank lines, the first indented
+    two levels of the language's default indentation (inside a function or method) and no
+    comment."""
+    indent = facts_for(language_id).indent_unit * 2
+    comment = facts_for(language_id).line_comment or "#"
+    return [i for i in range(len(lines) - lines_per_segment)
+            if lines[i].startswith(indent) and lines[i].strip() and not lines[i].strip().startswith(comment)
+            and all(lines[j].strip() for j in range(i, i + lines_per_segment))]
+
+
+def make_script(path: Path, client: int, rng: random.Random, keystrokes: int,
+                lines_per_segment: int = LINES_PER_SEGMENT) -> Script:
     """Cut regions (a few indented lines each, inside functions) out of `path` until they hold
     about `keystrokes` characters; the document is the file without them."""
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    candidates = [i for i in range(len(lines) - lines_per_segment)
-                  if lines[i].startswith("        ") and lines[i].strip() and not lines[i].strip().startswith("#")
-                  and all(lines[j].strip() for j in range(i, i + lines_per_segment))]
+    language_id = language_id_for_path(path)
+    candidates = segment_starts(lines, language_id, lines_per_segment)
     rng.shuffle(candidates)
     chosen: list[int] = []
     total = 0
@@ -117,12 +135,12 @@ def make_script(path: Path, client: int, rng: random.Random, keystrokes: int, li
     # Segments are typed back in order, so when segment k's turn comes the document is the file
     # without segments k, k+1, ...: all after its line, which is therefore its line in the file.
     segments = [Segment(i, "".join(lines[i:i + lines_per_segment])) for i in chosen]
-    return Script(f"file:///typing/client{client}/{path.name}", document, segments)
+    return Script(f"file:///typing/client{client}/{path.name}", document, segments, language_id)
 
 
 @dataclass
 class ClientStats:
-    keystrokes: int = 0
+    keystrokes: int = 0           # requests: one per key press (an accept too)
     answered: int = 0             # a suggestion (or an empty answer) came back before the next keystroke
     superseded: int = 0           # cancelled by the next keystroke
     failed: int = 0               # an error other than cancellation
@@ -144,7 +162,8 @@ class Typist:
         self.client = LanguageClient(f"dllm-typing-{index}", "v1")
         self.stats = ClientStats()
         self.version = 1
-        self.pending: dict[str, asyncio.Future] = {}
+        self.pending: dict[str, tuple[int, asyncio.Future]] = {}     # msg id -> (keystroke, answer)
+        self.given_up: set[int] = set()     # requests counted unanswered: an answer after that is not counted again
         self.latest: tuple[int, int, asyncio.Future] | None = None   # (line, col, answer) of the last request
 
     async def connect(self, host: str, port: int, options: dict) -> None:
@@ -153,7 +172,7 @@ class Typist:
             capabilities=types.ClientCapabilities(), initialization_options=options))
         self.client.initialized(types.InitializedParams())
         self.client.text_document_did_open(types.DidOpenTextDocumentParams(
-            text_document=types.TextDocumentItem(uri=self.script.uri, language_id="python", version=1,
+            text_document=types.TextDocumentItem(uri=self.script.uri, language_id=self.script.language_id, version=1,
                                                  text=self.script.document)))
 
     def edit(self, line: int, col: int, end_line: int, end_col: int, text: str) -> None:
@@ -167,33 +186,62 @@ class Typist:
         """Insert `text` at (line, col) one key at a time; returns the cursor after it."""
         i = 0
         while i < len(text):
+            # The pause before a key comes first and the look at the suggestion after it: a
+            # suggestion is seen when its answer came back before the person's next key, not
+            # only when it came back before the request was sent (never).
+            await asyncio.sleep(self.pace.gap(self.rng))
+            accepted = self.accept(line, col, text, i)
+            if accepted is not None:
+                line, col, i = accepted
+                continue
             ch = text[i]
             if ch != "\n" and self.rng.random() < self.pace.typo_prob:
-                line, col = await self.key(line, col, "x")          # a typo ...
-                line, col = await self.backspace(line, col)         # ... corrected
-            line, col = await self.key(line, col, ch)
+                line, col = self.press(line, col, "x")               # a typo ...
+                line, col = await self.backspace(line, col)          # ... corrected after a pause,
+                continue                                             # then the key after another
+            line, col = self.press(line, col, ch)
             i += 1
             if ch == "\n":
                 await asyncio.sleep(self.pace.line_pause(self.rng))
-            suggestion = self.latest_suggestion(line, col)
-            rest = text[i:]
-            if suggestion and len(suggestion) >= 3 and rest.startswith(suggestion) \
-                    and self.rng.random() < self.pace.accept_prob:
-                self.stats.accepted += 1
-                self.stats.accepted_chars += len(suggestion)
-                line, col = self.insert(line, col, suggestion)
-                i += len(suggestion)
         return line, col
 
+    def accept(self, line: int, col: int, text: str, i: int) -> tuple[int, int, int] | None:
+        """Take the suggestion at the cursor (Tab) when what it adds is what comes next in `text`
+        (from `i` on), at least 3 characters, with the pace's probability: its text typed over
+        its range (the edit the server knows as an accept), then a request at the new cursor,
+        as an editor asks again after an accept. The cursor and `i` after it; None if not taken."""
+        found = self.latest_suggestion(line, col)
+        if found is None:
+            return None
+        start, suggestion = found
+        # A range that starts before the cursor types the start of the word again: that part
+        # must be what is on the line already (as far as this text typed it) ...
+        typed = text[text.rfind("\n", 0, i) + 1:i]
+        again = col - start
+        if again > len(typed) or not suggestion.startswith(typed[len(typed) - again:]):
+            return None
+        new = suggestion[again:]          # ... and the rest is what the person was about to type
+        if len(new) < 3 or not text.startswith(new, i) or self.rng.random() >= self.pace.accept_prob:
+            return None
+        self.stats.accepted += 1
+        self.stats.accepted_chars += len(new)
+        line, col = self.replace(line, start, col, suggestion)
+        self.request(line, col)
+        return line, col, i + len(new)
+
     def insert(self, line: int, col: int, text: str) -> tuple[int, int]:
-        self.edit(line, col, line, col, text)
+        return self.replace(line, col, col, text)
+
+    def replace(self, line: int, start: int, end: int, text: str) -> tuple[int, int]:
+        """Replace columns start..end of `line` with `text`; the cursor after it."""
+        self.edit(line, start, line, end, text)
         parts = text.split("\n")
         if len(parts) == 1:
-            return line, col + len(text)
+            return line, start + len(text)
         return line + len(parts) - 1, len(parts[-1])
 
-    async def key(self, line: int, col: int, ch: str) -> tuple[int, int]:
-        await asyncio.sleep(self.pace.gap(self.rng))
+    def press(self, line: int, col: int, ch: str) -> tuple[int, int]:
+        """A key typed at the cursor, and its request (the pause before it is the caller's)."""
         line, col = self.insert(line, col, ch)
         self.request(line, col)
         return line, col
@@ -206,9 +254,11 @@ class Typist:
         return line, col
 
     def request(self, line: int, col: int) -> None:
-        for msg_id, fut in list(self.pending.items()):
+        for msg_id, (_, fut) in list(self.pending.items()):
             if not fut.done():   # the editor moves on: the previous request is cancelled
                 self.client.protocol.notify("$/cancelRequest", types.CancelParams(id=msg_id))
+            else:
+                del self.pending[msg_id]       # finished: `done` counts it
         self.stats.keystrokes += 1
         msg_id = f"c{self.index}-k{self.stats.keystrokes}"
         params = types.InlineCompletionParams(
@@ -217,12 +267,12 @@ class Typist:
         sent = time.perf_counter()
         future = asyncio.wrap_future(self.client.protocol.send_request(
             types.TEXT_DOCUMENT_INLINE_COMPLETION, params, msg_id=msg_id))
-        self.pending[msg_id] = future
+        self.pending[msg_id] = (self.stats.keystrokes, future)
         future.add_done_callback(lambda fut, sent=sent, key=self.stats.keystrokes: self.done(fut, sent, key))
         self.latest = (line, col, future)
 
     def done(self, fut: asyncio.Future, sent: float, key: int) -> None:
-        if fut.cancelled():
+        if fut.cancelled() or key in self.given_up:   # (given up on: counted unanswered already)
             return
         exc = fut.exception()
         if exc is not None:
@@ -239,20 +289,22 @@ class Typist:
         if items and getattr(items[0], "insert_text", ""):
             self.stats.shown += 1
 
-    def latest_suggestion(self, line: int, col: int) -> str | None:
-        """What the last request suggests typing at the cursor, if it has come back already."""
+    def latest_suggestion(self, line: int, col: int) -> tuple[int, str] | None:
+        """What the last request suggests at the cursor, if it has come back already: the column
+        its range starts at and its text. Only a range on the cursor's line that ends at the
+        cursor (one that replaced text after it would not restore the file) is taken."""
         if self.latest is None:
             return None
         at_line, at_col, fut = self.latest
         if (at_line, at_col) != (line, col) or not fut.done() or fut.cancelled() or fut.exception() is not None:
             return None
         items = getattr(fut.result(), "items", None) or []
-        if not items or not isinstance(items[0].insert_text, str):
+        if not items or not isinstance(items[0].insert_text, str) or not items[0].insert_text:
             return None
-        start = items[0].range.start if items[0].range is not None else types.Position(line, col)
-        # A range that starts before the cursor re-types the partial word: only a suggestion that
-        # starts at the cursor is compared with what comes next (a simplification, counted alike).
-        return items[0].insert_text if (start.line, start.character) == (line, col) else None
+        at = items[0].range or types.Range(types.Position(line, col), types.Position(line, col))
+        if at.start.line != line or (at.end.line, at.end.character) != (line, col) or at.start.character > col:
+            return None
+        return at.start.character, items[0].insert_text
 
     async def run(self) -> None:
         for seg in self.script.segments:
@@ -264,10 +316,11 @@ class Typist:
         await self.drain()
 
     async def drain(self, timeout: float = 60.0) -> None:
-        futures = [f for f in self.pending.values() if not f.done()]
+        futures = [f for _, f in self.pending.values() if not f.done()]
         if futures:
             done, not_done = await asyncio.wait(futures, timeout=timeout)
             self.stats.unanswered += len(not_done)
+            self.given_up.update(key for key, f in self.pending.values() if f in not_done)
 
     async def close(self) -> None:
         try:
@@ -287,11 +340,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-async def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+def log_tail(log) -> str:
+    """The last line of the server's log file with text in it ('' for none): why it stopped."""
+    log.flush()
+    log.seek(0, 2)
+    log.seek(max(0, log.tell() - 4096))
+    lines = [line.strip() for line in log.read().decode("utf-8", "replace").splitlines() if line.strip()]
+    return lines[-1][-300:] if lines else ""
+
+
+async def wait_for_port(port: int, proc: subprocess.Popen, log=None, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"the server exited with status {proc.returncode} before listening")
+            said = log_tail(log) if log is not None else ""
+            raise RuntimeError(f"the server exited with status {proc.returncode} before listening"
+                               + (f": {said}" if said else ""))
         try:
             _, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.close()
@@ -312,10 +376,18 @@ def plain(value):
     return value
 
 
+async def server_status(client: LanguageClient, timeout: float = STATUS_TIMEOUT_S) -> dict:
+    """`dllm/status`, or TimeoutError: a server that no longer answers must not hang the bench."""
+    try:
+        return plain(await asyncio.wait_for(client.protocol.send_request_async(STATUS_METHOD, {}), timeout))
+    except asyncio.TimeoutError:
+        raise TimeoutError(f"the server did not answer {STATUS_METHOD} within {timeout:.0f} s") from None
+
+
 async def wait_loaded(client: LanguageClient, timeout: float = 300.0) -> dict:
     deadline = time.monotonic() + timeout
     while True:
-        status = plain(await client.protocol.send_request_async(STATUS_METHOD, {}))
+        status = await server_status(client, max(STATUS_TIMEOUT_S, deadline - time.monotonic()))
         if status.get("error"):
             raise RuntimeError(f"the model failed to load: {status['error']}")
         if status.get("loaded") and not status.get("loading"):
@@ -335,10 +407,15 @@ async def run_clients(n: int, options: dict, args, files: list[Path], log, serve
         cmd += ["--model", args.model]
     if args.device and not remote:
         cmd += ["--device", args.device]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    # The server's log goes to a file, not a pipe that nothing reads during the replay: once a
+    # pipe held 64 KiB (INFO logs a line per cancelled request) the server's next log line
+    # blocked it for good, and every request after that went unanswered. The file's last line
+    # says why a server that did not start stopped.
+    server_log = tempfile.TemporaryFile(prefix="dllm-typing-serve-", suffix=".log")
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=server_log, env=env)
     typists: list[Typist] = []
     try:
-        await wait_for_port(port, proc)
+        await wait_for_port(port, proc, server_log)
         for i in range(n):
             rng = random.Random(args.seed * 1000 + i)
             script = make_script(files[i % len(files)], i, rng, args.keystrokes)
@@ -352,7 +429,7 @@ async def run_clients(n: int, options: dict, args, files: list[Path], log, serve
         await asyncio.gather(*(t.run() for t in typists))
         wall = time.perf_counter() - t0
         # Counters are per connection (typed-through, prefetch, ...): summed over the clients.
-        finals = [plain(await t.client.protocol.send_request_async(STATUS_METHOD, {})) for t in typists]
+        finals = [await server_status(t.client) for t in typists]
         final = dict(finals[0])
         for key in ("typedThroughHits", "prefetchStarted", "prefetchHits", "rebased", "dropped"):
             if all(isinstance(f.get(key), int) for f in finals):
@@ -365,6 +442,8 @@ async def run_clients(n: int, options: dict, args, files: list[Path], log, serve
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.wait()
+        server_log.close()
     stats = [t.stats for t in typists]
     latencies = [ms for s in stats for ms in s.latencies_ms]
     keys = sum(s.keystrokes for s in stats)
@@ -452,6 +531,7 @@ def plot(result: dict, png: Path) -> None:
         ax.legend(fontsize=7)
     fig.suptitle(f"typing replay, {result['settings']['model'] or 'default model'} on {result['environment']['device']}")
     fig.tight_layout()
+    Path(png).parent.mkdir(parents=True, exist_ok=True)   # as --out: its missing folders are created
     fig.savefig(png)
     plt.close(fig)
 
@@ -472,12 +552,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--speed", type=float, default=1.0, help="replay this many times faster than a person")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=output_file, default=None, help="write the JSON here")
-    p.add_argument("--plot", type=Path, default=None, help="write the PNG here")
+    p.add_argument("--plot", type=output_file, default=None, help="write the PNG here")
     p.add_argument("--json", action="store_true")
     p.add_argument("--ray-replicas", default=None, metavar="N,M",
                    help="instead of the variants: start a Ray cluster on this machine and compare fronts "
                         "(serve --ray) over deployments of N, M, ... replicas of --model")
     return p.parse_args(argv)
+
+
+def check_typeable(path: Path) -> None:
+    """A --file the replay can type in, or ValueError: one with no region to cut out would run
+    with 0 keystrokes and report nothing, as if it had measured something."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror.lower() if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
+        raise ValueError(f"cannot read --file {path}: {reason}") from None
+    language_id = language_id_for_path(path)
+    if not segment_starts(lines, language_id):
+        indent = facts_for(language_id).indent_unit * 2
+        raise ValueError(f"--file {path} has nothing to type: no {LINES_PER_SEGMENT} non-blank lines in a row "
+                         f"indented {indent!r} or more (inside a function) to cut out and type back")
 
 
 def variants_of(specs: list[str], serve_specs: list[str] = ()) -> dict[str, tuple[dict, list[str]]]:
@@ -517,14 +612,20 @@ async def bench(args, log) -> dict:
     missing = [str(f) for f in files if not f.is_file()]
     if missing:
         raise ValueError(f"source files not found: {', '.join(missing)}")
+    for f in args.file:
+        check_typeable(f)
     if args.ray_replicas:
         return await bench_ray(args, clients, files, log)
     variants = variants_of(args.variant, args.serve_variant)
     result = {
         "benchmark": "typing replay through the real server (TCP), keystroke -> inline suggestion",
         "settings": {"clients": clients, "keystrokes_per_client": args.keystrokes, "speed": args.speed,
-                     "seed": args.seed, "model": args.model, "files": [str(f) for f in files],
-                     "pace": vars(Pace(speed=args.speed))},
+                     "seed": args.seed, "model": args.model, "device": args.device,
+                     "files": [str(f) for f in files], "pace": vars(Pace(speed=args.speed)),
+                     # What each variant was, not only its name: the options its clients sent
+                     # (initializationOptions) and the arguments its server was started with.
+                     "variants": {name: {"options": options, "serve_args": list(serve_args)}
+                                  for name, (options, serve_args) in variants.items()}},
         "environment": environment(args.device),
         "variants": {},
     }
@@ -542,23 +643,32 @@ async def bench_ray(args, clients: list[int], files: list[Path], log) -> dict:
     counts = [int(c) for c in args.ray_replicas.split(",") if c.strip()]
     if not counts or min(counts) < 1:
         raise ValueError("--ray-replicas needs positive counts")
+
+    def name_of(replicas: int) -> str:
+        return f"ray-{replicas}-replica{'s' if replicas > 1 else ''}"
+
+    def deploy_args(replicas: int) -> list[str]:
+        return ["--model", args.model or "default", "--device", args.device or "cpu", "--replicas", str(replicas),
+                "--num-cpus", "0.5"]
+
     result = {
         "benchmark": "typing replay through the LSP front (TCP) and a Ray Serve deployment on this machine",
         "settings": {"clients": clients, "keystrokes_per_client": args.keystrokes, "speed": args.speed,
-                     "seed": args.seed, "model": args.model, "files": [str(f) for f in files],
-                     "ray_replicas": counts, "pace": vars(Pace(speed=args.speed))},
+                     "seed": args.seed, "model": args.model, "device": args.device,
+                     "files": [str(f) for f in files], "ray_replicas": counts, "pace": vars(Pace(speed=args.speed)),
+                     # (the front's --ray address is the bench's own cluster's, a new one each run)
+                     "variants": {name_of(n): {"options": {}, "serve_args": ["--ray"], "deploy_args": deploy_args(n)}
+                                  for n in counts}},
         "environment": environment(args.device),
         "variants": {},
     }
     with tempfile.TemporaryDirectory(prefix="dllm-ray-") as tmp, RayCluster(Path(tmp), cpus=max(4, max(counts))) as ray:
         for n in clients:
             for replicas in counts:
-                deployed = ray.dllm("ray", "deploy", "--address", ray.address, "--model", args.model or "default",
-                                    "--device", args.device or "cpu", "--replicas", str(replicas),
-                                    "--num-cpus", "0.5", timeout=600)
+                deployed = ray.dllm("ray", "deploy", "--address", ray.address, *deploy_args(replicas), timeout=600)
                 if deployed.returncode != 0:
                     raise RuntimeError(f"dllm-lsp ray deploy failed: {deployed.stderr.strip()[-500:]}")
-                name = f"ray-{replicas}-replica{'s' if replicas > 1 else ''}"
+                name = name_of(replicas)
                 log(f"{name}: {n} client(s)")
                 row = await run_clients(n, {}, args, files, log, serve_args=["--ray", ray.address],
                                         env=ray.env)   # the cluster's token
@@ -574,10 +684,16 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, RuntimeError, TimeoutError, OSError) as exc:
         return report_error("dllm-lsp bench typing", exc)
     text = json.dumps(result, indent=1)
+    # The figures first: a plot that fails must not cost the run's JSON.
     if args.out:
         write_out(args.out, text + "\n")
-    if args.plot:
-        plot(result, args.plot)
     if args.json or not args.out:
-        print(text)
+        print(text, flush=True)
+    if args.plot:
+        try:
+            plot(result, args.plot)
+        except ImportError:
+            return report_error("dllm-lsp bench typing", "--plot needs matplotlib (pip install matplotlib)")
+        except (OSError, ValueError) as exc:
+            return report_error("dllm-lsp bench typing", f"cannot write --plot {args.plot}: {exc}")
     return 0

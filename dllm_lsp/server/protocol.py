@@ -58,6 +58,16 @@ class DllmProtocol(LanguageServerProtocol):
             workspace.__class__ = LspWorkspace
         self.__dict__["_lsp_workspace"] = workspace
 
+    # pygls caches these two with functools.lru_cache on the method, keyed by (self, method): its
+    # class-wide cache of 128 entries kept the protocol, and through it the whole language server
+    # (documents, trees, edit histories) of every TCP connection that had gone, up to ~32 of them.
+    # The lookups cost next to nothing uncached.
+    def get_message_type(self, method: str):
+        return types.METHOD_TO_TYPES.get(method, (None,))[0]
+
+    def get_result_type(self, method: str):
+        return types.METHOD_TO_TYPES.get(method, (None, None))[1]
+
     def structure_message(self, data: dict[str, Any]):
         try:
             return super().structure_message(data)
