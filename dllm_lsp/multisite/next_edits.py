@@ -19,6 +19,7 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
+from urllib.parse import unquote
 
 import tree_sitter
 
@@ -46,7 +47,9 @@ WRAPPER_TYPES = frozenset({"export_statement", "decorated_definition"})
 
 
 class EditHistory:
-    """Recent texts of each open document (the current one included), oldest first, bounded."""
+    """Recent texts of each open document (the current one included), oldest first, bounded.
+    Keyed as the server keys its documents, by the percent-decoded URI: a document opened as
+    `c%3A/x.py` and closed as `c:/x.py` had kept its history for good."""
 
     def __init__(self, max_versions: int = MAX_VERSIONS, max_chars: int = MAX_HISTORY_CHARS) -> None:
         self.max_versions = max_versions
@@ -54,7 +57,7 @@ class EditHistory:
         self._versions: dict[str, deque[str]] = {}
 
     def record(self, uri: str, text: str) -> None:
-        versions = self._versions.setdefault(uri, deque())
+        versions = self._versions.setdefault(unquote(uri), deque())
         if versions and versions[-1] == text:
             return
         versions.append(text)
@@ -62,11 +65,11 @@ class EditHistory:
             versions.popleft()
 
     def forget(self, uri: str) -> None:
-        self._versions.pop(uri, None)
+        self._versions.pop(unquote(uri), None)
 
     def earlier(self, uri: str, current: str) -> list[str]:
         """Earlier texts, newest first, without the current text."""
-        return [t for t in reversed(self._versions.get(uri, ())) if t != current]
+        return [t for t in reversed(self._versions.get(unquote(uri), ())) if t != current]
 
 
 @dataclass

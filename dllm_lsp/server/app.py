@@ -84,6 +84,14 @@ class DllmLanguageServer(LanguageServer):
                 type=types.MessageType.Warning, message=f"dllm-lsp: {where}: unknown options ignored: {', '.join(unknown)}"))
         return True
 
+    def forget_document(self, uri: str) -> None:
+        """Drop all this connection keeps of a document: at didClose, and when an edit takes it past
+        the size limit (no completions for it then; it had stayed here, stale, as context for the
+        other documents and in the edit history)."""
+        self.trees.close(uri)
+        self.completions.forget(uri)
+        self.multisite.history.forget(uri)
+
     def ensure_model(self) -> None:
         """(Re)load the model when the options name another model or device than the loaded one.
         Every other option is read per request: nothing of the loaded model is reconfigured."""
@@ -161,9 +169,7 @@ def did_change(ls: DllmLanguageServer, params: types.DidChangeTextDocumentParams
 
 
 def did_close(ls: DllmLanguageServer, params: types.DidCloseTextDocumentParams) -> None:
-    ls.trees.close(params.text_document.uri)
-    ls.completions.forget(params.text_document.uri)
-    ls.multisite.history.forget(params.text_document.uri)
+    ls.forget_document(params.text_document.uri)
 
 
 async def inline_completion(ls: DllmLanguageServer, params: types.InlineCompletionParams) -> types.InlineCompletionList:

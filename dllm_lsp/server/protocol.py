@@ -141,6 +141,7 @@ class DllmProtocol(LanguageServerProtocol):
         if document is not None and len(document.source) > MAX_DOCUMENT_CHARS:
             self.mark_oversized(uri, len(document.source))
             self.workspace.remove_text_document(uri)
+            self._server.forget_document(uri)
 
     def mark_oversized(self, uri: str, size: int) -> None:
         self.oversized[unquote(uri)] = size
