@@ -63,13 +63,13 @@ def environment(device: str | None = None) -> dict:
 
 
 @lru_cache(maxsize=1)
-def code_version() -> dict:
+def code_version(root: Path | None = None) -> dict:
     """The package's version, and where it runs from a git checkout, its commit and whether the
     tracked files differ from it (figures from an uncommitted tree name the commit they started
     from). Never fails and prints nothing: no git, a copy without `.git` (an installed wheel, a
     GPU host's rsync), or a checkout git refuses all give `commit: None`."""
     info = {"version": __version__, "commit": None, "modified": None}
-    root = Path(__file__).resolve().parents[2]
+    root = root or Path(__file__).resolve().parents[2]    # (the folder that holds the package)
     # Only the package's own checkout: a wheel installed inside some other repository (a
     # virtual environment in a project folder) must not report that repository's commit.
     if not (root / ".git").exists():
@@ -77,7 +77,9 @@ def code_version() -> dict:
 
     def git(*args: str) -> str | None:
         try:
+            # The ceiling: a `.git` git does not take must not make it report a repository above.
             done = subprocess.run(["git", "-c", f"safe.directory={root}", "-C", str(root), *args],
+                                  env={**os.environ, "GIT_CEILING_DIRECTORIES": str(root.parent)},
                                   stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=10)
         except (OSError, subprocess.SubprocessError):
             return None

@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
                         "has none of them before its last character are left out")
     h.add_argument("--companion-edits", action=argparse.BooleanOptionalAction,
                    default=PlannerOptions().companion_edits,
-                   help="editor mode: fill the companion import slot in the same run, as the server does by "
-                        "default (its `companionEdits`; docs/multisite.md)")
+                   help="editor mode: fill the companion import slot in the same run, as the server does with "
+                        "its `companionEdits` option on (off by default, as here; docs/multisite.md)")
     h.add_argument("--max-tokens", type=int, default=None,
                    help="slot size when the length is unknown (default: the model's trained max slot, else 64)")
     h.add_argument("--steps", type=int, default=16, help="denoising step budget")

@@ -41,6 +41,10 @@ from .node_types import (
 
 MAX_VERSIONS = 64
 MAX_HISTORY_CHARS = 4_000_000
+# All documents' histories together: 20 open files of 117 K characters typed in held 159 MB with
+# only the per-document bounds. Beyond it, the least recently changed documents lose their oldest
+# versions first (each keeps its current text).
+MAX_TOTAL_HISTORY_CHARS = 32 * 1024 * 1024
 # Identifier positions that name something else than the variable in scope (obj.attr, f(kw=...)).
 FOREIGN_NAME_FIELDS = {("attribute", "attribute"), ("keyword_argument", "name")}
 WRAPPER_TYPES = frozenset({"export_statement", "decorated_definition"})
@@ -51,18 +55,28 @@ class EditHistory:
     Keyed as the server keys its documents, by the percent-decoded URI: a document opened as
     `c%3A/x.py` and closed as `c:/x.py` had kept its history for good."""
 
-    def __init__(self, max_versions: int = MAX_VERSIONS, max_chars: int = MAX_HISTORY_CHARS) -> None:
+    def __init__(self, max_versions: int = MAX_VERSIONS, max_chars: int = MAX_HISTORY_CHARS,
+                 max_total_chars: int = MAX_TOTAL_HISTORY_CHARS) -> None:
         self.max_versions = max_versions
         self.max_chars = max_chars
-        self._versions: dict[str, deque[str]] = {}
+        self.max_total_chars = max_total_chars
+        self._versions: dict[str, deque[str]] = {}   # the most recently changed document last
 
     def record(self, uri: str, text: str) -> None:
-        versions = self._versions.setdefault(unquote(uri), deque())
+        uri = unquote(uri)
+        versions = self._versions.pop(uri, None) or deque()
+        self._versions[uri] = versions
         if versions and versions[-1] == text:
             return
         versions.append(text)
         while len(versions) > self.max_versions or (len(versions) > 1 and sum(map(len, versions)) > self.max_chars):
             versions.popleft()
+        total = sum(len(t) for kept in self._versions.values() for t in kept)
+        for kept in self._versions.values():
+            while total > self.max_total_chars and len(kept) > 1:
+                total -= len(kept.popleft())
+            if total <= self.max_total_chars:
+                break
 
     def forget(self, uri: str) -> None:
         self._versions.pop(unquote(uri), None)

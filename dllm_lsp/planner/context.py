@@ -91,8 +91,15 @@ class IndexCache:
 # 8 ms a plan; editors keep far more files open than the few a user is working across.
 SNIPPET_DOCUMENTS = 20
 
-# 16 Mi characters: some 500 open files of 32 KB each, ~50 MB of indexes at most.
+# 16 Mi characters: some 500 open files of 32 KB each, ~90 MB of indexes at most (measured on
+# real code: the inverted index outweighs the text several times).
 INDEXES = IndexCache(max_chars=16 * 1024 * 1024)
+# Other documents larger than this are no source of snippets (a log, a generated or minified
+# file: poor context, and indexing one costs ~0.26 s a million characters), and one plan looks at
+# no more characters than half the cache holds. Five open files of 3.6 M characters had emptied
+# the cache at every plan: each completion re-indexed them all, 2 s on the event loop.
+SNIPPET_MAX_DOCUMENT_CHARS = 512 * 1024
+SNIPPET_MAX_CHARS = INDEXES.max_chars // 2
 
 
 def _index(text: str, lines_per_chunk: int) -> Index:
@@ -133,11 +140,18 @@ def relevant_snippets(
 ) -> tuple[str, tuple[str, ...]]:
     """Commented snippets (most shared identifiers first) fitting in `budget` characters, and the
     names of the documents they came from. `others` in order of relevance: the first
-    SNIPPET_DOCUMENTS are looked at, and between equal scores the earlier document wins."""
+    SNIPPET_DOCUMENTS are looked at (those up to SNIPPET_MAX_DOCUMENT_CHARS, SNIPPET_MAX_CHARS in
+    all), and between equal scores the earlier document wins."""
     if budget <= 0 or not words or not others:
         return "", ()
     scored: list[tuple[int, int, int, str, str, tuple[int, int, int]]] = []
+    looked_at = 0
     for doc_number, (uri, text) in enumerate(others[:SNIPPET_DOCUMENTS]):
+        if len(text) > SNIPPET_MAX_DOCUMENT_CHARS:
+            continue
+        looked_at += len(text)
+        if looked_at > SNIPPET_MAX_CHARS:
+            break
         chunks, index, sizes = INDEXES.get(text, lines_per_chunk)
         hits: Counter[int] = Counter()
         for word in words:

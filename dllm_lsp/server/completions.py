@@ -149,7 +149,12 @@ class CompletionService:
             engine = await self.host.ready_engine()
             if token.cancelled:
                 raise Cancelled()
-            completion_plan = plan(snapshot, offset, options, self.trees.others(uri), engine.denoiser.max_context)
+            # Off the event loop: the first plan after big documents open indexes them for snippets
+            # (seconds, for millions of characters), and every client's messages wait on the loop.
+            completion_plan = await asyncio.to_thread(plan, snapshot, offset, options, self.trees.others(uri),
+                                                      engine.denoiser.max_context)
+            if token.cancelled:
+                raise Cancelled()
             step = None if on_step is None else (lambda state: on_step(completion_plan, state))
             result = await self.host.run_plan(completion_plan, token, step, engine=engine)
             if token.cancelled:      # cancelled between its last step and here: its answer is stale

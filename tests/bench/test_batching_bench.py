@@ -1,17 +1,23 @@
 """`dllm-lsp bench batching` on a tiny model: a shared step of k requests against their k steps
 in turn, with the figures a reader needs (both medians, the gain) in the JSON."""
 import json
+import statistics
 import subprocess
 import sys
 
-from dllm_lsp.bench.batching import main
+from dllm_lsp.bench.batching import main, requests_at_spots, step_cost_fits
+from dllm_lsp.bench.latency import return_tail
+from dllm_lsp.bench.overhead import synthetic_python
 
 
-def test_shared_step_against_steps_in_turn(tiny_model_dir, tmp_path):
+def test_shared_step_against_steps_in_turn(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "batching.json"
     assert main(["--model", str(tiny_model_dir), "--device", "cpu", "--requests", "1,3", "--runs", "3",
-                 "--span-tokens", "8", "--out", str(out)]) == 0
+                 "--span-tokens", "8", "--out", str(out), "--json"]) == 0
     report = json.loads(out.read_text())
+    printed, progress = capsys.readouterr()
+    assert json.loads(printed) == report                  # --json: stdout is the JSON, progress on stderr
+    assert "3 request(s): shared step p50" in progress
     assert report["settings"]["batched_forward"] is True       # the embedded model has one
     assert [case["requests"] for case in report["cases"]] == [1, 3]
     for case in report["cases"]:
@@ -46,3 +52,25 @@ def test_bad_counts_are_one_line_errors(tiny_model_dir):
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         "dllm-lsp bench batching: error: --requests must be comma-separated counts, not 'two'"]
+
+
+def test_more_requests_than_the_400_line_module_has_spots():
+    """About 30 spots in the 400-line module: 32 requests ran out of them (ValueError)."""
+    requests = requests_at_spots(64, 8)
+    assert len(requests) == 64 and len({r.prefix for r in requests}) == 64
+    # Up to the 400-line module's count, the spots (and so the figures) are those measured so far.
+    text = synthetic_python(400)
+    at = len(text) // 4
+    for request in requests_at_spots(8, 8):
+        prefix, suffix, cut = return_tail(text, at)
+        assert (request.prefix, request.suffix) == (prefix, suffix)
+        at = cut + 1
+
+
+def test_the_step_cost_error_is_the_median_of_an_even_count():
+    cases = [{"rows": 32, "shared_step": {"p50_ms": 10.0}}, {"rows": 64, "shared_step": {"p50_ms": 30.0}}]
+    first = [{"requests": 1, "context_tokens": 100, "contexts_in_the_step": {"p50_ms": 15.0}},
+             {"requests": 2, "context_tokens": 300, "contexts_in_the_step": {"p50_ms": 60.0}}]
+    for fit in step_cost_fits(cases, first, span_tokens=32).values():
+        errors = sorted(abs(s["predicted_ms"] - s["measured_ms"]) / s["measured_ms"] for s in fit["steps"])
+        assert len(errors) == 4 and abs(fit["median_error"] - statistics.median(errors)) < 2e-3

@@ -3,6 +3,8 @@ import json
 import subprocess
 import sys
 
+from dllm_lsp.options import Options
+
 
 def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "dllm_lsp", "bench", "overhead", *args], capture_output=True,
@@ -16,6 +18,8 @@ def test_open_documents_are_timed_side_by_side(tiny_model_dir, tmp_path):
     assert "70 other documents open:" in proc.stdout
     report = json.loads(out.read_text())
     assert report["settings"]["open_documents"] == [0, 70]
+    # The options it planned with (every option, as a client sends them): the server's defaults.
+    assert report["settings"]["options"] == Options().wire() and report["settings"]["options"]["companionEdits"] is False
     assert set(report["by_open_documents"]) == {"0", "70"}
     for figures in report["by_open_documents"].values():
         assert figures["plan"]["samples"] == 16 and figures["request_overhead"]["p50_ms"] > 0

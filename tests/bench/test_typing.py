@@ -41,6 +41,11 @@ def test_two_clients_two_variants_every_keystroke_answered_or_superseded(tiny_mo
     assert rc == 0
     result = json.loads(out.read_text())
     assert set(result["variants"]) == {"serial", "two-steps"}
+    # What each variant was, beside its name: its clients' options and its server's arguments.
+    assert result["settings"]["variants"] == {
+        "serial": {"options": {}, "serve_args": ["--no-batching", "--context-pass", "own"]},
+        "two-steps": {"options": {"steps": 2}, "serve_args": []}}
+    assert result["environment"]["dllm_lsp"]["version"]          # and the code that measured
     for rows in result["variants"].values():
         assert [r["clients"] for r in rows] == [1, 2]
         for r in rows:

@@ -106,6 +106,21 @@ def test_history_is_bounded():
     assert history.earlier("u", "now") == []
 
 
+def test_all_documents_histories_are_bounded_together_the_least_recently_changed_first():
+    history = EditHistory(max_versions=10, max_chars=10_000, max_total_chars=40)
+    for i in range(4):
+        history.record("a", f"a{i}-----")            # 8 characters a version
+    for i in range(4):
+        history.record("b", f"b{i}-----")
+    # 64 characters over 40: "a" (changed least recently) gives up its oldest versions first
+    assert history.earlier("a", "now") == ["a3-----"]
+    assert history.earlier("b", "now") == ["b3-----", "b2-----", "b1-----", "b0-----"]
+    for i in range(4, 9):
+        history.record("b", f"b{i}-----")
+    assert history.earlier("a", "now") == ["a3-----"]            # its current text stays
+    assert len(history.earlier("b", "now")) == 4                  # 8 + 4 * 8 = 40
+
+
 def test_parameter_rename_reaches_keyword_arguments_of_its_calls():
     before = "def area(width, height):\n    return width * height\n\n\narea(width=2, height=3)\nother(width=1)\n"
     after = before.replace("area(width,", "area(size,")

@@ -4,6 +4,7 @@ import pytest
 
 from dllm_lsp.syntax.document import ParsedDocument
 from dllm_lsp.syntax.snapshot import Snapshot
+from dllm_lsp.planner import context
 from dllm_lsp.planner.context import INDEXES, SNIPPET_DOCUMENTS, IndexCache, relevant_snippets
 from dllm_lsp.planner.spans import PlannerSettings, plan_span
 
@@ -111,6 +112,27 @@ def test_the_documents_looked_at_are_indexed_once_however_many_are_open():
         plan = plan_span(Snapshot.parse(text, "python"), len(text), PlannerSettings(), others)
     assert INDEXES.builds - before == SNIPPET_DOCUMENTS
     assert plan.snippet_sources[0] == "module0.py"   # equal scores: the first listed wins
+
+
+def test_big_open_documents_are_no_snippet_source_and_a_plan_indexes_what_the_cache_keeps(monkeypatch):
+    """Five open files of 3.6 M characters emptied the index cache at every plan (more than it
+    holds): each keystroke re-indexed them all. A document over SNIPPET_MAX_DOCUMENT_CHARS is not
+    looked at, and one plan looks at no more than SNIPPET_MAX_CHARS."""
+    def module(i: int, lines: int) -> tuple[str, str]:
+        return f"file:///big{i}.py", f"def helper_{i}(radius):\n    return area_of_circle(radius)\n" * lines
+
+    text = "total = area_of_circle(radius) + "
+    huge = module(0, context.SNIPPET_MAX_DOCUMENT_CHARS // 50 + 1)
+    assert len(huge[1]) > context.SNIPPET_MAX_DOCUMENT_CHARS
+    before = INDEXES.builds
+    plan = plan_span(Snapshot.parse(text, "python"), len(text), PlannerSettings(), [huge, module(1, 3)])
+    assert INDEXES.builds - before == 1 and plan.snippet_sources == ("big1.py",)
+    # The characters one plan looks at: a smaller cap, met by the fourth of these documents.
+    monkeypatch.setattr(context, "SNIPPET_MAX_CHARS", 3 * len(module(10, 100)[1]) + 10)
+    before = INDEXES.builds
+    for _ in range(3):
+        plan_span(Snapshot.parse(text, "python"), len(text), PlannerSettings(), [module(i, 100) for i in range(10, 16)])
+    assert INDEXES.builds - before == 3
 
 
 def test_the_index_cache_keeps_what_fits_its_characters_most_recent_first():
