@@ -4,8 +4,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
+from . import __version__
 from .cli_errors import output_file
 from .serving import INSTALL_HINT as RAY_INSTALL_HINT
 
@@ -30,6 +32,7 @@ BENCH_MODES = {
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dllm-lsp", description="Code completion by diffusion infilling.")
+    parser.add_argument("--version", action="version", version=f"dllm-lsp {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the language server")
@@ -116,6 +119,16 @@ def add_model_args(parser: argparse.ArgumentParser, default: str | None = "defau
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # `dllm-lsp complete ... --json | head -c0`: whoever read stdout has gone. Nothing more can
+        # be said there, and the interpreter's flush at exit would print a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in DELEGATED:
         try:

@@ -21,6 +21,7 @@ from .bench.latency import run_latency_bench
 from .cli_errors import one_line, write_out
 from .engine.engine import CanvasTooSmall, Engine, out_of_memory
 from .engine.types import InfillRequest
+from .cpus import usable_cpus
 from .loader import ModelLoadError, load_model
 from .options import Options, SettingsError
 from .server import auth, create_server
@@ -66,8 +67,21 @@ def apply_threads(args) -> int:
             value = DEFAULT_THREADS
     if value < 1:
         raise UserError(f"--threads must be at least 1, not {value}")
+    limit = max_threads()
+    if value > limit:
+        # 100000 segfaulted torch's thread pool, 32768 hung it, and either starved the machine of
+        # threads while it tried
+        raise UserError(f"--threads {value} is more than this machine can use: at most {limit} "
+                        f"(4 per usable core, at least {MIN_THREADS_LIMIT})")
     torch.set_num_threads(value)
     return value
+
+
+MIN_THREADS_LIMIT = 64
+
+
+def max_threads() -> int:
+    return max(MIN_THREADS_LIMIT, 4 * usable_cpus())
 
 
 def serve(args) -> int:
@@ -341,6 +355,8 @@ def infill(args) -> int:
     room = threading.BoundedSemaphore(args.concurrency)      # lines read but not yet answered
     replies: queue.SimpleQueue[tuple[int, Future] | None] = queue.SimpleQueue()
 
+    reader_gone = threading.Event()
+
     def write() -> None:
         while (item := replies.get()) is not None:
             number, future = item
@@ -348,7 +364,14 @@ def infill(args) -> int:
                 reply = future.result()
             except Exception as exc:   # noqa: BLE001 - out of memory, say: that line fails, the stream goes on
                 reply = {"id": None, "error": f"line {number}: {type(exc).__name__}: {exc}"}
-            print(json.dumps(reply), flush=True)
+            if not reader_gone.is_set():
+                try:
+                    print(json.dumps(reply), flush=True)
+                except (BrokenPipeError, ValueError):
+                    # `| head -1`: whoever read the replies has gone. Stop reading lines (the
+                    # process had waited for ever for room), and send what is left nowhere.
+                    reader_gone.set()
+                    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             room.release()
 
     writer = threading.Thread(target=write, name="infill-replies")
@@ -357,6 +380,9 @@ def infill(args) -> int:
         with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
             for number, raw in enumerate(stdin_lines(), start=1):
                 room.acquire()
+                if reader_gone.is_set():
+                    room.release()
+                    break
                 if isinstance(raw, UnicodeDecodeError):   # answered here, in its turn: no model work
                     refused: Future = Future()
                     refused.set_result({"id": None, "error": f"line {number} is not UTF-8 ({raw.reason} at byte {raw.start})"})

@@ -95,6 +95,11 @@ def resolve_model_path(spec: str | Path | None, device_type: str | None = None) 
     shipped default of `device_type` ("cpu", "cuda"; models/DEFAULT)."""
     if spec in (None, "", "default"):
         return default_model_path(device_type)
+    # A shipped model's bare name means that model, whatever the current folder holds: an editor
+    # starts the server in the workspace, and a folder there of the same name had replaced it.
+    # `./name` is the folder.
+    if isinstance(spec, str) and spec in shipped_model_names():
+        return shipped_models_dir() / spec
     path = Path(spec).expanduser()
     try:
         return _existing_folder(path, spec)

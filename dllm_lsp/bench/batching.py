@@ -168,7 +168,7 @@ def step_cost_fits(cases: list[dict], first_steps: list[dict] | None, span_token
     steps (span rows only) and the first steps with their contexts (span and context rows),
     once with the rows split as the scheduler counts them and once counted as one; each fit's
     coefficients and its relative error on every step. None without first steps to tell the
-    two apart."""
+    two apart, or with too few steps for the model to fit (one request count: two steps)."""
     if not first_steps:
         return None
     steps = [(StepRows(case["rows"]), case["shared_step"]["p50_ms"] / 1000) for case in cases]
@@ -181,6 +181,9 @@ def step_cost_fits(cases: list[dict], first_steps: list[dict] | None, span_token
         for rows, seconds in steps:
             cost.observe(counted(rows), seconds)
         fit = cost.fit()
+        if fit is None:    # StepCost fits from 4 steps of more than one size on
+            progress(f"step cost: not fitted from {len(steps)} steps (ask for 2 request counts or more)")
+            return None
         predicted = [fit.predict(counted(rows)) for rows, _ in steps]
         errors = [abs(p - seconds) / seconds for p, (_, seconds) in zip(predicted, steps)]
         fits[name] = {

@@ -26,7 +26,7 @@ import sys
 import torch
 
 from dllm_lsp.checkpoints.block_denoiser import SDAR_8B_SHAPE, random_block_denoiser
-from dllm_lsp.checkpoints.block_model import BlockConfig, block_causal_mask
+from dllm_lsp.checkpoints.block_model import BlockConfig, BlockLM, block_causal_mask
 from dllm_lsp.cli_errors import output_file, report as report_error, write_out
 from dllm_lsp.engine.blockwise import BlockStep, decode_blockwise
 from dllm_lsp.engine.denoiser import Canvas
@@ -34,6 +34,7 @@ from dllm_lsp.loader import ModelLoadError, resolve_device
 
 from .checkpoint_latency import fixed_steps, guarded, shared_against_in_turn, timed
 from .environment import environment
+from .memory import weights_too_big
 
 TINY = BlockConfig(vocab_size=1024, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16, ffn_dim=128,
                    rope_theta=10000.0, norm_eps=1e-6, qk_norm=True)
@@ -136,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg = TINY if a.quick else SDAR_8B_SHAPE
     context = a.context or (48 if a.quick else 2048)
     runs = a.runs or (2 if a.quick else 5)
+    too_big = weights_too_big(lambda: BlockLM(cfg), torch.bfloat16 if device.type == "cuda" else torch.float32, device)
+    if too_big:
+        print(f"dllm-lsp bench block: error: the SDAR-8B-shaped model cannot be built here: {too_big}", file=sys.stderr)
+        return 1
     figures = run(device, cfg, context, a.span, runs, shared)
     result = {
         "benchmark": "block-diffusion infill vs autoregressive decode, same random weights, equal tokens",

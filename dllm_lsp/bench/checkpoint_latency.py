@@ -51,6 +51,7 @@ from dllm_lsp.engine.types import CacheSettings, DecodeSettings
 from dllm_lsp.loader import ModelLoadError, resolve_device
 
 from .environment import environment
+from .memory import weights_too_big
 from .profiling import profile_calls
 
 DREAM_7B = BiConfig(vocab_size=152064, dim=3584, n_layers=28, n_heads=28, n_kv_heads=4, head_dim=128,
@@ -480,6 +481,9 @@ def run(args: argparse.Namespace) -> dict:
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     if span % steps:
         raise SystemExit("--span must be a multiple of --steps so every step commits the same number of tokens")
+    too_big = weights_too_big(lambda: BidirectionalLM(cfg), dtype, device)
+    if too_big:
+        raise SystemExit(f"dllm-lsp bench checkpoint: error: the Dream-7B-shaped model cannot be built here: {too_big}")
 
     model = random_model(cfg, device, dtype)
     denoiser = bench_denoiser(model, cfg)

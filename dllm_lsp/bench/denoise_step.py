@@ -25,6 +25,7 @@ from dllm_lsp.kernels.unmask_select import unmask_select
 
 from .environment import variable_set
 from .kernel_cases import kernels_runnable, median_ms
+from .memory import weights_too_big
 from .profiling import profile_calls
 
 DREAM_7B = dict(vocab_size=152064, dim=3584, n_layers=28, n_heads=28, n_kv_heads=4, ffn_dim=18944,
@@ -79,9 +80,19 @@ def cuda_graph(fn: Callable[[], object]) -> Callable[[], object]:
     return GraphedCall(fn, device=torch.device("cuda", torch.cuda.current_device()), warm_ups=3)
 
 
+def step_dtype(device: torch.device) -> torch.dtype:
+    return torch.float32 if device.type == "cpu" else torch.bfloat16
+
+
+def step_model_too_big(device: torch.device, quick: bool) -> str | None:
+    """Why the step's model cannot be built on `device` (memory.weights_too_big), or None."""
+    cfg = EmbeddedConfig(**(QUICK_SHAPE if quick else DREAM_7B))
+    return weights_too_big(lambda: EmbeddedModel(cfg), step_dtype(device), device)
+
+
 def bench_step(device: torch.device, quick: bool, n_ctx: int, span_len: int, bandwidth: float | None,
                profile: bool = False) -> dict:
-    dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
+    dtype = step_dtype(device)
     shape = QUICK_SHAPE if quick else DREAM_7B
     cfg = EmbeddedConfig(**shape)
     model = build_model(cfg, device, dtype)

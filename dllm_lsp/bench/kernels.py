@@ -113,7 +113,7 @@ def run(args: argparse.Namespace, save=lambda report: None) -> dict:
     import torch  # noqa: PLC0415
 
     from . import kernel_cases  # noqa: PLC0415
-    from .denoise_step import bench_step  # noqa: PLC0415
+    from .denoise_step import bench_step, step_model_too_big  # noqa: PLC0415
     from .environment import environment  # noqa: PLC0415
     from dllm_lsp.loader import ModelLoadError, resolve_device  # noqa: PLC0415  (imports the models: after TRITON_INTERPRET)
 
@@ -126,6 +126,10 @@ def run(args: argparse.Namespace, save=lambda report: None) -> dict:
             torch.cuda.set_device(device)
     elif device.type != "cpu":
         raise SystemExit(f"dllm-lsp bench kernels: error: unsupported device {device}")
+    too_big = None if args.skip_step else step_model_too_big(device, args.quick)
+    if too_big:   # refused before the kernels' minutes, not after
+        raise SystemExit(f"dllm-lsp bench kernels: error: the denoising step's model cannot be built here: "
+                         f"{too_big} (or --skip-step)")
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     bandwidth = args.bandwidth or default_bandwidth(gpu)
     info = environment(str(device))

@@ -9,8 +9,9 @@ last request had to come back), the person looks at the suggestion at the cursor
 it (Tab) types the suggestion's text over its range, as an editor does, which is the edit the
 server recognises and prefetches after. Every keystroke, an accept included, is an incremental
 `didChange` followed by an `inlineCompletion` request; a request still running at the next
-keystroke is cancelled, as editors do. For 1, 2, 4 and 8 concurrent clients, and for every server variant (a set of
-options, e.g. prefix reuse or batching off), side by side in one run, it reports:
+keystroke is cancelled, as editors do. For 1, 2, 4 and 8 concurrent clients, and for every
+server variant (a set of options, e.g. prefix reuse or batching off), side by side in one run,
+it reports:
 
 - keystroke -> suggestion latency p50 / p95 (answered requests),
 - the share of keystrokes answered before the next keystroke superseded them,
@@ -22,9 +23,10 @@ options, e.g. prefix reuse or batching off), side by side in one run, it reports
   `context_free_speedup`, the most any context reuse could lower that model time (Amdahl: the
   steps remain). With one client (no queueing) it bounds what prefix reuse can do for latency,
 
-as JSON with the device, versions and settings, and a PNG (latency and throughput against
-clients). Every request must end answered or cancelled: `unanswered` counts those that never
-came back, and any are a server bug.
+as JSON with the device, versions and settings (each variant's options and serve arguments
+among them), and a PNG (latency and throughput against clients). Every request must end
+answered or cancelled (answered + superseded + failed + unanswered = keystrokes): `unanswered`
+counts those that never came back, and any are a server bug.
 """
 from __future__ import annotations
 

@@ -88,6 +88,11 @@ def resolve_data(spec: str, data_dir: str | Path | None = None) -> Path:
     if spec in FILES:
         folder = Path(data_dir).expanduser() if data_dir else default_data_dir()
         path = folder / FILES[spec]
+        if not data_dir and not os.environ.get(DATA_ENV) and not folder.is_dir():
+            # Installed, not a checkout: the default folder beside the repository means nothing
+            raise ValueError(f"{spec}: no benchmark folder is set. The files come from {DATA_SOURCE}: "
+                             f"download them into a folder and pass --data-dir DIR (or set {DATA_ENV}=DIR), "
+                             "or pass one file with --data PATH")
         if not path.is_file():
             raise ValueError(f"{spec}: {FILES[spec]} is not in {folder}. The benchmark files come from "
                              f"{DATA_SOURCE}: download them into a folder and pass --data-dir DIR (or set "

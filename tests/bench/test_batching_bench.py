@@ -74,3 +74,9 @@ def test_the_step_cost_error_is_the_median_of_an_even_count():
     for fit in step_cost_fits(cases, first, span_tokens=32).values():
         errors = sorted(abs(s["predicted_ms"] - s["measured_ms"]) / s["measured_ms"] for s in fit["steps"])
         assert len(errors) == 4 and abs(fit["median_error"] - statistics.median(errors)) < 2e-3
+
+
+def test_one_request_count_is_too_few_steps_to_fit_the_step_cost():
+    cases = [{"rows": 32, "shared_step": {"p50_ms": 10.0}}]
+    first = [{"requests": 1, "context_tokens": 100, "contexts_in_the_step": {"p50_ms": 15.0}}]
+    assert step_cost_fits(cases, first, span_tokens=32) is None

@@ -56,6 +56,25 @@ def test_infill_jsonl_round_trip_keeps_order_and_survives_bad_lines(tiny_model_d
     assert "strings" in out[3]["error"] and "max_tokens" in out[4]["error"]
 
 
+def test_infill_ends_when_its_reader_has_gone(tiny_model_dir):
+    """`dllm-lsp infill < lines | head -1`: the reply writer died on the closed pipe and the
+    process waited for ever, the model loaded."""
+    line = json.dumps({"prefix": "def f(x):\n    return ", "suffix": "\n", "max_tokens": 4}) + "\n"
+    proc = subprocess.Popen([sys.executable, "-m", "dllm_lsp", "infill", "--model", str(tiny_model_dir), "--device",
+                             "cpu"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdin.write((line * 30).encode())
+    proc.stdin.close()
+    assert json.loads(proc.stdout.readline())["completion"] is not None
+    proc.stdout.close()                                   # `| head -1` read its line and left
+    try:
+        proc.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("infill went on waiting after its reader had gone") from None
+    err = proc.stderr.read()
+    assert b"Traceback" not in err, err.decode()
+
+
 def test_infill_answers_a_line_that_is_not_utf8_with_its_error(tiny_model_dir):
     """Under a strict stdin encoding the bad byte once raised out of the read loop: no reply at all,
     not even to the good lines before it."""

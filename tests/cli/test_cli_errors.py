@@ -3,6 +3,7 @@ on stderr (`dllm-lsp: error: ...`, `dllm-lsp <sub>: error: ...`), exit status 1,
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -166,3 +167,24 @@ def test_serve_step_slack_below_one(slack):
     proc = run("serve", "--step-slack", slack, timeout=60)
     assert proc.returncode == 1
     one_line(proc, "dllm-lsp: error: --step-slack must be at least 1", f"not {slack}")
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_more_threads_than_the_machine_can_use_are_refused(tiny_model_dir, how):
+    # 100000 segfaulted torch's pool (32768 hung it), starving the machine of threads meanwhile
+    if how == "flag":
+        proc = run("complete", f"{EXAMPLE}:3:12", *cpu(tiny_model_dir), "--threads", "100000")
+    else:
+        proc = subprocess.run([sys.executable, "-m", "dllm_lsp", "complete", f"{EXAMPLE}:3:12", *cpu(tiny_model_dir)],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "DLLM_LSP_THREADS": "100000"})
+    assert proc.returncode == 1 and proc.stdout == ""
+    one_line(proc, "dllm-lsp: error: --threads 100000 is more than this machine can use: at most")
+
+
+def test_a_closed_stdout_is_no_traceback(tiny_model_dir):
+    proc = subprocess.Popen([sys.executable, "-m", "dllm_lsp", "complete", f"{EXAMPLE}:3:12", *cpu(tiny_model_dir),
+                             "--json"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()                                   # `| head -c0`
+    _, err = proc.communicate(timeout=120)
+    assert b"Traceback" not in err, err.decode()

@@ -44,3 +44,14 @@ def test_bad_settings_are_one_line_before_the_model_loads(tmp_path, capsys, extr
     data.write_text(json.dumps(TASK) + "\n")
     assert main(["humaneval-infilling", "--data", str(data), "--model", str(tmp_path / "none"), *extra]) == 1
     assert one_error_line(capsys) == f"dllm-lsp eval: error: {expected}"
+
+
+def test_no_default_benchmark_folder_outside_a_checkout_says_how_to_give_one(tmp_path, monkeypatch):
+    """Installed from a wheel, the default folder beside the repository is a path inside the Python
+    installation: the message had told the user to put the files there."""
+    from dllm_lsp.eval import tasks
+
+    monkeypatch.delenv(tasks.DATA_ENV, raising=False)
+    monkeypatch.setattr(tasks, "default_data_dir", lambda: tmp_path / "not-a-checkout" / "shared" / "eval")
+    with pytest.raises(ValueError, match="no benchmark folder is set.*--data-dir DIR"):
+        tasks.resolve_data("single-line")

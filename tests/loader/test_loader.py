@@ -121,3 +121,15 @@ def test_weights_holding_nan_or_infinity_are_refused(model_copy, bad):
     save_file(state, str(model_copy / "model.safetensors"), metadata={"format": "pt"})
     with pytest.raises(ModelLoadError, match=f"NaN or infinite values \\({name}\\)"):
         load_model(model_copy, "cpu")
+
+
+def test_a_shipped_models_name_is_that_model_whatever_the_current_folder_holds(tmp_path, monkeypatch):
+    """An editor starts the server in the workspace: a folder there named like a shipped model had
+    replaced it (or broken the load). `./name` still means the folder."""
+    from dllm_lsp.loader import resolve_model_path, shipped_model_names, shipped_models_dir
+
+    name = shipped_model_names()[0]
+    (tmp_path / name).mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert resolve_model_path(name) == shipped_models_dir() / name
+    assert resolve_model_path(f"./{name}").resolve() == (tmp_path / name).resolve()
