@@ -143,27 +143,7 @@ class BidirectionalLM(nn.Module):
         rounding). Returns per request hidden [B_r, A_r, D] and, with `keep_kv`, each layer's
         keys/values of its rows [B_r, Hkv, A_r, D] (views of the pass's).
         """
-        shapes = [(int(i.shape[0]), int(i.shape[1])) for i in ids]
-        flat = torch.cat([i.reshape(-1) for i in ids])[None]
-        cos = torch.cat([c.repeat(b, 1) for (c, _), (b, _) in zip(ropes, shapes)])
-        sin = torch.cat([s.repeat(b, 1) for (_, s), (b, _) in zip(ropes, shapes)])
-        layer_kv: list[KV] = []
-
-        def attend(i: int, layer: Block, x: torch.Tensor) -> torch.Tensor:
-            out, kv = layer.attn.cached_ragged(x, cos, sin, shapes, [ctx[i] for ctx in contexts])
-            if keep_kv:
-                layer_kv.append(kv)
-            return out
-
-        hidden = self._blocks(self._embed(flat), attend)
-        parts = hidden[0].split([b * a for b, a in shapes])
-        out, off = [], 0
-        for part, (b, a) in zip(parts, shapes):
-            kv = [tuple(t[0, :, off:off + b * a].unflatten(1, (b, a)).transpose(0, 1) for t in pair)
-                  for pair in layer_kv] if keep_kv else None
-            out.append((part.view(b, a, -1), kv))
-            off += b * a
-        return out
+        return cached_ragged_pass(ids, ropes, contexts, keep_kv, self._embed, self._blocks)
 
     def _blocks(self, h: torch.Tensor, attend) -> torch.Tensor:
         """The pre-norm residual stack, `h + attn(norm(h))` then `h + mlp(norm(h))` per block, with each
@@ -195,3 +175,30 @@ class BidirectionalLM(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+def cached_ragged_pass(ids: list[torch.Tensor], ropes: list[tuple[torch.Tensor, torch.Tensor]],
+                       contexts: list[list[KV]], keep_kv: bool, embed, stack) -> list[tuple[torch.Tensor, list[KV] | None]]:
+    """`cached_ragged` of a model whose layers' attention has `cached_ragged` (BidirectionalLM here,
+    block_model.BlockLM): `embed(ids)` the embedding, `stack(h, attend)` its residual blocks."""
+    shapes = [(int(i.shape[0]), int(i.shape[1])) for i in ids]
+    flat = torch.cat([i.reshape(-1) for i in ids])[None]
+    cos = torch.cat([c.repeat(b, 1) for (c, _), (b, _) in zip(ropes, shapes)])
+    sin = torch.cat([s.repeat(b, 1) for (_, s), (b, _) in zip(ropes, shapes)])
+    layer_kv: list[KV] = []
+
+    def attend(i: int, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        out, kv = layer.attn.cached_ragged(x, cos, sin, shapes, [ctx[i] for ctx in contexts])
+        if keep_kv:
+            layer_kv.append(kv)
+        return out
+
+    hidden = stack(embed(flat), attend)
+    parts = hidden[0].split([b * a for b, a in shapes])
+    out, off = [], 0
+    for part, (b, a) in zip(parts, shapes):
+        kv = [tuple(t[0, :, off:off + b * a].unflatten(1, (b, a)).transpose(0, 1) for t in pair)
+              for pair in layer_kv] if keep_kv else None
+        out.append((part.view(b, a, -1), kv))
+        off += b * a
+    return out

@@ -41,6 +41,8 @@ from dllm_lsp.kernels.rmsnorm import rms_norm
 from dllm_lsp.kernels.rope import apply_rotary
 from dllm_lsp.kernels.span_attention import span_attention, span_attention_ragged
 
+from .architecture import cached_ragged_pass
+
 KV = tuple[torch.Tensor, torch.Tensor]   # keys, values [B, Hkv, N, D], rotary already applied
 
 ROUTERS = ("softmax", "sigmoid")
@@ -356,25 +358,7 @@ class BlockLM(nn.Module):
         """`cached` for several requests in one pass: the shared step and the "reuse" first pass
         of a CheckpointSession (BidirectionalLM.cached_ragged's contract, which LLaDA-MoE and CoDA
         had lacked: every shared step and every "reuse" request of theirs failed)."""
-        shapes = [(int(i.shape[0]), int(i.shape[1])) for i in ids]
-        cos = torch.cat([c.repeat(b, 1) for (c, _), (b, _) in zip(ropes, shapes)])
-        sin = torch.cat([s.repeat(b, 1) for (_, s), (b, _) in zip(ropes, shapes)])
-        layer_kv: list[KV] = []
-
-        def attend(i: int, layer: Layer, x: torch.Tensor) -> torch.Tensor:
-            out, kv = layer.attn.cached_ragged(x, cos, sin, shapes, [ctx[i] for ctx in contexts])
-            if keep_kv:
-                layer_kv.append(kv)
-            return out
-
-        hidden = self._stack(self.embed(torch.cat([i.reshape(-1) for i in ids])[None]), attend)
-        out, off = [], 0
-        for part, (b, a) in zip(hidden[0].split([b * a for b, a in shapes]), shapes):
-            kv = [tuple(t[0, :, off:off + b * a].unflatten(1, (b, a)).transpose(0, 1) for t in pair)
-                  for pair in layer_kv] if keep_kv else None
-            out.append((part.view(b, a, -1), kv))
-            off += b * a
-        return out
+        return cached_ragged_pass(ids, ropes, contexts, keep_kv, self.embed, self._stack)
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         weight = self.embed.weight if self.lm_head is None else self.lm_head.weight

@@ -304,6 +304,22 @@ def test_toggle_off_and_on(version, tmp_path, editor_model, expected):
 
 
 @pytest.mark.parametrize("version", VERSIONS)
+def test_backspace_while_a_suggestion_is_shown_raises_nothing(version, tmp_path, editor_model, expected):
+    """0.12 redraws its current item on every cursor move at the item's range start: a Backspace
+    that took the line below it raised "Invalid 'col': out of range" (a hit-ENTER prompt)."""
+    with open_session(version, tmp_path, editor_model) as nv:
+        type_on_line_2(nv)
+        nv.wait(lambda s: s["ghost"] == expected, what=f"ghost text {expected!r}")
+        nv.keys("BSpace")
+        nv.wait(lambda s: s["lines"][1] == LINE[:-1], what="the Backspace")
+        time.sleep(1)
+        messages = nv.expr("execute('messages')")
+        assert "out of range" not in messages and "Error" not in messages, messages
+        nv.type(" ")                 # the next answer is drawn as usual
+        nv.wait(lambda s: s["ghost"] == expected, what=f"ghost text {expected!r} again")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
 def test_typing_the_suggestions_first_character_then_tab_inserts_it_once(version, tmp_path, editor_model,
                                                                           expected):
     """0.12 accepted through Neovim's own accept, which writes the item over its range: that ends

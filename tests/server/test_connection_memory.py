@@ -20,14 +20,9 @@ from dllm_lsp.server.protocol import MAX_DOCUMENT_CHARS
 from dllm_lsp.server.tcp import serve_tcp
 
 from .raw_rpc import RawClient
+from .test_tcp import free_port
 
 BIG_PY = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(2000))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

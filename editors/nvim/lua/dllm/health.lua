@@ -34,7 +34,7 @@ function M.check()
       health.ok(('server command: %s'):format(table.concat(cmd, ' ')))
     else
       health.error(('server command not found: %s'):format(tostring(exe)), {
-        'pip install dllm-lsp, or set cmd / python in setup()',
+        'install it from its checkout (pip install /path/to/dllm-lsp: it is not on PyPI), or set cmd / python in setup()',
       })
     end
   end

@@ -19,6 +19,32 @@ local pending = {} ---@type table<integer, fun()> bufnr -> cancel of the running
 -- bufnr -> next / prev pressed while that request's answer was still coming (Neovim then holds the
 -- report's one item): applied once the answer with the alternatives is Neovim's.
 local deferred = {} ---@type table<integer, integer>
+-- bufnr -> { handler, ctx, row, col }: the last answer handed to Neovim's handler, and the cursor
+-- (row, byte column) its request was made at, where the items' ranges start.
+local answered = {}
+
+--- Neovim (0.12-dev) redraws its current item on every CursorMovedI at the item's range start; a
+--- Backspace that takes the line below that column made it raise "Invalid 'col': out of range"
+--- (a hit-ENTER prompt while typing). Once the cursor is before where the answer's request was
+--- made, the item is Neovim's no more: it gets an empty answer, before its own redraw runs.
+local function drop_stale_item(bufnr)
+  local last = answered[bufnr]
+  local win = util.win(bufnr)
+  if not last or win == -1 then
+    return
+  end
+  local row, col = unpack(vim.api.nvim_win_get_cursor(win))
+  if row ~= last.row or col < last.col then
+    answered[bufnr] = nil
+    last.handler(nil, { items = {} }, last.ctx)
+  end
+end
+
+local function remember(bufnr, handler, ctx, cursor)
+  if cursor then
+    answered[bufnr] = { handler = handler, ctx = ctx, row = cursor[1], col = cursor[2] }
+  end
+end
 
 --- Wraps client.request (on_init of the dllm client).
 function M.wrap_client(client)
@@ -37,8 +63,11 @@ function M.wrap_client(client)
     end
     M.asked[bufnr] = nil
     if not stream.enabled or stream.supported == false then
-      return request(self, method, params, function(err, result, ...)
-        handler(err, util.unix_answer(result), ...)
+      local w = util.win(bufnr)
+      local at = w ~= -1 and vim.api.nvim_win_get_cursor(w) or nil
+      return request(self, method, params, function(err, result, ctx, ...)
+        remember(bufnr, handler, ctx, at)
+        handler(err, util.unix_answer(result), ctx, ...)
       end, bufnr)
     end
     if pending[bufnr] then
@@ -61,6 +90,7 @@ function M.wrap_client(client)
     -- The original request function: through self.request it would come back here.
     cancel = stream.request(self, bufnr, params, function(item)
       if current() and item.text ~= '' then
+        remember(bufnr, handler, ctx, cursor)
         handler(nil, { items = { { insertText = item.text, range = item.range } } }, ctx)
       end
     end, function(err, result)
@@ -73,6 +103,7 @@ function M.wrap_client(client)
         return
       end
       if err or current() then
+        remember(bufnr, handler, ctx, cursor)
         handler(err, util.unix_answer(result), ctx)
         if not err and cycles and cycles ~= 0 then
           vim.lsp.inline_completion.select({ bufnr = bufnr, count = cycles })
@@ -85,9 +116,20 @@ function M.wrap_client(client)
 end
 
 function M.attach(client, bufnr)
+  local group = vim.api.nvim_create_augroup('dllm.native.' .. bufnr, { clear = true })
+  -- Before Neovim's own CursorMovedI handler (autocmds run in the order they were made): enabling
+  -- again after ours makes Neovim's come second even where it was enabled before.
+  vim.lsp.inline_completion.enable(false, { bufnr = bufnr })
+  vim.api.nvim_create_autocmd('CursorMovedI', {
+    group = group,
+    buffer = bufnr,
+    callback = function()
+      drop_stale_item(bufnr)
+    end,
+  })
   vim.lsp.inline_completion.enable(true, { bufnr = bufnr })
   vim.api.nvim_create_autocmd('InsertLeave', {
-    group = vim.api.nvim_create_augroup('dllm.native.' .. bufnr, { clear = true }),
+    group = group,
     buffer = bufnr,
     callback = function()
       if pending[bufnr] then
@@ -95,12 +137,14 @@ function M.attach(client, bufnr)
         pending[bufnr] = nil
       end
       deferred[bufnr] = nil
+      answered[bufnr] = nil
     end,
   })
 end
 
 function M.detach(bufnr)
   pcall(vim.api.nvim_del_augroup_by_name, 'dllm.native.' .. bufnr)
+  answered[bufnr] = nil
   if pending[bufnr] then
     pending[bufnr]()
     pending[bufnr] = nil
