@@ -107,6 +107,7 @@ def test_denoise_loop_through_the_kernels(canvas, monkeypatch):
     from dllm_lsp.engine.denoise import denoise
     from dllm_lsp.engine.denoiser import Canvas
     from dllm_lsp.engine.types import DecodeSettings
+    from tokenizers import Tokenizer, models
 
     ids, span = canvas
     model = tiny_model()
@@ -115,7 +116,7 @@ def test_denoise_loop_through_the_kernels(canvas, monkeypatch):
     outcomes = {}
     for mode in ("reference", "triton"):
         monkeypatch.setenv("DLLM_LSP_KERNELS", mode)
-        denoiser = EmbeddedDenoiser(model, tokenizer=None, name="tiny")
+        denoiser = EmbeddedDenoiser(model, tokenizer=Tokenizer(models.BPE()), name="tiny")   # (ids only: no text)
         outcomes[mode] = denoise(denoiser, layout, DecodeSettings(steps=2, n=2, threshold=0.5))
     assert torch.equal(outcomes["triton"].span_ids, outcomes["reference"].span_ids)
     assert outcomes["triton"].steps == outcomes["reference"].steps
