@@ -86,7 +86,8 @@ def _finish_line(plan: SpanPlan, doc_text: str, text: str) -> str | None:
     newline = text.find("\n")
     if newline >= 0:
         text = text[:newline]
-    text = trim_line_overlap(text.rstrip(), plan.line_rest, _line_quotes(plan.snapshot.language_id))
+    quotes = _line_quotes(plan.snapshot.language_id)
+    text = trim_line_overlap(text.rstrip(), plan.line_rest, quotes)
     if not text.strip() or text == plan.typed_prefix or not text.startswith(plan.typed_prefix):
         return None
     rest = plan.line_rest
@@ -104,7 +105,6 @@ def _finish_line(plan: SpanPlan, doc_text: str, text: str) -> str | None:
         line_start = line_bounds(doc_text, plan.replace_start)[0]
         head = doc_text[max(line_start, plan.replace_start - _LINE_LOOKED_AT):plan.replace_start]
         rest = rest[:_LINE_LOOKED_AT]
-        quotes = _line_quotes(plan.snapshot.language_id)
         if _brackets(head + text + rest, quotes).unbalanced > _brackets(head + rest, quotes).unbalanced:
             return None
     return text if _ParseCheck(plan)(text) else None
