@@ -13,8 +13,10 @@ keystroke is cancelled, as editors do. For 1, 2, 4 and 8 concurrent clients, and
 server variant (a set of options, e.g. prefix reuse or batching off), side by side in one run,
 it reports:
 
-- keystroke -> suggestion latency p50 / p95 (answered requests),
-- the share of keystrokes answered before the next keystroke superseded them,
+- keystroke -> suggestion latency p50 / p95 (every answer that came back, late ones included:
+  leaving those out would flatter the latency),
+- the share of keystrokes answered before the next keystroke superseded them (`late` counts the
+  answers that came after the next keystroke's cancel had been sent, which an editor drops),
 - accepted suggestions and the characters they saved, typed-through hits (the server's own
   counter, where it keeps one), requests per second,
 - where the server's model time went (`server_work`, from `dllm/status` before and after): the
@@ -25,7 +27,7 @@ it reports:
 
 as JSON with the device, versions and settings (each variant's options and serve arguments
 among them), and a PNG (latency and throughput against clients). Every request must end
-answered or cancelled (answered + superseded + failed + unanswered = keystrokes): `unanswered`
+answered or cancelled (answered + late + superseded + failed + unanswered = keystrokes): `unanswered`
 counts those that never came back, and any are a server bug.
 """
 from __future__ import annotations
@@ -144,10 +146,11 @@ def make_script(path: Path, client: int, rng: random.Random, keystrokes: int,
 class ClientStats:
     keystrokes: int = 0           # requests: one per key press (an accept too)
     answered: int = 0             # a suggestion (or an empty answer) came back before the next keystroke
+    late: int = 0                 # an answer that came after the next keystroke had cancelled its request
     superseded: int = 0           # cancelled by the next keystroke
     failed: int = 0               # an error other than cancellation
     unanswered: int = 0           # never came back at all (a server bug)
-    shown: int = 0                # answers with a non-empty suggestion
+    shown: int = 0                # answers in time with a non-empty suggestion
     accepted: int = 0
     accepted_chars: int = 0
     latencies_ms: list[float] = field(default_factory=list)
@@ -166,6 +169,9 @@ class Typist:
         self.version = 1
         self.pending: dict[str, tuple[int, asyncio.Future]] = {}     # msg id -> (keystroke, answer)
         self.given_up: set[int] = set()     # requests counted unanswered: an answer after that is not counted again
+        # Requests the next keystroke cancelled. The server may still answer one (it finished
+        # before the cancel arrived); the editor has moved on and drops that answer, so it is late.
+        self.cancelled: set[int] = set()
         self.latest: tuple[int, int, asyncio.Future] | None = None   # (line, col, answer) of the last request
 
     async def connect(self, host: str, port: int, options: dict) -> None:
@@ -256,8 +262,9 @@ class Typist:
         return line, col
 
     def request(self, line: int, col: int) -> None:
-        for msg_id, (_, fut) in list(self.pending.items()):
+        for msg_id, (key, fut) in list(self.pending.items()):
             if not fut.done():   # the editor moves on: the previous request is cancelled
+                self.cancelled.add(key)
                 self.client.protocol.notify("$/cancelRequest", types.CancelParams(id=msg_id))
             else:
                 del self.pending[msg_id]       # finished: `done` counts it
@@ -284,8 +291,11 @@ class Typist:
             else:
                 self.stats.failed += 1
             return
-        self.stats.answered += 1
         self.stats.latencies_ms.append((time.perf_counter() - sent) * 1000)
+        if key in self.cancelled:
+            self.stats.late += 1
+            return
+        self.stats.answered += 1
         result = fut.result()
         items = getattr(result, "items", None) or []
         if items and getattr(items[0], "insert_text", ""):
@@ -451,7 +461,8 @@ async def run_clients(n: int, options: dict, args, files: list[Path], log, serve
     keys = sum(s.keystrokes for s in stats)
     row = {
         "clients": n, "keystrokes": keys, "wall_s": round(wall, 2), "model_load_s": round(load_s, 2),
-        "answered": sum(s.answered for s in stats), "superseded": sum(s.superseded for s in stats),
+        "answered": sum(s.answered for s in stats), "late": sum(s.late for s in stats),
+        "superseded": sum(s.superseded for s in stats),
         "failed": sum(s.failed for s in stats), "unanswered": sum(s.unanswered for s in stats),
         "shown": sum(s.shown for s in stats), "accepted": sum(s.accepted for s in stats),
         "accepted_chars": sum(s.accepted_chars for s in stats),

@@ -1,5 +1,6 @@
 """`dllm-lsp bench typing` on a tiny model: the real server over TCP, two clients typing at once,
 two server variants side by side; every keystroke accounted for, nothing left unanswered."""
+import asyncio
 import json
 import os
 import random
@@ -7,7 +8,9 @@ import shutil
 
 import pytest
 
-from dllm_lsp.bench.typing import main, make_script, stdlib_file, variants_of
+from lsprotocol import types
+
+from dllm_lsp.bench.typing import Pace, Typist, main, make_script, stdlib_file, variants_of
 
 
 def test_typing_the_segments_back_restores_the_file():
@@ -18,6 +21,26 @@ def test_typing_the_segments_back_restores_the_file():
     for seg in script.segments:          # in order, each at its own line, as the typist does
         lines[seg.line:seg.line] = seg.text.splitlines(keepends=True)
     assert "".join(lines) == path.read_text()
+
+
+def test_an_answer_after_the_next_keystrokes_cancel_is_late_not_answered():
+    """The server may answer a request it finished before the cancel arrived; the editor has
+    moved on by then and drops it, so it must not count as a keystroke answered in time."""
+    script = make_script(stdlib_file("textwrap.py"), 0, random.Random(3), keystrokes=20)
+    typist = Typist(0, script, Pace(), seed=1)
+    loop = asyncio.new_event_loop()
+    try:
+        item = types.InlineCompletionList(items=[types.InlineCompletionItem(insert_text="x")])
+        for key in (1, 2):
+            fut = loop.create_future()
+            fut.set_result(item)
+            if key == 1:
+                typist.cancelled.add(key)     # keystroke 2 cancelled request 1 before it came back
+            typist.done(fut, sent=0.0, key=key)
+    finally:
+        loop.close()
+    assert (typist.stats.answered, typist.stats.late, typist.stats.shown) == (1, 1, 1)
+    assert len(typist.stats.latencies_ms) == 2       # both answers' latencies count
 
 
 def test_variants_parse_and_refuse_non_objects():
@@ -50,7 +73,7 @@ def test_two_clients_two_variants_every_keystroke_answered_or_superseded(tiny_mo
         assert [r["clients"] for r in rows] == [1, 2]
         for r in rows:
             assert r["keystrokes"] >= 25 * r["clients"]
-            assert r["answered"] + r["superseded"] + r["failed"] + r["unanswered"] == r["keystrokes"]
+            assert r["answered"] + r["late"] + r["superseded"] + r["failed"] + r["unanswered"] == r["keystrokes"]
             assert r["unanswered"] == 0 and r["failed"] == 0
             assert r["answered"] > 0 and r["latency"]["p50_ms"] > 0
             work = r["server_work"]        # the model's time, from the server's own counters
