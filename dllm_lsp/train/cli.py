@@ -48,7 +48,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     for key in (*MODEL_KEYS, "seq_len", "max_slot", "batch_size", "warmup"):
         p.add_argument(f"--{key.replace('_', '-')}", type=int, default=None)
     p.add_argument("--lr", type=float, default=None)
-    p.add_argument("--layout", choices=("causal_context", "bidirectional"), default="causal_context")
+    p.add_argument("--layout", choices=("causal_context", "bidirectional"), default=None,
+                   help="attention layout of a new model (default: causal_context)")
     p.add_argument("--steps", type=int, default=None, help="step budget")
     p.add_argument("--minutes", type=float, default=None, help="time budget (the schedule anneals to it)")
     p.add_argument("--device", default="auto")
@@ -90,7 +91,10 @@ def train_options(a, corpus: Path, tokenizer: Path, out: Path) -> TrainOptions:
         if getattr(a, key, None) is not None:
             p[key] = getattr(a, key)
     model = {k: p[k] for k in MODEL_KEYS if k != "vocab_size"}
-    model["attention_layout"] = a.layout
+    model["attention_layout"] = a.layout or "causal_context"
+    # The architecture flags given on the command line (not the preset's): a continued model
+    # keeps its own, so these are checked against it rather than silently ignored.
+    given = tuple(k for k in model if getattr(a, "layout" if k == "attention_layout" else k, None) is not None)
     return TrainOptions(
         corpus=corpus, out=out, tokenizer=tokenizer, model=model,
         layout=LayoutOptions(seq_len=p["seq_len"], max_slot=p["max_slot"]),
@@ -99,7 +103,7 @@ def train_options(a, corpus: Path, tokenizer: Path, out: Path) -> TrainOptions:
         batch_size=p["batch_size"], lr=p["lr"], warmup=p["warmup"], max_steps=a.steps, minutes=a.minutes,
         device=a.device, compile=a.compile, attention=a.attention, bf16=a.bf16, workers=a.workers,
         threads=a.threads, eval_every=a.eval_every, save_every=a.save_every, seed=a.seed, save_dtype=a.save_dtype, resume=a.resume,
-        save_minutes=a.save_minutes, init_from=a.init_from,
+        save_minutes=a.save_minutes, init_from=a.init_from, model_given=given,
     )
 
 

@@ -10,7 +10,7 @@ import platform
 import signal
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -68,6 +68,7 @@ class TrainOptions:
     resume: bool = False
     save_minutes: float | None = None   # also write the model folder every this many minutes
     init_from: Path | None = None       # continue training this model folder (its architecture and tokenizer)
+    model_given: tuple[str, ...] = ()   # keys of `model` the user set: a continued model must agree with them
 
 
 def lr_at(progress: float, step: int, opts: TrainOptions) -> float:
@@ -144,6 +145,18 @@ def continued_config(folder: Path, tokenizer: Tokenizer, seq_len: int) -> tuple[
     return cfg, previous
 
 
+def check_architecture(opts: TrainOptions, cfg: EmbeddedConfig) -> None:
+    """A continued model keeps its architecture. An architecture flag that disagrees with it was
+    silently ignored (the run trained the folder's model and recorded the flag), so it is refused."""
+    flag = {"attention_layout": "--layout"}
+    clash = [f"{flag.get(key, '--' + key.replace('_', '-'))} {opts.model[key]} (it has {getattr(cfg, key)})"
+             for key in opts.model_given if opts.model[key] != getattr(cfg, key)]
+    if clash:
+        how = "--resume" if opts.resume else "--init-from"
+        raise ValueError(f"{how} continues the model's own architecture: {'; '.join(clash)}; drop the flag, "
+                         f"or train a new model into another --out")
+
+
 def check_options(opts: TrainOptions, files: bool = True) -> torch.device:
     """The device to train on; refuses (ValueError naming the option) what would crash the run or
     never end it, before any work. `files`: also that the tokenizer and the corpus exist."""
@@ -208,6 +221,10 @@ def train(opts: TrainOptions, log=print) -> dict:
         cfg = EmbeddedConfig(**{**opts.model, "vocab_size": tokenizer.get_vocab_size(),
                                 "max_positions": opts.layout.seq_len, "mask_token_id": specials["mask"],
                                 "pad_token_id": specials["pad"], "eos_token_id": specials["eos"]})
+    if opts.resume or opts.init_from is not None:
+        check_architecture(opts, cfg)
+        # The record says what was trained: the folder's architecture, not the preset's.
+        opts = replace(opts, model={key: getattr(cfg, key) for key in opts.model})
     model = EmbeddedModel(cfg).to(device)
     if opts.init_from is not None and not opts.resume:
         try:

@@ -146,6 +146,24 @@ def test_resume_continues_a_continued_folder_and_keeps_its_earlier_runs(first_ru
     assert [run["steps"] for run in summary["runs"]] == [5, 4] and summary["steps"] == 9   # the first run kept
 
 
+def test_architecture_flags_that_disagree_with_a_continued_model_are_refused(first_run, tmp_path, capsys):
+    # They were ignored: the run trained the folder's model and exited 0, with the flag recorded.
+    work, first = first_run
+    config = json.loads((first / "config.json").read_text())
+    common = ["--corpus", str(work / "corpus"), "--tokenizer", str(first / "tokenizer.json"),
+              "--preset", "tiny-test", "--threads", "1", "--steps", "1", "--init-from", str(first)]
+    out = tmp_path / "wider"
+    assert main(["model", *common, "--out", str(out), "--dim", str(config["dim"] * 2), "--layout", "bidirectional"]) == 1
+    err = capsys.readouterr().err
+    assert f"--dim {config['dim'] * 2} (it has {config['dim']})" in err and "--layout bidirectional" in err, err
+    assert not out.exists()
+    # The same values as the model's are no clash, and neither are a preset's defaults
+    # (another preset's layers, say): the record names the model's architecture, not the preset's.
+    assert main(["model", *common, "--out", str(out), "--dim", str(config["dim"]), "--preset", "cpu-small"]) == 0
+    recorded = json.loads((out / "training.json").read_text())["options"]["model"]
+    assert (recorded["dim"], recorded["ffn_dim"]) == (config["dim"], config["ffn_dim"]) != (192, 512)
+
+
 def test_resume_refuses_what_it_cannot_resume_in_one_line(first_run, tmp_path, capsys):
     work, first = first_run
     moved = shutil.copytree(first, tmp_path / "moved")          # its optimizer state stayed behind
