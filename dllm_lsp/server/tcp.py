@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import threading
 from typing import Any
 
@@ -34,6 +35,26 @@ log = logging.getLogger(__name__)
 # server's memory for as long as it liked.
 PRE_AUTH_MAX_FRAME = 256 * 1024
 AUTH_DEADLINE_S = 30.0
+
+# A client whose machine went away without closing (a laptop put to sleep, a network cut) sends
+# nothing more, not even a FIN, and an idle editor sends nothing either: its connection, documents,
+# edit histories and queued requests stayed for good. The kernel's keepalive probes an idle
+# connection after KEEPALIVE_IDLE_S and ends it after KEEPALIVE_PROBES unanswered probes
+# KEEPALIVE_INTERVAL_S apart (about two minutes in all), which ends the connection's read like a
+# close. A live editor's machine answers the probes itself, so an idle editor is never cut off.
+KEEPALIVE_IDLE_S = 60
+KEEPALIVE_INTERVAL_S = 15
+KEEPALIVE_PROBES = 4
+
+
+def keep_alive(sock: socket.socket | None) -> None:
+    if sock is None:
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", KEEPALIVE_IDLE_S), ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S),
+                        ("TCP_KEEPCNT", KEEPALIVE_PROBES)):
+        if hasattr(socket, name):     # Linux names; elsewhere the system's keepalive times apply
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
 
 class ConnectionProtocol(DllmProtocol):
@@ -101,6 +122,7 @@ async def serve_tcp(host: str, port: int, settings: Options, token: str | None =
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         log.info("client connected from %s", peer)
+        keep_alive(writer.get_extra_info("socket"))
         server = create_server(settings, host=shared, protocol_cls=ConnectionProtocol)
         server.protocol.token = token
         server._stop_event = threading.Event()

@@ -32,6 +32,19 @@ def listening_addresses(port: int) -> set[str]:
     return found
 
 
+def keepalive_timers(port: int) -> list[float]:
+    """Seconds left on the keepalive timer of each established connection the server holds on
+    `port`, from /proc/net/tcp (timer kind 2 is keepalive; its time is in 1/100 s ticks). A
+    connection without keepalive has no timer while idle: a peer that vanished stays for good."""
+    found = []
+    for line in open("/proc/net/tcp").read().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == "01" and int(fields[1].split(":")[1], 16) == port:
+            kind, when = fields[5].split(":")
+            found.append(int(when, 16) / 100 if int(kind, 16) == 2 else float("inf"))
+    return found
+
+
 async def connect(port: int):
     client, _ = make_client()
     await client.start_tcp("127.0.0.1", port)
@@ -70,6 +83,9 @@ async def test_tcp_server_binds_loopback_and_serves_many_clients(tmp_path, tiny_
         assert listening_addresses(port) == {"127.0.0.1"}
         first = await connect(port)
         second = await connect(port)                     # a second client while the first is on
+        await asyncio.sleep(0.3)                         # both idle: each has its keepalive timer running
+        timers = keepalive_timers(port)
+        assert len(timers) == 2 and all(t <= 60 for t in timers), timers
         assert await complete_once(first) and await complete_once(second)
         await disconnect(first)
         assert await complete_once(second), "one client leaving must not stop the others"
