@@ -90,7 +90,11 @@ class Completion:
 
     @property
     def typed_prefix(self) -> str:
-        return self.span.typed_prefix
+        """The word typed before the cursor that the text replaces, on this completion's own
+        snapshot: a completion moved onto a newer one (typed through, rebased) covers what was typed
+        since. The plan's `span.typed_prefix` is the older version's: as filterText, editors hid
+        the item at the first character typed through."""
+        return self.snapshot.text[self.start:self.end]
 
 
 @dataclass(frozen=True)

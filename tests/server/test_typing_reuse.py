@@ -65,6 +65,28 @@ async def test_typing_through_a_suggestion_reuses_it_without_the_model(client):
     assert (await status(client))["batching"]["requestSteps"] > after["batching"]["requestSteps"]
 
 
+async def test_a_classic_completion_typed_through_filters_on_what_is_typed_now(client):
+    """Editors filter a completion item by the text its range covers against its filterText. An
+    answer reused after typing kept the older version's typed word as filterText (`wid` for a
+    range over `widt`), so classic clients hid it at the first keystroke that agreed with it."""
+    uri = "file:///typing/filtered.py"
+    source = SOURCE.replace("    return \n", "    return wid\n")
+    open_doc(client, uri, source)
+    line_text = source.split("\n")[LINE]
+    params = lambda col: types.CompletionParams(text_document=types.TextDocumentIdentifier(uri),
+                                                 position=types.Position(LINE, col))
+    first = (await client.text_document_completion_async(params(COL + 3))).items
+    assert first and first[0].filter_text == "wid", first
+    text = first[0].text_edit.new_text
+    assert text.startswith("wid") and len(text) >= 5, text
+    before = await status(client)
+    change(client, uri, 2, LINE, COL + 3, COL + 3, text[3])           # typed through: the next character
+    again = (await client.text_document_completion_async(params(COL + 4))).items
+    assert (await status(client))["typedThroughHits"] == before["typedThroughHits"] + 1
+    covered = (line_text + text[3])[again[0].text_edit.range.start.character:again[0].text_edit.range.end.character]
+    assert covered == text[:4] and again[0].filter_text == covered
+
+
 async def test_an_accepted_suggestion_starts_the_next_completion_ahead(client):
     uri = "file:///typing/accept.py"
     open_doc(client, uri, SOURCE)
