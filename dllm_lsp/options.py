@@ -60,7 +60,8 @@ def _in(low, high=None):
 
 
 def _non_empty(instance, attribute, value) -> None:
-    if not value:
+    # Blank counts as empty: a `holeMarker` of " " was taken, and every code action then failed.
+    if not value.strip():
         raise OptionValueError(attribute.name, f"{snake_to_camel(attribute.name)} must be a non-empty string")
 
 

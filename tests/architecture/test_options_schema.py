@@ -80,7 +80,8 @@ def test_client_objects_are_structured_strictly():
                              ({"temperature": float("nan")}, "temperature must be within 0.05..5.0"),   # NaN passed < and >
                              ({"languages": {"python": "yes"}}, "languages['python'] must be a boolean"),
                              ({"languages": ["python"]}, "languages must be a JSON object, not ['python']"),
-                             ({"model": ""}, "model must be a non-empty string"), (["steps"], "JSON object")]:
+                             ({"model": ""}, "model must be a non-empty string"), (["steps"], "JSON object"),
+                             ({"holeMarker": " "}, "holeMarker must be a non-empty string")]:
         with pytest.raises(SettingsError, match=re.escape(message)):
             base.merged(options)
 
