@@ -95,6 +95,11 @@ class PlannerOptions:
     languages: dict[str, bool] = attrs.field(factory=dict, metadata=doc(
         'per-language enable, e.g. `{"markdown": false}`; unknown languages use line rules'))
 
+    def context_budget(self, model_context: int | None = None) -> int:
+        """The context budget in force: `context_tokens`, capped by the positions of the model that
+        will run the request (None: not known). Completions and multi-site fills both size by it."""
+        return self.context_tokens if model_context is None else min(self.context_tokens, model_context)
+
     def planner_settings(self, context_tokens: int | None = None) -> PlannerSettings:
         """`context_tokens`: the budget in force (`context_tokens` capped by the model's positions)."""
         budget = self.context_tokens if context_tokens is None else context_tokens

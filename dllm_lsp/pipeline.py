@@ -183,8 +183,7 @@ def plan(snapshot: Snapshot, offset: int, options: Options = Options(),
     positions of the model that will run the plan, `engine.denoiser.max_context`; None: not
     known). The planner's character window, the text the companion slot keeps before the
     cursor and the engine's canvas all derive from it."""
-    budget = options.planner.context_tokens if model_context is None else min(options.planner.context_tokens,
-                                                                             model_context)
+    budget = options.planner.context_budget(model_context)
     planner = options.planner.planner_settings(budget)
     # planned and post-processed on the lines as LSP counts them (a lone CR read as LF); the
     # completion itself stays on `snapshot`, the text the editor has

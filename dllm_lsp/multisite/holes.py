@@ -66,7 +66,9 @@ def find_holes(
         raise ValueError(f"range [{start}, {end}) is outside the document (length {len(source.text)})")
     if source.tree is None:
         return HoleScope(start, end, [])
-    finder = _Finder(source, marker.strip(), span_tokens, line_tokens)
+    # Lines as LSP counts them (a lone CR ends one, as the planner reads them): a classic-Mac file
+    # was one line to the finder, which then missed every `# TODO` alone on its line.
+    finder = _Finder(source.line_view, marker.strip(), span_tokens, line_tokens)
     if end > start:
         return HoleScope(start, end, finder.holes_in(start, end))
     node = source.smallest_node(start, start)

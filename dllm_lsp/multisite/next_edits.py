@@ -305,7 +305,7 @@ def call_sites(new: Snapshot, change: Change, line_tokens: int) -> list[Site]:
             continue
         sites.append(Site(
             start=start, end=end, label=f"call site of {change.new_name}",
-            single_line="\n" not in new.text[start:end], max_tokens=line_tokens,
+            single_line="\n" not in new.line_view.text[start:end], max_tokens=line_tokens,
             owner_type=arguments.type, owner_start=new.start(arguments), outer_start=new.start(arguments),
         ))
     return sites
@@ -376,7 +376,7 @@ def definition_sites(new: Snapshot, change: Change, line_tokens: int) -> list[Si
             continue
         sites.append(Site(
             start=start, end=end, label=f"parameters of {change.new_name}",
-            single_line="\n" not in new.text[start:end], max_tokens=line_tokens,
+            single_line="\n" not in new.line_view.text[start:end], max_tokens=line_tokens,
             owner_type=parameters.type, owner_start=new.start(parameters), outer_start=new.start(parameters),
         ))
     return sites

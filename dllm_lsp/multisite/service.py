@@ -29,7 +29,7 @@ class ModelRunner(Protocol):
 
     async def infill(self, request: InfillRequest, settings: DecodeSettings, cancel: CancelToken,
                      on_step=None, *, context_tokens: int | None = None,
-                     cache: CacheSettings = CacheSettings()) -> InfillResult: ...
+                     cache: CacheSettings = CacheSettings(), engine: Engine | None = None) -> InfillResult: ...
 
 
 @dataclass
@@ -56,8 +56,10 @@ class MultisiteService:
         ordered = check_sites(text, sites)
         if not ordered:
             return []
+        # One engine for the whole request: the sites are fitted to its tokenizer and positions,
+        # so the fill runs on it even if the connection's model changes meanwhile.
         engine = await self.host.ready_engine()
-        budget = options.planner.context_tokens
+        budget = options.planner.context_budget(engine.denoiser.max_context)
         fitting = fit_to_budget(engine, text, ordered, budget)
         dropped = [Outcome(s.start, s.end, text[s.start:s.end], s.label, "kept", "over the context budget")
                    for s in ordered[len(fitting):]]
@@ -67,7 +69,7 @@ class MultisiteService:
                                 heal_blanks=options.planner.heal_whitespace,
                                 heal_before=options.planner.heal_typed)
         result = await self.host.infill(request, options.decode.decode_settings(alternatives=1), CancelToken(),
-                                        context_tokens=budget, cache=options.model.cache_settings())
+                                        context_tokens=budget, cache=options.model.cache_settings(), engine=engine)
         return settle(text, source.language_id, fitting, result.candidates[0], source.tree) + dropped
 
     async def fill_holes(self, source: Snapshot, start: int, end: int, options: Options,

@@ -347,11 +347,14 @@ class ModelHost:
         context_tokens: int | None = None,
         cache: CacheSettings = CacheSettings(),
         user: int = 0,
+        engine: Engine | None = None,
     ) -> InfillResult:
         """Run one infill on the worker thread with this request's own options (the engine is
-        shared by every connection and never reconfigured). If the awaiting task is cancelled,
-        the loop is told to stop at its next step boundary before the cancellation propagates."""
-        engine = await self.ready_engine(user)
+        shared by every connection and never reconfigured): on `engine`, the one the request was
+        sized for, else `user`'s. If the awaiting task is cancelled, the loop is told to stop at
+        its next step boundary before the cancellation propagates."""
+        if engine is None:
+            engine = await self.ready_engine(user)
         run = functools.partial(engine.infill, request, settings, cancel, on_step,
                                 context_tokens=context_tokens, cache=cache)
         return await self._run(run, cancel, user)

@@ -54,11 +54,13 @@ def code_action(ls, params: types.CodeActionParams) -> list[types.CodeAction]:
 async def fill_holes(ls, *args: Any) -> dict:
     follow_outer_cancellation(ls)
     uri, lsp_range, fill = fill_arguments(args, FILL_COMMAND)
-    snapshot, document, _ = ls.trees.get(uri, ls.workspace)
+    snapshot, document, language_id = ls.trees.get(uri, ls.workspace)
     version = document.version
     start, end = offset_of(document, lsp_range.start), offset_of(document, lsp_range.end)
     if end < start:
         raise JsonRpcInvalidParams("the range ends before it starts")
+    if not ls.options.planner.language_enabled(language_id):
+        return {"applied": False, "reason": language_off(language_id), "edit": None, "sites": []}
     marker = fill.marker or ls.options.planner.hole_marker
     report = await answered(ls.multisite.fill_holes(snapshot, start, end, ls.options, marker))
     document = ls.workspace.get_text_document(uri)
@@ -90,6 +92,12 @@ async def apply_companion_edit(ls, *args: Any) -> dict:
     return {"applied": applied, **({"reason": reason} if reason else {}), "edit": _converter.unstructure(edit)}
 
 
+def language_off(language_id: str) -> str:
+    # Every feature honours the `languages` option: completions were off for the language while
+    # hole fills and next edits still edited its files.
+    return f"dllm is off for {language_id} (the `languages` option)"
+
+
 async def ask_to_apply(ls, edit: types.WorkspaceEdit, label: str) -> tuple[bool, str | None]:
     """workspace/applyEdit: (applied, why not). A client that refuses, answers with an error, or
     answers something that is no ApplyWorkspaceEditResult has not applied it (an error reply
@@ -107,7 +115,7 @@ async def ask_to_apply(ls, edit: types.WorkspaceEdit, label: str) -> tuple[bool,
 async def next_edits(ls, raw: Any) -> dict:
     params = decode(raw, NextEditsParams, f"{NEXT_EDITS_METHOD} params")
     uri = params.text_document.uri
-    snapshot, live, _ = ls.trees.get(uri, ls.workspace)
+    snapshot, live, language_id = ls.trees.get(uri, ls.workspace)
     version = live.version
     # ranges refer to this version even if the user types on while the model fills
     document = LspTextDocument(uri, source=snapshot.text, version=version, position_codec=live.position_codec)
@@ -115,6 +123,8 @@ async def next_edits(ls, raw: Any) -> dict:
     if params.position is not None:
         at = offset_of(document, params.position)   # InvalidParams when outside the document
         near = (line_starts(snapshot.text)[params.position.line], line_end(snapshot.text, at))   # its line, as LSP counts
+    if not ls.options.planner.language_enabled(language_id):   # no edits, and none remembered
+        return {"version": version, "change": None, "edits": [], "kept": [], "reason": language_off(language_id)}
     ls.multisite.history.record(uri, snapshot.text)
     report = await answered(ls.multisite.next_edits(uri, snapshot, ls.options, near))
     change = None

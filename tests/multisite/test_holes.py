@@ -177,3 +177,13 @@ def test_a_todo_comment_hole_in_a_crlf_file_ends_before_the_line_end(language, t
     assert holes and all(text[h.end:h.end + 2] == "\r\n" for h in holes), [(h.start, h.end) for h in holes]
     filled = apply_outcomes(text, settle(text, language, holes, ["x = 1" for _ in holes]))
     assert "\n" not in filled.replace("\r\n", "")
+
+
+def test_a_file_with_lone_carriage_returns_has_the_same_holes_as_with_line_feeds():
+    """Classic Mac line ends: the finder looked for lines at `\\n`, so a `# TODO` alone on its line
+    was no hole and `pass` became a one-line hole with no indentation."""
+    text = "def f(x):\n    # TODO\n    pass\n"
+    lf = find_holes(Snapshot.parse(text, "python"), 0, 0).holes
+    cr = find_holes(Snapshot.parse(text.replace("\n", "\r"), "python"), 0, 0).holes
+    assert [(h.start, h.end, h.single_line, h.indent) for h in cr] == \
+        [(h.start, h.end, h.single_line, h.indent) for h in lf] == [(14, 20, False, "    "), (25, 29, False, "    ")]

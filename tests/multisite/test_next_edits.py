@@ -171,3 +171,11 @@ def test_a_rename_in_a_file_with_lone_carriage_returns_reaches_every_reference()
     plan = plan_next_edits([before], after, "python", near=(0, after.index("\r")))
     assert plan is not None and plan.change.kind == "rename"
     assert apply_outcomes(after, plan.renames) == "def f(value):\r    t = value + 1\r    return value\r"
+
+
+def test_a_call_site_over_several_lines_with_lone_carriage_returns_is_no_one_line_site():
+    before = "def scale(a):\r    return a\r\r\rx = scale(\r    1)\r"
+    after = before.replace("scale(a)", "scale(a, b)")
+    plan = plan_next_edits([before], after, "python")
+    assert plan is not None and plan.change.kind == "signature"
+    assert [(after[s.start:s.end], s.single_line) for s in plan.sites] == [("\r    1", False)]

@@ -218,6 +218,25 @@ async def test_disabled_language_gets_no_code_action(server):
             types.DidChangeConfigurationParams(settings={"dllm": {"languages": {}}}))
 
 
+async def test_a_disabled_language_gets_no_hole_fill_and_no_next_edits(server):
+    """Completions honoured the `languages` option; hole fills and next edits still edited the file."""
+    uri = "file:///tmp/off_language.py"
+    before, after = SIGNATURES["python"]
+    open_doc(server.client, uri, before, "python")
+    server.change(uri, 2, after)
+    server.client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"dllm": {"languages": {"python": False}}}))
+    try:
+        edits = await server.request("dllm/nextEdits", {"textDocument": {"uri": uri}})
+        assert edits["change"] is None and edits["edits"] == [] and "off for python" in edits["reason"]
+        fill = await server.command("dllm.fillHoles", [uri, lsp_range(after, 0, 0), {"marker": "scale"}])
+        assert fill["applied"] is False and fill["edit"] is None and "off for python" in fill["reason"]
+    finally:
+        server.client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(settings={"dllm": {"languages": {}}}))
+    assert (await server.request("dllm/nextEdits", {"textDocument": {"uri": uri}}))["change"]["kind"] == "signature"
+
+
 async def test_no_holes_no_code_action(server):
     uri = "file:///tmp/no_holes.py"
     open_doc(server.client, uri, "def f(x):\n    return x\n", "python")

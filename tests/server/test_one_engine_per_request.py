@@ -8,10 +8,12 @@ from pygls.workspace import Workspace
 
 from dllm_lsp.engine.engine import Engine
 from dllm_lsp.loader import load_model
+from dllm_lsp.multisite.service import MultisiteService
 from dllm_lsp.options import Options
 from dllm_lsp.server.completions import CompletionService
 from dllm_lsp.server.documents import DocumentTrees
 from dllm_lsp.server.model_host import ModelHost
+from dllm_lsp.syntax.snapshot import Snapshot
 
 URI = "file:///tmp/one_engine.py"
 TEXT = "def area(width, height):\n    return \n"
@@ -45,3 +47,17 @@ async def test_the_planned_for_engine_runs_the_request(tiny_model_dir):
     assert host.lookups == 1                                    # looked up once, for planning
     assert first.work_stats()["context"]["sessions"] >= 1       # and run there
     assert then.work_stats()["context"]["sessions"] == 0
+
+
+async def test_a_hole_fill_runs_on_the_engine_its_sites_were_fitted_to(tiny_model_dir):
+    """The sites are fitted to one engine's tokenizer and positions; the fill looked the engine
+    up again and ran on whatever the connection had by then."""
+    first, then = (Engine(load_model(tiny_model_dir, "cpu")) for _ in range(2))
+    host = SwitchingHost(first, then)
+    source = Snapshot.parse("def f(x):\n    # TODO\n    return x\n", "python")
+    try:
+        report = await MultisiteService(host).fill_holes(source, 0, 0, OPTIONS)
+    finally:
+        host.shutdown()
+    assert report.outcomes and host.lookups == 1
+    assert first.work_stats()["context"]["sessions"] >= 1 and then.work_stats()["context"]["sessions"] == 0
