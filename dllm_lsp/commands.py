@@ -352,6 +352,10 @@ def infill(args) -> int:
     settings = options.decode.decode_settings()
     default_max = args.max_tokens if args.max_tokens is not None else options.planner.max_line_tokens
     engine = load_engine(args, batching=args.concurrency > 1)
+    # Every setting from the options schema, as the server sends them (the engine's own defaults
+    # are copies of the schema's, not the source).
+    run = functools.partial(engine.infill, settings=settings, cache=options.model.cache_settings(),
+                            context_tokens=options.planner.context_budget(engine.denoiser.max_context))
     room = threading.BoundedSemaphore(args.concurrency)      # lines read but not yet answered
     replies: queue.SimpleQueue[tuple[int, Future] | None] = queue.SimpleQueue()
 
@@ -391,8 +395,7 @@ def infill(args) -> int:
                 if not raw.strip():
                     room.release()
                     continue
-                replies.put((number, pool.submit(infill_line, engine, raw, number, default_max, settings,
-                                                 InfillRequest)))
+                replies.put((number, pool.submit(infill_line, run, raw, number, default_max, InfillRequest)))
     finally:
         replies.put(None)
         writer.join()
@@ -404,7 +407,7 @@ def infill(args) -> int:
     return 0
 
 
-def infill_line(engine, raw: str, number: int, default_max: int, settings, request_cls) -> dict:
+def infill_line(run, raw: str, number: int, default_max: int, request_cls) -> dict:
     """One JSONL request -> one reply; a bad line gets an `error` reply and the stream goes on."""
     try:
         # a lone UTF-16 surrogate ("\ud800", which JSON allows and no tokenizer takes) becomes
@@ -430,7 +433,7 @@ def infill_line(engine, raw: str, number: int, default_max: int, settings, reque
     try:
         request = request_cls.single(prefix, suffix, max_tokens, language=language_name(language or ""),
                                      starts_with=starts_with)
-        result = engine.infill(request, settings)
+        result = run(request)
     except ValueError as exc:
         return {"id": ident, "error": str(exc)}
     except Exception as exc:   # noqa: BLE001 - out of memory, say: this line fails with its id, the stream goes on

@@ -1,5 +1,5 @@
 """The embedded default model: a small transformer with the "causal context, bidirectional
-span" attention layout (DESIGN.md), in one readable file.
+span" attention layout (docs/models.md), in one readable file.
 
 Context tokens attend causally to earlier context tokens only (slots are invisible to them),
 so their keys/values never depend on the span: they are computed once per request (in its

@@ -185,7 +185,7 @@ def check_kernels(device: torch.device, quick: bool, drill_fail: str | None) -> 
 
         setattr(fn[0], fn[1], drill)
     shapes = QUICK if quick or device.type != "cuda" else tuple(HEADS)
-    # The interpreter has no bf16 dot (DESIGN.md): it checks fp32; the GPU checks what inference runs.
+    # The interpreter has no bf16 dot (docs/kernels.md): it checks fp32; the GPU checks what inference runs.
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     rows = (span_attention_rows(device, shapes, dtype) + unmask_select_rows(device, shapes, dtype)
             + rms_norm_rows(device, shapes, dtype) + rope_rows(device, shapes, dtype))

@@ -22,7 +22,9 @@ from .types import PlanError, SpanPlan
 class PlannerSettings:
     max_span_tokens: int = 64       # multi-line spans (block bodies, new lines)
     max_line_tokens: int = 32       # one-line spans (line tails, arguments, strings, identifiers)
-    context_chars: int = 6000       # prefix + suffix budget (about 1,500-2,000 tokens of code)
+    # These defaults are the options schema's (dllm_lsp/options.py builds the server's settings;
+    # tests/architecture/test_options_schema.py checks they agree): 1,024 tokens of ~6 characters.
+    context_chars: int = 6144       # prefix + suffix budget
     prefix_share: float = 0.75      # share of the budget that goes before the cursor
     snippet_chars: int = 1500       # at most this much of the prefix budget goes to other documents
     snippet_lines: int = 12         # other documents are cut into chunks of this many lines

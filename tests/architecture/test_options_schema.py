@@ -2,13 +2,18 @@
 it and must not drift; client objects are structured strictly."""
 from __future__ import annotations
 
+import inspect
 import json
 import re
 from pathlib import Path
 
 import pytest
 
+from dllm_lsp.engine.engine import DEFAULT_CONTEXT_TOKENS
+from dllm_lsp.engine.types import CacheSettings, DecodeSettings
+from dllm_lsp.multisite.holes import find_holes
 from dllm_lsp.options import BY_WIRE, OPTIONS, Options, SettingsError, written_files
+from dllm_lsp.planner.spans import PlannerSettings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -84,6 +89,20 @@ def test_client_objects_are_structured_strictly():
                              ({"holeMarker": " "}, "holeMarker must be a non-empty string")]:
         with pytest.raises(SettingsError, match=re.escape(message)):
             base.merged(options)
+
+
+def test_the_settings_types_defaults_are_the_schemas():
+    """The lower layers' settings types keep defaults of their own (tests and benches build them
+    bare); they must be the schema's, or code built on them measures another configuration (the
+    planner's context was 6,000 characters bare against the server's 6,144)."""
+    options = Options()
+    assert PlannerSettings() == options.planner.planner_settings()
+    assert DecodeSettings() == options.decode.decode_settings()
+    assert CacheSettings() == options.model.cache_settings()
+    assert DEFAULT_CONTEXT_TOKENS == options.planner.context_tokens
+    holes = inspect.signature(find_holes).parameters
+    assert (holes["marker"].default, holes["span_tokens"].default, holes["line_tokens"].default) == (
+        options.planner.hole_marker, options.planner.max_span_tokens, options.planner.max_line_tokens)
 
 
 def test_thresholds_are_on_the_confidence_kinds_scale():
