@@ -33,7 +33,6 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--num-gpus", type=float, default=None, help="GPUs per replica (default: 1 on cuda)")
             p.add_argument("--num-cpus", type=float, default=1.0, help="CPUs per replica")
             p.add_argument("--max-ongoing", type=int, default=8, help="requests a replica holds at once")
-            p.add_argument("--context-tokens", type=int, default=None)
     return ap
 
 
@@ -49,7 +48,7 @@ def config_of(a) -> ReplicaConfig:
     gpus = a.num_gpus if a.num_gpus is not None else (1.0 if a.device.startswith("cuda") else 0.0)
     return ReplicaConfig(model=a.model, device=a.device, replicas=a.replicas, num_cpus=a.num_cpus, num_gpus=gpus,
                          autoscale=autoscale, target_ongoing_requests=a.target_ongoing,
-                         max_ongoing_requests=a.max_ongoing, context_tokens=a.context_tokens)
+                         max_ongoing_requests=a.max_ongoing)
 
 
 def main(argv: list[str] | None = None) -> int:

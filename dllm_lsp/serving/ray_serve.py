@@ -68,16 +68,15 @@ class ReplicaConfig:
     autoscale: tuple[int, int] | None = None       # (min, max) replicas, scaled on ongoing requests
     target_ongoing_requests: float = 2.0
     max_ongoing_requests: int = 8
-    context_tokens: int | None = None
+    # No context budget here: every request carries its client's (`contextTokens`), so a
+    # replica-wide one never applied (a `--context-tokens` flag did nothing for editors).
 
 
 class DenoiserReplica:
     """One replica: one engine on this replica's device, requests one at a time (the engine's lock)."""
 
-    def __init__(self, model: str, device: str, context_tokens: int | None = None) -> None:
+    def __init__(self, model: str, device: str) -> None:
         self.engine = Engine(load_model(model, device))
-        if context_tokens:
-            self.engine.context_tokens = context_tokens
         self.engine.prepare()     # a replica takes traffic warm (Engine.prepare)
         self.counts = {"requests": 0, "completed": 0, "cancelled": 0, "failed": 0}
         self.replica_id = serve.get_replica_context().replica_id.unique_id
@@ -159,7 +158,7 @@ def deployment_for(config: ReplicaConfig):
                                          "target_ongoing_requests": config.target_ongoing_requests}
     else:
         options["num_replicas"] = config.replicas
-    return serve.deployment(**options)(DenoiserReplica).bind(config.model, config.device, config.context_tokens)
+    return serve.deployment(**options)(DenoiserReplica).bind(config.model, config.device)
 
 
 def connect(address: str) -> None:
