@@ -121,6 +121,10 @@ def add_model_args(parser: argparse.ArgumentParser, default: str | None = "defau
 def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C anywhere (the benchmarks, a command still importing torch): the documented
+        # status, without a traceback.
+        return 130
     except BrokenPipeError:
         # `dllm-lsp complete ... --json | head -c0`: whoever read stdout has gone. Nothing more can
         # be said there, and the interpreter's flush at exit would print a traceback.

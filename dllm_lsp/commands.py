@@ -21,6 +21,7 @@ from .bench.latency import run_latency_bench
 from .cli_errors import one_line, write_out
 from .engine.engine import CanvasTooSmall, Engine, out_of_memory
 from .engine.types import InfillRequest
+from .lifetime import end_with_parent
 from .cpus import usable_cpus
 from .loader import ModelLoadError, load_model
 from .options import Options, SettingsError
@@ -85,6 +86,7 @@ def max_threads() -> int:
 
 
 def serve(args) -> int:
+    end_with_parent()      # a server a benchmark started ends with it
     apply_threads(args)
     try:
         logging.basicConfig(
@@ -117,9 +119,12 @@ def serve(args) -> int:
         except auth.AuthError as exc:
             raise UserError(str(exc)) from None
         try:
-            asyncio.run(serve_tcp(host, port, settings, token, model_host))
+            interrupted = asyncio.run(serve_tcp(host, port, settings, token, model_host))
         except OSError as exc:   # the port is taken, the host is not this machine's, ...
             raise UserError(f"cannot listen on {host}:{port}: {os_reason(exc)}") from None
+        if interrupted:   # as over stdio, below: the model threads are not waited for
+            logging.shutdown()
+            os._exit(130)
     else:
         code = create_server(settings, host=model_host).start_io()
         # The client is gone: end the process now. The model threads may still be busy (loading a

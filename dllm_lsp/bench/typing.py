@@ -51,6 +51,7 @@ from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
 from dllm_lsp.cli_errors import output_file, report as report_error, write_out
+from dllm_lsp.lifetime import child_env, cleanup_on_termination
 from dllm_lsp.serving.local_cluster import RayCluster
 from dllm_lsp.syntax.languages import facts_for, language_id_for_path
 
@@ -424,7 +425,9 @@ async def run_clients(n: int, options: dict, args, files: list[Path], log, serve
     # blocked it for good, and every request after that went unanswered. The file's last line
     # says why a server that did not start stopped.
     server_log = tempfile.TemporaryFile(prefix="dllm-typing-serve-", suffix=".log")
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=server_log, env=env)
+    # The server ends with the bench, a SIGKILL of the bench included (it was left listening, its
+    # model loaded, by every bench stopped that way: lifetime.py).
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=server_log, env=child_env(env))
     typists: list[Typist] = []
     try:
         await wait_for_port(port, proc, server_log)
@@ -693,7 +696,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     log = (lambda msg: print(msg, file=sys.stderr, flush=True))
     try:
-        result = asyncio.run(bench(args, log))
+        with cleanup_on_termination():   # SIGTERM / SIGHUP stop its servers and Ray cluster too
+            result = asyncio.run(bench(args, log))
     except (ValueError, RuntimeError, TimeoutError, OSError) as exc:
         return report_error("dllm-lsp bench typing", exc)
     text = json.dumps(result, indent=1)

@@ -108,6 +108,10 @@ class DllmLanguageServer(LanguageServer):
             self.load_task = asyncio.ensure_future(load_with_progress(self, loading))
 
 
+# How long a client has to accept the load's progress token; the model loads either way.
+PROGRESS_CREATE_S = 5.0
+
+
 async def load_with_progress(ls: DllmLanguageServer, loading: asyncio.Future) -> None:
     """Report the load in progress as work-done progress; a failure is shown, not fatal."""
     token: str | None = None
@@ -116,7 +120,7 @@ async def load_with_progress(ls: DllmLanguageServer, loading: asyncio.Future) ->
     if caps is not None and caps.work_done_progress:
         token = f"dllm-load-{uuid.uuid4()}"
         try:
-            await asyncio.wait_for(ls.work_done_progress.create_async(token), timeout=5)
+            await asyncio.wait_for(ls.work_done_progress.create_async(token), timeout=PROGRESS_CREATE_S)
             ls.work_done_progress.begin(
                 token, types.WorkDoneProgressBegin(title="dllm-lsp", message=f"loading model {model.model}")
             )

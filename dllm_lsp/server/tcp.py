@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import socket
 import threading
 from typing import Any
@@ -116,7 +117,9 @@ def cancel_pending(server) -> int:
 
 
 async def serve_tcp(host: str, port: int, settings: Options, token: str | None = None,
-                    model_host: ModelHost | None = None) -> None:
+                    model_host: ModelHost | None = None) -> bool:
+    """Serve until cancelled; True when Ctrl-C ended it (the caller then exits at once: a model
+    load under way would otherwise hold the process until it finished, a minute for a 7B one)."""
     shared = model_host or ModelHost()
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -132,6 +135,11 @@ async def serve_tcp(host: str, port: int, settings: Options, token: str | None =
         deadline = asyncio.get_running_loop().call_later(AUTH_DEADLINE_S, close_unauthenticated, server, peer)
         try:
             await Connection(server, frames, server._stop_event).run()
+        except asyncio.CancelledError:
+            # The server is stopping (Ctrl-C). The task ends as if the client had left: Python
+            # 3.11's stream callback asks a cancelled task for its exception, and logged the
+            # CancelledError that raises, with a traceback, once per connected client.
+            pass
         except Exception:
             log.exception("connection from %s failed", peer)
         finally:
@@ -148,5 +156,20 @@ async def serve_tcp(host: str, port: int, settings: Options, token: str | None =
     listener = await asyncio.start_server(on_connection, host, port, limit=CHUNK)
     log.info("listening on %s%s", ", ".join(str(s.getsockname()) for s in listener.sockets),
              " (a token is required)" if token else "")
+    interrupted = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    if threading.current_thread() is threading.main_thread():
+        # Ctrl-C as an event rather than KeyboardInterrupt: raised inside a connection's callback,
+        # it logged a traceback per connected client on its way out.
+        loop.add_signal_handler(signal.SIGINT, interrupted.set)
     async with listener:
-        await listener.serve_forever()
+        serving = asyncio.ensure_future(listener.serve_forever())
+        stop = asyncio.ensure_future(interrupted.wait())
+        try:
+            await asyncio.wait({serving, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            serving.cancel()
+            stop.cancel()
+    if interrupted.is_set():
+        log.info("interrupted: exiting")
+    return interrupted.is_set()

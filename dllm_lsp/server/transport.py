@@ -35,6 +35,8 @@ from typing import Any
 
 from pygls.exceptions import JsonRpcInvalidParams
 
+from dllm_lsp.lifetime import process_alive
+
 from .params import describe
 
 log = logging.getLogger(__name__)
@@ -415,6 +417,18 @@ class Connection:
             problem = describe(exc.__cause__ or exc)
             future.set_exception(JsonRpcInvalidParams(f"the client's response could not be read: {problem}"))
 
+    def given_up(self, msg_id: Any) -> bool:
+        """Whether `msg_id` answers one of our requests that was given up on (a progress token
+        the client took more than its 5 s to create, say): the answer is dropped. pygls set the
+        result on the cancelled future, which raised, and an ERROR with a traceback was logged."""
+        futures = self.protocol._request_futures
+        future = futures.get(msg_id) if isinstance(msg_id, (int, str)) else None
+        if future is None or not future.done():
+            return False
+        del futures[msg_id]
+        log.info("an answer to request %s came after it was given up on: dropped", msg_id)
+        return True
+
     def message(self, data: dict) -> bool:
         """Hand a message object to the protocol; False when it was answered here as malformed."""
         problem = envelope_error(data)
@@ -425,6 +439,8 @@ class Connection:
             self.send(problem)
             return False
         is_request = "method" in data and "id" in data
+        if "method" not in data and self.given_up(data.get("id")):
+            return True
         if "method" in data:
             data.setdefault("params", None)   # JSON-RPC lets a request or notification omit params
         try:
@@ -474,6 +490,11 @@ class ThreadedByteSource:
         self._want.release()
         return await future
 
+    def end(self) -> None:
+        """End the stream here, as if the client had closed it (call on the loop's thread)."""
+        if self._pending is not None:
+            _resolve(self._pending[1], b"")
+
     def _run(self) -> None:
         while True:
             self._want.acquire()
@@ -521,21 +542,51 @@ class StdoutWriter:
         self._stream.close()
 
 
+# How often a stdio server looks whether its client's process (`initialize.processId`) still runs.
+CLIENT_POLL_S = 2.0
+
+
+async def end_when_client_gone(server, source: ThreadedByteSource, poll_s: float = CLIENT_POLL_S) -> None:
+    """End the stdin stream once the process `initialize` named has ended. Its stdin reaches its
+    end when the editor dies, unless another process holds it too (a helper the editor forked, a
+    wrapper, a proxy): the server then stayed, its model loaded, as long as that one lived. A pid
+    not running when it is named (the editor in another pid namespace: a container, a remote)
+    is not watched."""
+    pid = None
+    while pid is None:
+        await asyncio.sleep(poll_s)
+        pid = getattr(server, "process_id", None)
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0 or not process_alive(pid):
+        return
+    while process_alive(pid):
+        await asyncio.sleep(poll_s)
+    log.warning("the client's process %d has ended: exiting", pid)
+    source.end()
+
+
 def start_io(server, stdin=None, stdout=None) -> int:
     """Serve one client on stdin/stdout (replaces pygls' start_io); returns the status the process
-    is to exit with: 1 for an `exit` without `shutdown`, else 0."""
+    is to exit with: 1 for an `exit` without `shutdown`, 130 when interrupted (Ctrl-C), else 0."""
     server._stop_event = stop_event = threading.Event()
     server.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
     source = ThreadedByteSource(stdin or sys.stdin.buffer)
+
+    async def serve() -> int | None:
+        watch = asyncio.ensure_future(end_when_client_gone(server, source))
+        try:
+            return await Connection(server, FrameReader(source.read), stop_event).run()
+        finally:
+            watch.cancel()
+
     code: int | None = None
     try:
-        code = asyncio.run(Connection(server, FrameReader(source.read), stop_event).run())
+        code = asyncio.run(serve())
     except BrokenPipeError:
         log.error("connection to the client is lost; shutting down")
     except KeyboardInterrupt:
-        pass
+        code = 130
     finally:
         server.shutdown()
-    if code:
+    if code == 1:
         log.info("exit without shutdown: exiting with status %d", code)
     return code or 0

@@ -148,8 +148,8 @@ class RawClient:
 
     # --- LSP conveniences -------------------------------------------------------------------
     def initialize(self, options: dict | None = None, timeout: float = 60.0, initialized: bool = True,
-                   capabilities: dict | None = None) -> dict:
-        answer = self.call("initialize", {"processId": None, "rootUri": None, "capabilities": capabilities or {},
+                   capabilities: dict | None = None, process_id: int | None = None) -> dict:
+        answer = self.call("initialize", {"processId": process_id, "rootUri": None, "capabilities": capabilities or {},
                                           "initializationOptions": options or {}}, timeout=timeout)
         if "result" in answer and initialized:
             self.notify("initialized", {})

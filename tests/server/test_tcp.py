@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import socket
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import pytest
 from lsprotocol import types
 
 from .lsp_harness import inline_params, make_client, open_doc, wait_loaded
+from .raw_rpc import RawClient
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -99,3 +101,30 @@ async def test_tcp_server_binds_loopback_and_serves_many_clients(tmp_path, tiny_
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_ctrl_c_during_a_model_load_exits_at_once(tmp_path):
+    """The load (the 30M model: seconds; a 7B checkpoint: a minute) held Ctrl-C until it had
+    finished, and each connected client left a traceback in the log."""
+    port = free_port()
+    log = tmp_path / "tcp.log"
+    proc = subprocess.Popen([sys.executable, "-m", "dllm_lsp", "serve", "--tcp", f":{port}", "--model",
+                             "dllm-embedded-30m", "--device", "cpu", "--log-file", str(log)])
+    try:
+        deadline = time.monotonic() + 60
+        while not listening_addresses(port):
+            assert proc.poll() is None and time.monotonic() < deadline, "server did not listen"
+            time.sleep(0.1)
+        clients = [RawClient.tcp(port) for _ in range(2)]
+        for client in clients:
+            assert "result" in client.initialize({})
+        while not clients[0].call("dllm/status", {})["result"]["loading"]:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+    finally:
+        proc.kill()
+        proc.wait()
+    text = log.read_text()
+    assert "interrupted: exiting" in text and "Traceback" not in text, text[-3000:]
+    assert "loaded dllm-embedded-30m" not in text      # it did not wait for the load to finish

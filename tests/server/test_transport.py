@@ -3,6 +3,7 @@ and over TCP: each is answered (or refused with one log line) and the next reque
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -10,8 +11,9 @@ import time
 
 import pytest
 
+from dllm_lsp.server.app import PROGRESS_CREATE_S
 from dllm_lsp.server.protocol import MAX_DOCUMENT_CHARS
-from dllm_lsp.server.transport import MAX_FRAME_BYTES
+from dllm_lsp.server.transport import CLIENT_POLL_S, MAX_FRAME_BYTES
 
 from .raw_rpc import RawClient, frame
 
@@ -289,6 +291,60 @@ def test_exit_status_follows_the_protocol(tmp_path, tiny_model_dir, loading, shu
         stop(proc)
     log = (tmp_path / "server.log").read_text()
     assert "Traceback" not in log and len(log.splitlines()) < 20, log[-3000:]
+
+
+def test_the_server_ends_with_the_client_process_initialize_named(tmp_path, tiny_model_dir):
+    """LSP: a server whose client process has died exits. Here its stdin stays open (the test
+    holds it, as a helper the editor forked would): it stayed, with its model, for as long as
+    that lived. A pid that runs no process when it is named (the editor in another pid
+    namespace) is not watched."""
+    editor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    client, proc = RawClient.stdio(tmp_path, "--model", str(tiny_model_dir), "--device", "cpu")
+    (tmp_path / "unseen").mkdir()
+    unseen, other = RawClient.stdio(tmp_path / "unseen", "--device", "cpu")
+    try:
+        assert "result" in client.initialize(OPTIONS, process_id=editor.pid)
+        assert "result" in unseen.initialize(initialized=False, process_id=2 ** 22 + 1)   # above pid_max
+        assert client.wait_loaded()["loaded"]
+        time.sleep(2 * CLIENT_POLL_S)
+        assert proc.poll() is None                     # the editor lives: the server serves
+        editor.kill()
+        editor.wait()
+        assert proc.wait(timeout=10 * CLIENT_POLL_S) == 0
+        assert other.poll() is None and "result" in unseen.call("dllm/status", {})
+    finally:
+        editor.kill()
+        stop(proc)
+        stop(other)
+    assert f"the client's process {editor.pid} has ended" in (tmp_path / "server.log").read_text()
+
+
+def test_a_progress_token_accepted_late_is_no_error(tmp_path, tiny_model_dir):
+    """A busy editor (VS Code activating its extensions) answered window/workDoneProgress/create
+    after the server had given up on it: pygls set the answer on the cancelled request and the
+    log got an ERROR with a traceback."""
+    client, proc = RawClient.stdio(tmp_path, "--model", str(tiny_model_dir), "--device", "cpu")
+    try:
+        assert "result" in client.initialize(OPTIONS, capabilities={"window": {"workDoneProgress": True}})
+        create = client.wait_for(lambda m: m.get("method") == "window/workDoneProgress/create")
+        time.sleep(PROGRESS_CREATE_S + 1)
+        client.send({"jsonrpc": "2.0", "id": create["id"], "result": None})
+        assert client.wait_loaded()["loaded"] and "result" in client.call("dllm/status", {})
+    finally:
+        stop(proc)
+    log = (tmp_path / "server.log").read_text()
+    assert "ERROR" not in log and "Traceback" not in log, log[-3000:]
+    assert "came after it was given up on" in log
+
+
+def test_ctrl_c_ends_a_stdio_server_with_status_130(tmp_path):
+    client, proc = RawClient.stdio(tmp_path)
+    try:
+        assert "result" in client.initialize(initialized=False)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 130             # it was 0: a supervisor read a clean exit
+    finally:
+        stop(proc)
 
 
 def test_shutdown_while_holes_are_filled(tmp_path, tiny_model_dir):
