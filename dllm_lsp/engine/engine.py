@@ -143,6 +143,11 @@ class Engine:
         when the slots leave no room for context."""
         run = RUNS[self.denoiser.decoding]
         t0 = time.perf_counter()
+        # The models read LF line ends: the embedded one never saw a CR (its corpus is read with
+        # universal newlines), and a CRLF file's every line put an unseen token in its context
+        # (half the completions of CRLF files changed, the 30M model's to junk). The callers put
+        # the file's own line breaks back into what is shown (pipeline.finish, multisite.settle).
+        request = request.with_lf_line_ends()
         # The piece before a slot gives back punctuation that the tokenizer joins to what follows
         # (token_healing.py); the texts below are the caller's again (`healing.texts`).
         healing = (Healing.of(request, self.token_index, self.denoiser.encode)

@@ -1,7 +1,7 @@
 """Plain data passed between the span planner, the engine and the server."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, NamedTuple
 
 
@@ -45,6 +45,12 @@ class InfillRequest:
     def single(cls, prefix: str, suffix: str, max_tokens: int, single_line: bool = False,
                language: str | None = None, starts_with: str = "", heal_before: bool = False) -> "InfillRequest":
         return cls([prefix, suffix], [Slot(max_tokens, single_line, starts_with, heal_before)], language)
+
+    def with_lf_line_ends(self) -> InfillRequest:
+        """The request with every line break a LF (`\r\n` and a lone `\r` alike)."""
+        if not any("\r" in piece for piece in self.pieces):
+            return self
+        return replace(self, pieces=[piece.replace("\r\n", "\n").replace("\r", "\n") for piece in self.pieces])
 
     @property
     def prefix(self) -> str:

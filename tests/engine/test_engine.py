@@ -38,6 +38,18 @@ def test_canvas_layout_places_masks_between_context(engine):
     assert engine.denoiser.decode(canvas.ids[end:].tolist()) == SUFFIX
 
 
+def test_a_crlf_or_lone_cr_context_is_read_as_lf(engine):
+    """The models read LF line ends (the embedded one never saw a CR): a CRLF or classic-Mac
+    file's context is what the same file with LF would give, completions included."""
+    lf = InfillRequest.single("import os\n\n" + PREFIX, SUFFIX, 8, single_line=True)
+    settings = DecodeSettings(steps=4)
+    want = engine.infill(lf, settings).candidates
+    for newline in ("\r\n", "\r"):
+        other = InfillRequest.single(lf.prefix.replace("\n", newline), SUFFIX.replace("\n", newline), 8, single_line=True)
+        assert other.with_lf_line_ends() == lf
+        assert engine.infill(other, settings).candidates == want
+
+
 def test_canvas_keeps_more_prefix_than_suffix_when_cut(engine):
     long_prefix = "x = 1\n" * 400
     long_suffix = "y = 2\n" * 400
