@@ -1,11 +1,15 @@
 """Which implementation a kernel call takes: the Triton kernel or its torch reference.
 
-Policy (DESIGN.md): Triton on CUDA tensors, the reference everywhere else, except where a
-GPU measurement found the kernel slower than its reference (`MIN_CONTEXT`: span attention over
-short contexts). The environment variable DLLM_LSP_KERNELS overrides it:
+Policy (docs/kernels.md#dispatch), all of it here: Triton on CUDA tensors, the reference
+everywhere else, except where a GPU measurement found the kernel slower than its reference
+(`MIN_CONTEXT`: span attention over short contexts), and except inputs a kernel leaves to its
+reference on a GPU in every mode (`REFERENCE_ON_CUDA`: span attention's fp32). A kernel file
+asks `use_triton` (can a kernel run on these tensors) and `worth_running` (should it). The
+environment variable DLLM_LSP_KERNELS overrides the measured part:
   - "reference": always the torch reference (to compare, or to work around a kernel bug);
   - "triton": Triton wherever it can run, CPU included when TRITON_INTERPRET=1 (how the
-    tests drive the kernels through the model on a machine without a GPU);
+    tests drive the kernels through the model on a machine without a GPU), whatever the
+    context length; not for `REFERENCE_ON_CUDA` inputs, which no mode sends to a kernel;
   - "auto" or unset: the policy above.
 
 Calls that need gradients always take the reference (the kernels are inference-only).
@@ -50,8 +54,24 @@ class KernelInputError(ValueError):
 MIN_CONTEXT = {"span_attention": 4096}
 
 
-def worth_running(name: str, context_tokens: int) -> bool:
-    """Whether the kernel `name` beats its reference over this many context tokens ("triton" mode: always)."""
+# Inputs a kernel leaves to its reference on CUDA in every mode, "triton" included: span
+# attention's fp32. Why: an fp32 call gets an exact (IEEE) dot, which spills registers badly at
+# every tile that fits (ptxas -v on sm_90; span_attention.tile_config), so it would not be a
+# faster path; the GPU job checks the kernels in bf16 only (gpujob/check.py), so it would not be
+# a verified one either; and the GPU models run in bf16 (checkpoints.denoiser.default_dtype), so
+# nothing needs it. On the CPU the interpreter still runs fp32 through the kernel: how the
+# tests check it.
+REFERENCE_ON_CUDA = {"span_attention": frozenset({torch.float32})}
+
+
+def worth_running(name: str, context_tokens: int, *tensors: torch.Tensor) -> bool:
+    """Whether the kernel `name`, once `use_triton` says it can run, should: not on CUDA inputs
+    of a dtype it leaves to its reference (`REFERENCE_ON_CUDA`: every mode), and under "auto" only
+    over at least `MIN_CONTEXT` context tokens ("triton" mode: every length). `tensors`: those
+    whose dtype decides (span attention: its queries)."""
+    leave = REFERENCE_ON_CUDA.get(name, frozenset())
+    if any(t.is_cuda and t.dtype in leave for t in tensors):
+        return False
     return kernel_mode() == "triton" or context_tokens >= MIN_CONTEXT.get(name, 0)
 
 
@@ -82,7 +102,9 @@ def disable_kernel(name: str, reason: str) -> None:
 
 
 def reset_kernel_failures() -> None:
-    """Forget run-time failures (tests, and the GPU job between its checks)."""
+    """Forget run-time failures, so that the next call tries each kernel again. Only the tests call
+    it (between cases that break kernels on purpose): a server keeps a failed kernel disabled for
+    good, and the GPU job isolates its checks in child processes (DLLM_LSP_DISABLE_KERNELS)."""
     with _failed_lock:
         _failed.clear()
 

@@ -1,10 +1,11 @@
 """Span attention: L span queries against N cached context keys plus the span itself.
 
-Layouts (DESIGN.md): in "causal context / bidirectional span" every span query sees every
-context key and every span key, so no mask is needed; a fully bidirectional model calls
-this the same way with its (approximately) cached prefix/suffix keys as the context.
+Layouts (docs/kernels.md, span attention): in "causal context / bidirectional span" every span
+query sees every context key and every span key, so no mask is needed; a fully bidirectional
+model calls this the same way with its (approximately) cached prefix/suffix keys as the context.
 
-`span_attention` dispatches: the Triton kernel on CUDA, the torch reference elsewhere.
+`span_attention` dispatches: the Triton kernel on CUDA, the torch reference elsewhere
+(kernels/dispatch.py holds the whole policy).
 
 The Triton kernel is flash-decoding shaped, because L is small (<= 128) and N large:
   - GQA packing: the G = H / Hkv query heads that share a key/value head are stacked with
@@ -50,11 +51,9 @@ def span_attention(
     q: torch.Tensor, k_ctx: torch.Tensor, v_ctx: torch.Tensor, k_span: torch.Tensor, v_span: torch.Tensor,
     scale: float | None = None,
 ) -> torch.Tensor:
-    """Triton on CUDA (see kernels/dispatch.py), the torch reference elsewhere."""
-    # fp32 on CUDA stays on SDPA: an exact fp32 dot in this kernel spills registers (see tile_config).
-    # A short context too: SDPA was faster there on the H200 (dispatch.MIN_CONTEXT).
-    if (use_triton(q, k_ctx, v_ctx, k_span, v_span) and (q.dtype != torch.float32 or not q.is_cuda)
-            and worth_running("span_attention", k_ctx.shape[2])):
+    """Triton on CUDA, the torch reference elsewhere, as kernels/dispatch.py decides (its policy
+    keeps fp32 on CUDA and, under "auto", short contexts on SDPA)."""
+    if use_triton(q, k_ctx, v_ctx, k_span, v_span) and worth_running("span_attention", k_ctx.shape[2], q):
         return run_kernel("span_attention", span_attention_triton, span_attention_reference,
                           q, k_ctx, v_ctx, k_span, v_span, scale)
     return span_attention_reference(q, k_ctx, v_ctx, k_span, v_span, scale)
@@ -234,7 +233,8 @@ def tile_config(dtype: torch.dtype, head_dim: int, rows: int, shared_bytes: int 
     pipeline stages take 144 KiB of shared memory and 167 registers; GPUs with less shared
     memory per block (Ada: 99 KiB) get 32-key tiles (80 KiB); head dim 64 takes 64-key tiles
     (72 KiB). fp32 inputs get an exact (IEEE) dot, which only the interpreter and small tiles
-    afford; `span_attention` sends fp32 on CUDA to the reference instead.
+    afford; the dispatch policy sends fp32 on CUDA to the reference instead
+    (dispatch.REFERENCE_ON_CUDA).
     """
     block_d = max(16, next_power_of_2(head_dim))
     if interpreting():

@@ -28,8 +28,8 @@ import torch
 from dllm_lsp.checkpoints.block_denoiser import SDAR_8B_SHAPE, random_block_denoiser
 from dllm_lsp.checkpoints.block_model import BlockConfig, BlockLM, block_causal_mask
 from dllm_lsp.cli_errors import output_file, report as report_error, write_out
-from dllm_lsp.engine.blockwise import BlockStep, decode_blockwise
-from dllm_lsp.engine.denoiser import Canvas
+from dllm_lsp.engine.blockwise import decode_blockwise
+from dllm_lsp.engine.denoiser import BlockStep, Canvas
 from dllm_lsp.loader import ModelLoadError, resolve_device
 
 from .checkpoint_latency import fixed_steps, guarded, shared_against_in_turn, timed

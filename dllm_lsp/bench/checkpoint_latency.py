@@ -183,7 +183,7 @@ class KVCache:
             return layer.attn.out(y)
 
         # The same fused block stack as the diffusion paths, so the comparison is like for like.
-        h = model._blocks(model._embed(ids), attend)
+        h = model._stack(model._embed(ids), attend)
         return model.head(h[:, -1:]).argmax(-1)
 
     def token_at(self, token: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
@@ -202,7 +202,7 @@ class KVCache:
             y = F.scaled_dot_product_attention(q, self.k[i], self.v[i], attn_mask=visible, enable_gqa=self.gqa)
             return layer.attn.out(y)
 
-        h = model._blocks(model._embed(token), attend)
+        h = model._stack(model._embed(token), attend)
         return model.head(h[:, -1:]).argmax(-1)
 
 

@@ -68,7 +68,8 @@ def load_checkpoint(folder: Path, config: dict, device: torch.device, *, dtype: 
         model = BidirectionalLM(cfg)
     expected = {name: tuple(p.shape) for name, p in model.named_parameters()}
     files.require({names[ours]: shape for ours, shape in expected.items()})
-    special = special_tokens(family, config, generation, tokens, cfg.vocab_size)
+    special = special_tokens(config, generation, tokens, cfg.vocab_size, prepend_bos=family.prepend_bos,
+                             expand=family is DREAMON)
     if family is DREAMON:   # its delete token makes the engine decode it with variable-length slots
         special = replace(special, delete_id=delete_token(config, generation, tokens, special))
 

@@ -51,6 +51,74 @@ class BiConfig:
             raise ValueError(f"{self.n_heads} attention heads do not divide into {self.n_kv_heads} key/value heads")
 
 
+class DualCachePasses:
+    """The passes a `CheckpointSession` runs (the exact `full` pass and the dual cache's `cached`
+    steps, alone or several requests' in one `cached_ragged`), written once for every model that
+    runs in it: BidirectionalLM here and block_model.BlockLM (its bidirectional families,
+    LLaDA-MoE and CoDA; their copy had lacked `cached_ragged`, and every shared step and every
+    "reuse" request of theirs failed). The model provides `_embed(ids)`, `_stack(h, attend)` (its
+    residual blocks, `attend(i, layer, normed)` the attention of block i) and `cos_sin`; each
+    layer's `attn` provides `full(x, cos, sin)` -> (out, kv), `cached(x, cos, sin, ctx)` and
+    `cached_ragged(x, cos, sin, shapes, contexts)` -> (out, kv)."""
+
+    @torch.no_grad()
+    def full(self, ids: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+             keep_kv: bool = False) -> tuple[torch.Tensor, list[KV] | None]:
+        """ids [B, T] at positions 0..T-1 -> hidden [B, T, D] (before the final norm), and KV if asked."""
+        cos, sin = rope if rope is not None else self.cos_sin(torch.arange(ids.shape[1]))
+        kvs: list[KV] = []
+
+        def attend(i: int, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+            out, kv = layer.attn.full(x, cos, sin)
+            if keep_kv:
+                kvs.append(kv)
+            return out
+
+        return self._stack(self._embed(ids), attend), (kvs if keep_kv else None)
+
+    @torch.no_grad()
+    def cached(self, ids: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], context: list[KV]) -> torch.Tensor:
+        """Active rows ids [B, A] (rope at their canvas positions) against cached context -> hidden [B, A, D]."""
+        cos, sin = rope
+        return self._stack(self._embed(ids), lambda i, layer, x: layer.attn.cached(x, cos, sin, context[i]))
+
+    @torch.no_grad()
+    def cached_ragged(self, ids: list[torch.Tensor], ropes: list[tuple[torch.Tensor, torch.Tensor]],
+                      contexts: list[list[KV]], keep_kv: bool = False) -> list[tuple[torch.Tensor, list[KV] | None]]:
+        """`cached` for several requests in one pass (the step scheduler's shared step).
+
+        ids[r] [B_r, A_r] are request r's rows, ropes[r] their cos/sin [A_r, D] at their canvas
+        positions, contexts[r] the keys/values they attend to besides themselves (a cached step's
+        stored context, or the kept context a "reuse" first pass extends). Every row of every
+        request goes through the projections and MLPs as one sequence, so a step reads the
+        weights once for all requests (what a memory-bound GPU step costs); attention is each
+        request's own, so each gets the hidden states `cached` gives it alone (up to float
+        rounding). Returns per request hidden [B_r, A_r, D] and, with `keep_kv`, each layer's
+        keys/values of its rows [B_r, Hkv, A_r, D] (views of the pass's).
+        """
+        shapes = [(int(i.shape[0]), int(i.shape[1])) for i in ids]
+        flat = torch.cat([i.reshape(-1) for i in ids])[None]
+        cos = torch.cat([c.repeat(b, 1) for (c, _), (b, _) in zip(ropes, shapes)])
+        sin = torch.cat([s.repeat(b, 1) for (_, s), (b, _) in zip(ropes, shapes)])
+        layer_kv: list[KV] = []
+
+        def attend(i: int, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+            out, kv = layer.attn.cached_ragged(x, cos, sin, shapes, [ctx[i] for ctx in contexts])
+            if keep_kv:
+                layer_kv.append(kv)
+            return out
+
+        hidden = self._stack(self._embed(flat), attend)
+        parts = hidden[0].split([b * a for b, a in shapes])
+        out, off = [], 0
+        for part, (b, a) in zip(parts, shapes):
+            kv = [tuple(t[0, :, off:off + b * a].unflatten(1, (b, a)).transpose(0, 1) for t in pair)
+                  for pair in layer_kv] if keep_kv else None
+            out.append((part.view(b, a, -1), kv))
+            off += b * a
+        return out
+
+
 class Attention(AttentionProjections):
     def __init__(self, cfg: BiConfig) -> None:
         super().__init__(cfg.dim, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.qkv_bias, cfg.out_bias)
@@ -83,7 +151,7 @@ class Block(nn.Module):
         self.mlp: nn.Module = SwiGLU(cfg.dim, cfg.ffn_dim, bias=cfg.mlp_bias)
 
 
-class BidirectionalLM(nn.Module):
+class BidirectionalLM(DualCachePasses, nn.Module):
     def __init__(self, cfg: BiConfig) -> None:
         super().__init__()
         self.cfg = cfg
@@ -108,44 +176,7 @@ class BidirectionalLM(nn.Module):
         h = self.embed(ids)
         return h * self.cfg.embed_scale if self.cfg.embed_scale != 1.0 else h
 
-    @torch.no_grad()
-    def full(self, ids: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None,
-             keep_kv: bool = False) -> tuple[torch.Tensor, list[KV] | None]:
-        """ids [B, T] at positions 0..T-1 -> hidden [B, T, D] (before the final norm), and KV if asked."""
-        cos, sin = rope if rope is not None else self.cos_sin(torch.arange(ids.shape[1]))
-        kvs: list[KV] = []
-
-        def attend(i: int, layer: Block, x: torch.Tensor) -> torch.Tensor:
-            out, kv = layer.attn.full(x, cos, sin)
-            if keep_kv:
-                kvs.append(kv)
-            return out
-
-        return self._blocks(self._embed(ids), attend), (kvs if keep_kv else None)
-
-    @torch.no_grad()
-    def cached(self, ids: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], context: list[KV]) -> torch.Tensor:
-        """Active rows ids [B, A] (rope at their canvas positions) against cached context -> hidden [B, A, D]."""
-        cos, sin = rope
-        return self._blocks(self._embed(ids), lambda i, layer, x: layer.attn.cached(x, cos, sin, context[i]))
-
-    @torch.no_grad()
-    def cached_ragged(self, ids: list[torch.Tensor], ropes: list[tuple[torch.Tensor, torch.Tensor]],
-                      contexts: list[list[KV]], keep_kv: bool = False) -> list[tuple[torch.Tensor, list[KV] | None]]:
-        """`cached` for several requests in one pass (the step scheduler's shared step).
-
-        ids[r] [B_r, A_r] are request r's rows, ropes[r] their cos/sin [A_r, D] at their canvas
-        positions, contexts[r] the keys/values they attend to besides themselves (a cached step's
-        stored context, or the kept context a "reuse" first pass extends). Every row of every
-        request goes through the projections and MLPs as one sequence, so a step reads the
-        weights once for all requests (what a memory-bound GPU step costs); attention is each
-        request's own, so each gets the hidden states `cached` gives it alone (up to float
-        rounding). Returns per request hidden [B_r, A_r, D] and, with `keep_kv`, each layer's
-        keys/values of its rows [B_r, Hkv, A_r, D] (views of the pass's).
-        """
-        return cached_ragged_pass(ids, ropes, contexts, keep_kv, self._embed, self._blocks)
-
-    def _blocks(self, h: torch.Tensor, attend) -> torch.Tensor:
+    def _stack(self, h: torch.Tensor, attend) -> torch.Tensor:
         """The pre-norm residual stack, `h + attn(norm(h))` then `h + mlp(norm(h))` per block, with each
         residual add fused into the next norm (one kernel instead of seven on CUDA; same rounding).
 
@@ -175,30 +206,3 @@ class BidirectionalLM(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
-
-
-def cached_ragged_pass(ids: list[torch.Tensor], ropes: list[tuple[torch.Tensor, torch.Tensor]],
-                       contexts: list[list[KV]], keep_kv: bool, embed, stack) -> list[tuple[torch.Tensor, list[KV] | None]]:
-    """`cached_ragged` of a model whose layers' attention has `cached_ragged` (BidirectionalLM here,
-    block_model.BlockLM): `embed(ids)` the embedding, `stack(h, attend)` its residual blocks."""
-    shapes = [(int(i.shape[0]), int(i.shape[1])) for i in ids]
-    flat = torch.cat([i.reshape(-1) for i in ids])[None]
-    cos = torch.cat([c.repeat(b, 1) for (c, _), (b, _) in zip(ropes, shapes)])
-    sin = torch.cat([s.repeat(b, 1) for (_, s), (b, _) in zip(ropes, shapes)])
-    layer_kv: list[KV] = []
-
-    def attend(i: int, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        out, kv = layer.attn.cached_ragged(x, cos, sin, shapes, [ctx[i] for ctx in contexts])
-        if keep_kv:
-            layer_kv.append(kv)
-        return out
-
-    hidden = stack(embed(flat), attend)
-    parts = hidden[0].split([b * a for b, a in shapes])
-    out, off = [], 0
-    for part, (b, a) in zip(parts, shapes):
-        kv = [tuple(t[0, :, off:off + b * a].unflatten(1, (b, a)).transpose(0, 1) for t in pair)
-              for pair in layer_kv] if keep_kv else None
-        out.append((part.view(b, a, -1), kv))
-        off += b * a
-    return out

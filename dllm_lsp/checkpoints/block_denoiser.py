@@ -19,12 +19,12 @@ from dataclasses import dataclass
 import torch
 from tokenizers import Tokenizer
 
-from dllm_lsp.engine.blockwise import BlockStep
-from dllm_lsp.engine.denoiser import Canvas, Denoiser, SpecialTokens, plain_text_tokenizer
+from dllm_lsp.engine.denoiser import BlockStep, Canvas, SpecialTokens
 from dllm_lsp.engine.types import CacheSettings
 
 from .block_families import SDAR, BlockFamily
 from .block_model import KV, BlockConfig, BlockLM, random_block_model
+from .denoiser import CheckpointPort
 from .tiny import tiny_tokenizer
 
 
@@ -69,23 +69,14 @@ class BlockCache:
     last_hidden: torch.Tensor | None = None     # [B, D]
 
 
-class BlockDenoiser(Denoiser):
+class BlockDenoiser(CheckpointPort):
     def __init__(self, model: BlockLM, tokenizer: Tokenizer, special: SpecialTokens, family: BlockFamily, name: str,
                  max_context: int, block_size: int, sub_block_size: int | None, fim: FimFormat | None) -> None:
-        self.model = model.eval()
-        self.tokenizer = plain_text_tokenizer(tokenizer)
-        self.special = special
-        self.family = family.key
-        self.spec = family
-        self.name = name
-        self.device = model.device
-        self.max_context = max_context
+        super().__init__(model, tokenizer, special, family, name, max_context)
         self.block_size = block_size
         self.sub_block_size = sub_block_size
         self.fim = fim
         self.shift = family.shift
-        # Embedding rows past the tokenizer's size are padding: never propose them (nor the mask).
-        self.vocab_limit = min(model.cfg.vocab_size, tokenizer.get_vocab_size(with_added_tokens=True))
         self._newlines: torch.Tensor | None = None
 
     # -- the port ------------------------------------------------------------------------------
@@ -124,7 +115,7 @@ class BlockDenoiser(Denoiser):
 
     def batch_logits(self, sessions: list, ids: list[torch.Tensor],
                      rows: list[torch.Tensor | None] | None = None) -> list[torch.Tensor]:
-        """Several block runs' model calls (`engine.blockwise.BlockStep`, the ids and rows each run
+        """Several block runs' model calls (`engine.denoiser.BlockStep`, the ids and rows each run
         holds) in one forward pass: every request's rows through the weights together, attention
         each request's own over its own cache (`BlockLM.ragged`), one LM-head matmul over the rows
         read. Each request gets what `block_logits` gives it alone."""
@@ -200,14 +191,13 @@ class BlockDenoiser(Denoiser):
         return torch.cat([first, block[:, :-1]], dim=1)
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits = self.model.head(hidden)[..., : self.vocab_limit].float()
-        if self.special.mask_id < self.vocab_limit:      # (a mask past the tokenizer is never proposed anyway)
-            logits[..., self.special.mask_id] = float("-inf")
-        return logits
+        # The model's scores up to the tokenizer's size, the mask's included: the block loop keeps
+        # the mask out of its choices itself (denoise.never_mask).
+        return self.model.head(hidden)[..., : self.vocab_limit].float()
 
     @property
     def decoding(self) -> str:
-        return "blockwise"     # engine.blockwise.decode_blockwise
+        return "blockwise"     # the engine runs it as engine.blockwise.BlockwiseRun (engine.RUNS)
 
     def session(self, canvas: Canvas, batch: int, cache: CacheSettings = CacheSettings()):
         raise TypeError(f"{self.name} is a block-diffusion checkpoint: dllm_lsp.engine.blockwise decodes it "
@@ -216,13 +206,10 @@ class BlockDenoiser(Denoiser):
     def describe(self) -> dict:
         return {
             **super().describe(),
-            "family_title": self.spec.title,
             "attention": "block-causal",
             "block_size": self.block_size,
             "sub_block_size": self.sub_block_size,
             "fim": self.fim is not None,
-            "dtype": str(self.model.dtype).removeprefix("torch."),
-            "parameters": self.model.num_parameters(),
         }
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from dllm_lsp.engine.denoiser import Denoiser, SpecialTokens
+from dllm_lsp.engine.denoiser import Denoiser
 from dllm_lsp.model_folder import ModelLoadError
 
 from .block_denoiser import BlockDenoiser, find_fim
@@ -21,8 +21,8 @@ from .block_families import (
 )
 from .block_model import BlockLM
 from .denoiser import CheckpointDenoiser, default_dtype
-from .families import Family, config_token_id, read_generation_config
-from .tokenizer_files import TokenizerFiles, load_tokenizer
+from .families import Family, read_generation_config, special_tokens
+from .tokenizer_files import load_tokenizer
 from .weights import WeightFiles
 
 MASK_TEXTS = ("<|MASK|>", "<|mask|>", "<|mdm_mask|>", "<mask>", "<[mask]>")   # looked up when no config names the mask
@@ -40,7 +40,8 @@ def load_block_checkpoint(folder: Path, config: dict, family: BlockFamily, devic
     files.check_layers(cfg.n_layers)
     plan = weight_plan(family, cfg)
     files.require({name: shape for groups, _ in plan.values() for group in groups for name, shape in group})
-    special = special_tokens(config, generation, tokens, cfg.vocab_size, family.default_mask)
+    special = special_tokens(config, generation, tokens, cfg.vocab_size, mask_texts=MASK_TEXTS,
+                             default_mask=family.default_mask)
     model = load_weights(cfg, plan, files, device, dtype or default_dtype(device))
     if family.attention == BIDIRECTIONAL:
         spec = Family(family.key, family.title, family.layout, family.shift, False)
@@ -77,44 +78,3 @@ def load_weights(cfg, plan: Plan, files: WeightFiles, device: torch.device, dtyp
         del loaded
     model.load_state_dict(state, strict=True, assign=True)
     return model.eval()
-
-
-def special_tokens(config: dict, generation: dict, tokens: TokenizerFiles, vocab_rows: int,
-                   default_mask: int | None = None) -> SpecialTokens:
-    """Mask, EOS, pad and BOS ids: config.json, then generation_config.json, then the tokenizer's declared
-    tokens; the mask also by its usual texts (SDAR's `<|MASK|>`) when nothing declares it, and last the
-    id the family's reference sampler hard-codes (Fast-dLLM v2's 151665 is not in its tokenizer)."""
-    def from_configs(key: str) -> int | None:
-        return config_token_id(key, config, generation)
-
-    mask = from_configs("mask_token_id")
-    declared = tokens.id_of("mask_token")
-    if mask is None:
-        mask = declared
-    if mask is None:
-        mask = next((tokens.token_id(t) for t in MASK_TEXTS if tokens.token_id(t) is not None), None)
-    if mask is None and default_mask is not None and default_mask < vocab_rows:
-        mask = default_mask
-    if mask is None:
-        raise ModelLoadError("no mask token: config.json has no mask_token_id, the tokenizer declares no mask_token "
-                             f"and has none of {', '.join(MASK_TEXTS)}")
-    if declared is not None and declared != mask:
-        raise ModelLoadError(f"config.json says mask_token_id {mask}, but the tokenizer maps its mask token "
-                             f"{tokens.special['mask_token']!r} to {declared}: the folder's files disagree")
-    eos = from_configs("eos_token_id")
-    if eos is None:
-        eos = tokens.id_of("eos_token")
-    pad = tokens.id_of("pad_token")
-    if pad is None:
-        pad = from_configs("pad_token_id")
-    bos = None
-    if tokens.add_bos:
-        bos = from_configs("bos_token_id")
-        if bos is None:
-            bos = tokens.id_of("bos_token")
-    for role, value in {"mask": mask, "eos": eos, "pad": pad, "bos": bos}.items():
-        if value is not None and not 0 <= value < vocab_rows:
-            raise ModelLoadError(f"{role} token id {value} is outside the {vocab_rows}-row embedding")
-    if pad == mask:
-        pad = None
-    return SpecialTokens(mask_id=mask, pad_id=pad, eos_id=eos, bos_id=bos)

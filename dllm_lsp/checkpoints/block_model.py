@@ -15,7 +15,8 @@ Three ways to run it:
   own keys/values, which the caller appends to its cache once the rows are final. This is what
   block-wise decoding uses: finished blocks in the cache, the current block as the rows.
 - `full(ids, rope, keep_kv)` / `cached(ids, rope, context)` / `cached_ragged(...)`: the
-  bidirectional interface of `architecture.BidirectionalLM`, so the bidirectional families here
+  bidirectional interface of `architecture.BidirectionalLM` (`architecture.DualCachePasses`, one
+  copy for both models), so the bidirectional families here
   (LLaDA-MoE, CoDA) run in the existing dual-cache session unchanged, shared steps and the
   "reuse" cache included.
 
@@ -41,7 +42,7 @@ from dllm_lsp.kernels.rmsnorm import rms_norm
 from dllm_lsp.kernels.rope import apply_rotary
 from dllm_lsp.kernels.span_attention import span_attention, span_attention_ragged
 
-from .architecture import cached_ragged_pass
+from .architecture import DualCachePasses
 
 KV = tuple[torch.Tensor, torch.Tensor]   # keys, values [B, Hkv, N, D], rotary already applied
 
@@ -150,6 +151,10 @@ class Attention(nn.Module):
                                            enable_gqa=self.n_heads != self.n_kv_heads)
         return self.out(y), (k, v)
 
+    def full(self, x, cos, sin) -> tuple[torch.Tensor, KV]:
+        """Every row attending to every row (a bidirectional family's exact pass)."""
+        return self.attend(x, cos, sin, None, None)
+
     def cached(self, x, cos, sin, ctx: KV) -> torch.Tensor:
         q, k, v = self.qkv(x, cos, sin)
         return self.out(span_attention(q, ctx[0], ctx[1], k, v))
@@ -250,7 +255,10 @@ class Layer(nn.Module):
         self.mlp: nn.Module = MoEMLP(cfg.dim, cfg.moe) if cfg.is_moe_layer(i) else DenseMLP(cfg.dim, cfg.ffn_dim)
 
 
-class BlockLM(nn.Module):
+class BlockLM(DualCachePasses, nn.Module):
+    """`forward` / `ragged`: block-wise decoding's passes; `full` / `cached` / `cached_ragged`
+    (DualCachePasses): the bidirectional families' passes in a CheckpointSession."""
+
     def __init__(self, cfg: BlockConfig) -> None:
         super().__init__()
         self.cfg = cfg
@@ -270,6 +278,9 @@ class BlockLM(nn.Module):
 
     def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.rotary.cos_sin(positions.to(self.device), self.dtype)
+
+    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.embed(ids)
 
     def _stack(self, h: torch.Tensor, attend) -> torch.Tensor:
         """Pre-norm residual blocks: h + attn(norm(h)), then h + mlp(norm(h)). `attend(i, layer, x)`."""
@@ -330,35 +341,6 @@ class BlockLM(nn.Module):
 
         hidden = self._stack(self.embed(flat), attend)[0].split([b * t for b, t in shapes])
         return [(h.view(b, t, -1), kv) for h, (b, t), kv in zip(hidden, shapes, new)]
-
-    # -- the bidirectional interface of architecture.BidirectionalLM (used by CheckpointSession) --
-
-    @torch.no_grad()
-    def full(self, ids: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None,
-             keep_kv: bool = False) -> tuple[torch.Tensor, list[KV] | None]:
-        cos, sin = rope if rope is not None else self.cos_sin(torch.arange(ids.shape[1]))
-        kvs: list[KV] = []
-
-        def attend(i: int, layer: Layer, x: torch.Tensor) -> torch.Tensor:
-            out, kv = layer.attn.attend(x, cos, sin, None, None)
-            if keep_kv:
-                kvs.append(kv)
-            return out
-
-        return self._stack(self.embed(ids), attend), (kvs if keep_kv else None)
-
-    @torch.no_grad()
-    def cached(self, ids: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], context: list[KV]) -> torch.Tensor:
-        cos, sin = rope
-        return self._stack(self.embed(ids), lambda i, layer, x: layer.attn.cached(x, cos, sin, context[i]))
-
-    @torch.no_grad()
-    def cached_ragged(self, ids: list[torch.Tensor], ropes: list[tuple[torch.Tensor, torch.Tensor]],
-                      contexts: list[list[KV]], keep_kv: bool = False) -> list[tuple[torch.Tensor, list[KV] | None]]:
-        """`cached` for several requests in one pass: the shared step and the "reuse" first pass
-        of a CheckpointSession (BidirectionalLM.cached_ragged's contract, which LLaDA-MoE and CoDA
-        had lacked: every shared step and every "reuse" request of theirs failed)."""
-        return cached_ragged_pass(ids, ropes, contexts, keep_kv, self.embed, self._stack)
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         weight = self.embed.weight if self.lm_head is None else self.lm_head.weight

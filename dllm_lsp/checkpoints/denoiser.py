@@ -10,14 +10,20 @@ from dllm_lsp.engine.denoiser import Canvas, Denoiser, SpecialTokens, plain_text
 from dllm_lsp.engine.types import CacheSettings
 
 from .architecture import BidirectionalLM
+from .block_families import BlockFamily
 from .context_store import ContextStore
 from .families import Family
 from .session import CheckpointSession, span_logits
 
 
-class CheckpointDenoiser(Denoiser):
-    def __init__(self, model: BidirectionalLM, tokenizer: Tokenizer, special: SpecialTokens, family: Family,
-                 name: str, max_context: int) -> None:
+class CheckpointPort(Denoiser):
+    """What every checkpoint's port sets up alike, whichever loop decodes it: the model in eval
+    mode, its tokenizer set to read special-token text as text, its special tokens, family and
+    positions, and `vocab_limit`. CheckpointDenoiser (the masked-diffusion loops) and
+    block_denoiser.BlockDenoiser (the block-wise loop) build on it."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer: Tokenizer, special: SpecialTokens,
+                 family: "Family | BlockFamily", name: str, max_context: int) -> None:
         self.model = model.eval()
         self.tokenizer = plain_text_tokenizer(tokenizer)
         self.special = special
@@ -26,11 +32,23 @@ class CheckpointDenoiser(Denoiser):
         self.name = name
         self.device = model.device
         self.max_context = max_context
-        # Embedding rows past the tokenizer's size are padding: never propose them.
+        # Embedding rows past the tokenizer's size are padding: the logits stop before them, so
+        # they are never proposed. (The mask is the engine's to keep out: denoise.never_mask.)
         self.vocab_limit = min(model.cfg.vocab_size, tokenizer.get_vocab_size(with_added_tokens=True))
-        # a mask past the tokenizer (a folder without its tokenizer_config.json) is cut off with
-        # the rest of the logits: blocking it too indexed past them (IndexError on every request)
-        self.blocked = (special.mask_id,) if special.mask_id < self.vocab_limit else ()
+
+    def describe(self) -> dict:
+        return {
+            **super().describe(),
+            "family_title": self.spec.title,
+            "dtype": str(self.model.dtype).removeprefix("torch."),
+            "parameters": self.model.num_parameters(),
+        }
+
+
+class CheckpointDenoiser(CheckpointPort):
+    def __init__(self, model: BidirectionalLM, tokenizer: Tokenizer, special: SpecialTokens, family: Family,
+                 name: str, max_context: int) -> None:
+        super().__init__(model, tokenizer, special, family, name, max_context)
         self.last_session: CheckpointSession | None = None   # read by `bench checkpoint` (full passes run)
         # Cache mode "reuse": contexts kept across requests (`--prefix-cache N` sets how many).
         self.context_store = ContextStore()
@@ -51,7 +69,7 @@ class CheckpointDenoiser(Denoiser):
         self.context_store.entries = entries
 
     def session(self, canvas: Canvas, batch: int, cache: CacheSettings = CacheSettings()) -> CheckpointSession:
-        session = CheckpointSession(self.model, canvas, self.spec.shift, cache, self.vocab_limit, self.blocked,
+        session = CheckpointSession(self.model, canvas, self.spec.shift, cache, self.vocab_limit,
                                     self.context_store, self.count_context_time, batch, graphs=self)
         self.last_session = session
         self.last_reused_tokens = session.reused_tokens
@@ -102,7 +120,7 @@ class CheckpointDenoiser(Denoiser):
             order = sorted(hidden)
             picked = [hidden[i] if rows[i] is None else hidden[i][rows[i]] for i in order]
             flat = torch.cat([p.reshape(-1, p.shape[-1]) for p in picked])
-            logits = span_logits(self.model, flat, self.vocab_limit, sessions[order[0]].blocked)
+            logits = span_logits(self.model, flat, self.vocab_limit)
             for i, p, part in zip(order, picked, logits.split([p.shape[:-1].numel() for p in picked])):
                 out[i] = part.view(*p.shape[:-1], -1)
         return out
@@ -112,15 +130,6 @@ class CheckpointDenoiser(Denoiser):
         Not a "reuse" first pass: it runs in the first step, shared with other requests' steps."""
         if session.reuse is None:
             session.prefill(ids)
-
-    def describe(self) -> dict:
-        return {
-            **super().describe(),
-            "family_title": self.spec.title,
-            "dtype": str(self.model.dtype).removeprefix("torch."),
-            "parameters": self.model.num_parameters(),
-        }
-
 
 def default_dtype(device: torch.device) -> torch.dtype:
     """bf16 on GPUs (the checkpoints' own dtype); fp32 on the CPU, where bf16 matmuls are slow and inexact."""

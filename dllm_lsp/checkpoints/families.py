@@ -193,22 +193,38 @@ def config_token_id(key: str, *sources: dict) -> int | None:
     return None
 
 
-def special_tokens(family: Family, config: dict, generation: dict, tokens: TokenizerFiles, vocab_rows: int) -> SpecialTokens:
-    """Mask, in-slot end, BOS and expand ids from config.json, generation_config.json and the tokenizer.
+def special_tokens(config: dict, generation: dict, tokens: TokenizerFiles, vocab_rows: int, *,
+                   prepend_bos: bool = False, mask_texts: tuple[str, ...] = (), default_mask: int | None = None,
+                   expand: bool = False) -> SpecialTokens:
+    """Mask, in-slot end, BOS and expand ids from config.json, generation_config.json and the
+    tokenizer: the one resolver of every family (masked-diffusion families.py, block-diffusion
+    block_loader.py), the families' differences passed in as fallbacks.
 
-    Order: config.json, then generation_config.json, then the tokenizer's declared token. The in-slot
-    pad prefers the tokenizer's pad token (DiffuCoder pads spans with <|dlm_pad|> while its
-    config.json says <|endoftext|>).
+    Order: config.json, then generation_config.json, then the tokenizer's declared token. The mask
+    then by `mask_texts` (the usual spellings, looked up when nothing declares it: SDAR's
+    `<|MASK|>`), and last `default_mask`, the id a family's reference sampler hard-codes (Fast-dLLM
+    v2's 151665 is not in its tokenizer), if the embedding has that row. The in-slot pad prefers
+    the tokenizer's pad token (DiffuCoder pads spans with <|dlm_pad|> while its config.json says
+    <|endoftext|>). BOS where the tokenizer adds one or `prepend_bos` (the family's reference
+    infilling starts the canvas with it). `expand`: the family grows slots (DreamOn): its expand
+    token is required, and so is an EOS (its delete token).
     """
     def from_configs(key: str) -> int | None:
         return config_token_id(key, config, generation)
 
     mask = from_configs("mask_token_id")
-    if mask is None:
-        mask = tokens.id_of("mask_token")
-    if mask is None:
-        raise ModelLoadError("no mask token: config.json has no mask_token_id and the tokenizer declares no mask_token")
     declared = tokens.id_of("mask_token")
+    if mask is None:
+        mask = declared
+    if mask is None:
+        mask = next((tokens.token_id(t) for t in mask_texts if tokens.token_id(t) is not None), None)
+    if mask is None and default_mask is not None and default_mask < vocab_rows:
+        mask = default_mask
+    if mask is None:
+        if mask_texts:
+            raise ModelLoadError("no mask token: config.json has no mask_token_id, the tokenizer declares no "
+                                 f"mask_token and has none of {', '.join(mask_texts)}")
+        raise ModelLoadError("no mask token: config.json has no mask_token_id and the tokenizer declares no mask_token")
     if declared is not None and declared != mask:
         raise ModelLoadError(
             f"config.json says mask_token_id {mask}, but the tokenizer maps its mask token "
@@ -221,26 +237,26 @@ def special_tokens(family: Family, config: dict, generation: dict, tokens: Token
     if pad is None:
         pad = from_configs("pad_token_id")
     bos = None
-    if family.prepend_bos or tokens.add_bos:
+    if prepend_bos or tokens.add_bos:
         bos = from_configs("bos_token_id")
         if bos is None:
             bos = tokens.id_of("bos_token")
-    expand = None
-    if family is DREAMON:
-        expand = from_configs("expand_token_id")
-        if expand is None:
-            expand = tokens.token_id(EXPAND_TOKEN)
-        if expand is None:
+    expand_id = None
+    if expand:
+        expand_id = from_configs("expand_token_id")
+        if expand_id is None:
+            expand_id = tokens.token_id(EXPAND_TOKEN)
+        if expand_id is None:
             raise ModelLoadError("DreamOn folder without an expand token id")
         if eos is None:
             raise ModelLoadError("DreamOn needs an EOS id (its delete token): config.json has no eos_token_id")
-    ids = {"mask": mask, "eos": eos, "pad": pad, "bos": bos, "expand": expand}
+    ids = {"mask": mask, "eos": eos, "pad": pad, "bos": bos, "expand": expand_id}
     for role, value in ids.items():
         if value is not None and not 0 <= value < vocab_rows:
             raise ModelLoadError(f"{role} token id {value} is outside the {vocab_rows}-row embedding")
     if pad == mask:
         pad = None
-    return SpecialTokens(mask_id=mask, pad_id=pad, eos_id=eos, bos_id=bos, expand_id=expand)
+    return SpecialTokens(mask_id=mask, pad_id=pad, eos_id=eos, bos_id=bos, expand_id=expand_id)
 
 
 def delete_token(config: dict, generation: dict, tokens: TokenizerFiles, special: SpecialTokens) -> int:

@@ -36,7 +36,7 @@ from .context_store import ContextEntry, ContextStore, Reuse
 
 class CheckpointSession:
     def __init__(self, model: BidirectionalLM, canvas: Canvas, shift: int, cache: CacheSettings,
-                 vocab_limit: int, blocked: tuple[int, ...], store: ContextStore | None = None,
+                 vocab_limit: int, store: ContextStore | None = None,
                  count_context_time: Callable[[float], None] = lambda seconds: None, batch: int = 1,
                  graphs: GraphSwitch | None = None) -> None:
         self.model = model
@@ -62,7 +62,6 @@ class CheckpointSession:
         self.rope_all = model.cos_sin(torch.arange(length))
         self.rope_active = model.cos_sin(active)
         self.vocab_limit = vocab_limit
-        self.blocked = torch.tensor(blocked, dtype=torch.long, device=device) if blocked else None
         self.context_kv: list[KV] | None = None
         self.steps = 0
         self.full_passes = 0
@@ -257,14 +256,14 @@ class CheckpointSession:
                 return logits.clone() if rows is None else logits[rows]
         hidden = self.hidden_rows(ids)
         self.steps += 1
-        return span_logits(self.model, hidden if rows is None else hidden[rows], self.vocab_limit, self.blocked)
+        return span_logits(self.model, hidden if rows is None else hidden[rows], self.vocab_limit)
 
     def _cached_logits(self, active_ids: torch.Tensor) -> torch.Tensor:
         """A cached step whole: the active rows [B, A] against the stored context -> the logits
         [B, S, V_tokenizer] of every span row (a graph has fixed shapes, so the head runs on
         decided rows too)."""
         hidden = self.model.cached(active_ids, self.rope_active, self.context_kv)
-        return span_logits(self.model, hidden.index_select(1, self.pred_in_active), self.vocab_limit, self.blocked)
+        return span_logits(self.model, hidden.index_select(1, self.pred_in_active), self.vocab_limit)
 
     def _replayed(self, active_ids: torch.Tensor) -> torch.Tensor | None:
         """A cached step's logits from the session's graph: captured on its first cached step
@@ -281,11 +280,8 @@ class CheckpointSession:
         return self.graphed.first
 
 
-def span_logits(model: BidirectionalLM, hidden: torch.Tensor, vocab_limit: int,
-                blocked: torch.Tensor | None) -> torch.Tensor:
-    """hidden [..., D] of rows that predict span tokens -> fp32 logits [..., V_tokenizer]."""
-    logits = model.head(hidden)[..., :vocab_limit].float()
-    if blocked is not None:
-        # Never propose the mask itself (nor family-reserved ids) as a span token.
-        logits.index_fill_(-1, blocked, float("-inf"))
-    return logits
+def span_logits(model: BidirectionalLM, hidden: torch.Tensor, vocab_limit: int) -> torch.Tensor:
+    """hidden [..., D] of rows that predict span tokens -> fp32 logits [..., V_tokenizer]: the
+    model's scores, the mask's included (keeping the mask out of a span is a decoding rule: the
+    engine's loops apply it, denoise.never_mask)."""
+    return model.head(hidden)[..., :vocab_limit].float()

@@ -27,68 +27,26 @@ The loop itself is a generator that yields each model call it needs and receives
 the decisions stay in one place, and driving it alone (`decode_blockwise`) or in a shared step
 is the caller's choice.
 
-The model side is `BlockDiffusionPort`: context formatting, an exact block cache, the logits
-of one block. The loop owns every decision.
+The model side is `BlockDiffusionPort` (engine/denoiser.py, the port module, beside `Denoiser`,
+so that a model implementing it imports no loop): context formatting, an exact block cache, the
+logits of one block. The loop owns every decision.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 
 from .denoise import (
-    CallRun, DenoiseOutcome, ModelCall, StepCallback, StepRows, choose_commits, collapse_after_pad,
-    EndGate, greedy_rows, hold_back_early_ends, propose, propose_greedy, run_alone, state_device,
+    CallRun, DenoiseOutcome, EndGate, ModelCall, StepCallback, StepRows, collapse_after_pad, commit_step, constrain,
+    greedy_rows, propose_greedy, run_alone, state_device,
 )
-from .denoiser import Canvas, SpecialTokens
+from .denoiser import BlockDiffusionPort, BlockStep, Canvas, SpecialTokens
 from .span_ends import SpanEnds
 from .span_starts import SpanStarts, StartGate
 from .types import CacheSettings, DecodeSettings
-
-
-@runtime_checkable
-class BlockDiffusionPort(Protocol):
-    """What the block-wise loop needs from a model."""
-
-    block_size: int                   # tokens per block; blocks are counted from position 0
-    sub_block_size: int | None        # decode a block in sub-blocks of this size, left to right (Fast-dLLM v2)
-    special: SpecialTokens
-    device: torch.device
-
-    def context_ids(self, prefix: list[int], suffix: list[int]) -> list[int]:
-        """The tokens before the span (fill-in-the-middle formatting where the model has it)."""
-
-    def new_cache(self, batch: int) -> Any:
-        """An empty KV cache for `batch` rows."""
-
-    def block_logits(self, cache: Any, ids: torch.Tensor, start: int,
-                     rows: torch.Tensor | None = None) -> torch.Tensor:
-        """ids [B, T] at positions start.. (start: the cache's length; T whole blocks): finished
-        blocks not yet in the cache (a span's first call: the context's), which join it exactly,
-        then the current block (its last
-        `block_size` columns, masks included) -> fp32 logits of the current block [B, block_size, V],
-        row i predicting the token at its position i, or [R, V] for the rows `rows` ([B,
-        block_size] bool) selects, row-major. Never proposes the mask token."""
-
-    def newline_ids(self) -> torch.Tensor:
-        """[V] bool: tokens whose text contains a line break."""
-
-    def decode(self, ids: list[int]) -> str:
-        """Token ids -> text (special tokens kept)."""
-
-
-class BlockStep:
-    """One model call a block run waits for: its cache, and the position its ids start at.
-    What the step scheduler holds as the run's `session` (`logits(ids, rows)`, as a
-    masked-diffusion session answers), and what `Denoiser.batch_logits` takes several of."""
-
-    def __init__(self, port: BlockDiffusionPort, cache: Any, start: int) -> None:
-        self.port, self.cache, self.start = port, cache, start
-
-    def logits(self, ids: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
-        return self.port.block_logits(self.cache, ids, self.start, rows)
 
 
 class BlockwiseRun(CallRun):
@@ -268,10 +226,7 @@ class _Loop:
                     # The step budget ran out with holes left (ends held back): fill them greedily.
                     best = yield state.call(seq, self._block_rows(left, start, t0), greedy=True)
                     self.steps += 1
-                    if gate is not None:
-                        gate.refuse_at_frontier(best, seq[:, t0:total], left, slot_of, (width,))
-                    if starts is not None:
-                        starts.restrict(best, left, masked, slot_of, 1)
+                    constrain(best, seq[:, t0:total], left, masked, slot_of, (width,), special.mask_id, gate, starts)
                     token, score = (t.to(host) for t in propose_greedy(best, settings.confidence))
                     seq[:, t0:total][left] = token      # a view: the writes land in seq
                     if starts is not None:
@@ -311,35 +266,12 @@ class _Loop:
         logits = yield state.call(seq, self._block_rows(todo, state.start, t0), greedy=False)
         self.steps += 1
         width = masked.shape[1]
-        if gate is not None:
-            # The rows are the block's positions `todo` selects, in span order: the same row-major order.
-            gate.refuse_at_frontier(logits, seq[:, t0:t0 + width], todo, slot_of, (width,))
-        if starts is not None:
-            starts.restrict(logits, todo, masked, slot_of, 1)
+        # The rows are the block's positions `todo` selects, in span order: the same row-major order.
+        constrain(logits, seq[:, t0:t0 + width], todo, masked, slot_of, (width,), special.mask_id, gate, starts)
         greedy = int(todo.sum()) if first_candidate and settings.greedy_first else greedy_rows(settings, todo)
-        # One per row of `todo`, row-major, chosen on the model's device; read here (one sync).
-        token, score = (t.to(self.host) for t in propose(logits, settings, self.generator, greedy))
-        conf = torch.full(todo.shape, -math.inf, device=seq.device)
-        proposal = torch.full(todo.shape, special.mask_id, dtype=torch.long, device=seq.device)
-        conf[todo] = score
-        proposal[todo] = token
-        if starts is not None:
-            conf = starts.hold_back(conf, proposal, slot_of)    # the typed start: in order
-        if settings.ends_in_order:
-            commit = choose_commits(hold_back_early_ends(conf, proposal, todo, slot_of, self.end_ids, 1),
-                                    todo, settings, steps_left=steps_left)
-            at_frontier = hold_back_early_ends(conf, proposal, todo & ~commit, slot_of, self.end_ids, 1)
-            ends_now = todo & torch.isin(proposal, self.end_ids) & (at_frontier >= settings.threshold)
-            if gate is not None:
-                ends_now = gate.allowed(ends_now, torch.where(commit, proposal, seq[:, t0:t0 + width]), slot_of, (width,))
-            commit |= ends_now
-        else:
-            commit = choose_commits(conf, todo, settings, steps_left=steps_left)
-        if starts is not None:
-            forced = starts.forced(todo.shape, todo.device)
-            if forced is not None:
-                commit |= forced
-                starts.record(proposal)
+        decided = commit_step(logits, seq[:, t0:t0 + width], todo, slot_of, (width,), self.end_ids, special.mask_id,
+                              settings, steps_left, self.generator, greedy, self.host, gate, starts)
+        commit, proposal, conf = decided.commit, decided.proposal, decided.conf
         span = seq[:, t0:t0 + width]
         span = torch.where(commit, proposal, span)
         committed[commit] = conf[commit]

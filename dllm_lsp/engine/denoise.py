@@ -2,8 +2,10 @@
 
 Step API (public, shared with engine/variable_length.py and engine/blockwise.py): `propose` (a
 token and a confidence per span row), `choose_commits`, `hold_back_early_ends`,
-`collapse_after_pad`, `EndGate`; `FixedLengthRun` holds one request's loop state so the step scheduler
-(engine/batching.py) can advance many requests one step at a time.
+`collapse_after_pad`, `EndGate`, `never_mask`; `constrain` and `commit_step` are a step's rules
+and decisions, one copy for the fixed-length and the block-wise loop (they had drifted apart as
+two); `FixedLengthRun` holds one request's loop state so the step scheduler (engine/batching.py)
+can advance many requests one step at a time.
 
 Each step: logits at every span position, pick a token and a confidence per still-masked
 position, commit those above the threshold (at least enough to finish within the step
@@ -407,17 +409,14 @@ class FixedLengthRun:
         of the step reads those two vectors on the run's own device (state_device)."""
         masked = self.masked
         self._for_model = None                  # the state changes: copied again for the next call
-        if self.gate is not None:
-            self.gate.refuse_at_frontier(logits, self.canvas_ids[:, self.span_pos], masked, self.slot_of,
-                                         self.canvas.widths)
+        slot_of, end_ids, n_slots = self.slot_of, self.end_ids, self.n_slots
         starts = self.starts
-        if starts is not None:
-            starts.restrict(logits, masked, masked, self.slot_of, self.n_slots)
+        span_now = self.canvas_ids[:, self.span_pos]      # a copy: the canvas changes only where written back
+        constrain(logits, span_now, masked, masked, slot_of, self.canvas.widths, self.special.mask_id, self.gate,
+                  starts)
         if self.needs_greedy_fill:
             # The last pass of a window; the run ends after it unless a slot grows.
-            self._never_mask(logits)
             token, score = (t.to(self.host) for t in propose_greedy(logits, self.settings.confidence))
-            span_now = self.canvas_ids[:, self.span_pos]
             span_now[masked] = token
             self.committed_conf[masked] = score
             if starts is not None:
@@ -428,38 +427,14 @@ class FixedLengthRun:
             return
         settings, special = self.settings, self.special
         step = self.step_index
-        self._never_mask(logits)
         self.steps += 1
         self.step_index += 1
-        proposed = propose(logits, settings, self.generator, greedy_rows(settings, masked))
-        token, score = (t.to(self.host) for t in proposed)
-        # Back to [B, S]: decided rows get no proposal (the mask id) and no confidence.
-        conf = torch.full(masked.shape, -math.inf, device=masked.device)
-        conf[masked] = score
-        proposal = torch.full_like(masked, special.mask_id, dtype=torch.long)
-        proposal[masked] = token
-        slot_of, end_ids, n_slots = self.slot_of, self.end_ids, self.n_slots
-        if starts is not None:
-            conf = starts.hold_back(conf, proposal, slot_of)    # a slot writing its typed start: in order
-        if settings.ends_in_order:
-            commit = choose_commits(hold_back_early_ends(conf, proposal, masked, slot_of, end_ids, n_slots),
-                                    masked, settings, steps_left=settings.steps - step)
-            # An end right after this step's commits is in order too: a confident one closes the slot now.
-            at_frontier = hold_back_early_ends(conf, proposal, masked & ~commit, slot_of, end_ids, n_slots)
-            ends_now = masked & torch.isin(proposal, end_ids) & (at_frontier >= settings.threshold)
-            if self.gate is not None:
-                ends_now = self.gate.allowed(ends_now, torch.where(commit, proposal, self.canvas_ids[:, self.span_pos]),
-                                             slot_of, self.canvas.widths)
-            commit |= ends_now
-        else:
-            commit = choose_commits(conf, masked, settings, steps_left=settings.steps - step)
-        if starts is not None:
-            forced = starts.forced(masked.shape, masked.device)
-            if forced is not None:
-                commit |= forced
-                self.pinned |= forced
-                starts.record(proposal)
-        span_now = self.canvas_ids[:, self.span_pos]
+        decided = commit_step(logits, span_now, masked, slot_of, self.canvas.widths, end_ids, special.mask_id,
+                              settings, settings.steps - step, self.generator, greedy_rows(settings, masked),
+                              self.host, self.gate, starts)
+        commit, proposal, conf = decided.commit, decided.proposal, decided.conf
+        if decided.forced is not None:
+            self.pinned |= decided.forced      # a typed start's tokens are never re-opened (remasking below)
         span_now = torch.where(commit, proposal, span_now)
         self.committed_conf = torch.where(commit, conf, self.committed_conf)
         masked &= ~commit
@@ -482,13 +457,6 @@ class FixedLengthRun:
             self.on_step(self.steps, *self.at_capacity(span_now, self.masked.clone()), mean_conf,
                          max(self.budget, self.steps))
 
-    def _never_mask(self, logits: torch.Tensor) -> None:
-        """A mask is never an answer. The logits may stop at the tokenizer's last token, before a
-        mask id the embedding alone has (a checkpoint folder without its tokenizer_config.json):
-        such a mask is never proposed anyway."""
-        if self.special.mask_id < logits.shape[-1]:
-            logits[..., self.special.mask_id] = -math.inf
-
     def outcome(self) -> DenoiseOutcome:
         return DenoiseOutcome(self.canvas_ids, self.canvas_ids[:, self.span_pos], self.steps, self.canvas,
                               self.committed_conf)
@@ -507,6 +475,82 @@ def denoise(
     runs after each step; `ends`: where slots may end (EndGate). The outcome's canvas is the one
     decoded (slots may have grown)."""
     return run_alone(lambda: FixedLengthRun(denoiser, canvas, settings, on_step, cache, ends), should_stop)
+
+
+def never_mask(logits: torch.Tensor, mask_id: int) -> None:
+    """A mask is never an answer: logits [..., V] get -inf at the mask id, in place. The engine
+    applies it whatever the model (the embedded model's head scores the mask like any token). The
+    logits may stop at the tokenizer's last token, before a mask id the embedding alone has (a
+    checkpoint folder without its tokenizer_config.json): such a mask is never proposed anyway."""
+    if mask_id < logits.shape[-1]:
+        logits[..., mask_id] = -math.inf
+
+
+def constrain(logits: torch.Tensor, span: torch.Tensor, selected: torch.Tensor, masked: torch.Tensor,
+              slot_of: torch.Tensor, widths: tuple[int, ...], mask_id: int, gate: "EndGate | None",
+              starts: StartGate | None) -> None:
+    """The rules a step's logits obey before any token is chosen from them, in every loop that
+    writes starts and ends (the fixed-length and block-wise loops, their steps and their greedy
+    fills alike), applied in place to logits [R, V] at the rows `selected` [B, S] picks
+    (row-major): no end at a frontier whose slot's text is still open (EndGate), only tokens
+    that agree with a typed start at its frontier (StartGate; `masked` [B, S]: the undecided
+    positions its frontiers are found in), never the mask. `span` [B, S]: the span so far."""
+    if gate is not None:
+        gate.refuse_at_frontier(logits, span, selected, slot_of, widths)
+    if starts is not None:
+        starts.restrict(logits, selected, masked, slot_of, len(widths))
+    never_mask(logits, mask_id)
+
+
+@dataclass
+class Commits:
+    """What one step decided (commit_step), on the run's own device, each [B, S]."""
+
+    commit: torch.Tensor              # bool: positions decided this step
+    proposal: torch.Tensor            # the token proposed at each undecided position (mask id elsewhere)
+    conf: torch.Tensor                # its confidence (-inf elsewhere, and where it was held back)
+    forced: torch.Tensor | None       # bool: a typed start's frontiers, committed whatever their confidence
+
+
+def commit_step(logits: torch.Tensor, span: torch.Tensor, todo: torch.Tensor, slot_of: torch.Tensor,
+                widths: tuple[int, ...], end_ids: torch.Tensor, mask_id: int, settings: DecodeSettings,
+                steps_left: int, generator: torch.Generator | None, greedy: int, host: torch.device,
+                gate: "EndGate | None", starts: StartGate | None) -> Commits:
+    """One step's decisions, the same in the fixed-length and block-wise loops: from the logits
+    (after `constrain`) of the rows `todo` [B, S] selects, row-major, a proposal and a confidence
+    per row (`greedy`: how many leading rows are chosen greedily, `propose`), then which to commit:
+    the typed start in order (StartGate.hold_back), ends only at their slot's frontier
+    (hold_back_early_ends) with a confident end right behind this step's commits closing the
+    slot now, where EndGate allows it (`span` [B, S]: the span before this step), the rest by
+    `choose_commits` within `steps_left`; last, a typed start's frontiers whatever their confidence.
+    The caller writes the commits into its own state (and the fixed loop pins `forced` against
+    remasking: the block loop does not remask)."""
+    n_slots = len(widths)
+    # One per row of `todo`, row-major, chosen on the model's device; read on the run's (one sync).
+    token, score = (t.to(host) for t in propose(logits, settings, generator, greedy))
+    # Back to [B, S]: decided rows get no proposal (the mask id) and no confidence.
+    conf = torch.full(todo.shape, -math.inf, device=todo.device)
+    conf[todo] = score
+    proposal = torch.full(todo.shape, mask_id, dtype=torch.long, device=todo.device)
+    proposal[todo] = token
+    if starts is not None:
+        conf = starts.hold_back(conf, proposal, slot_of)    # a slot writing its typed start: in order
+    if settings.ends_in_order:
+        commit = choose_commits(hold_back_early_ends(conf, proposal, todo, slot_of, end_ids, n_slots),
+                                todo, settings, steps_left=steps_left)
+        # An end right after this step's commits is in order too: a confident one closes the slot now.
+        at_frontier = hold_back_early_ends(conf, proposal, todo & ~commit, slot_of, end_ids, n_slots)
+        ends_now = todo & torch.isin(proposal, end_ids) & (at_frontier >= settings.threshold)
+        if gate is not None:
+            ends_now = gate.allowed(ends_now, torch.where(commit, proposal, span), slot_of, widths)
+        commit |= ends_now
+    else:
+        commit = choose_commits(conf, todo, settings, steps_left=steps_left)
+    forced = starts.forced(todo.shape, todo.device) if starts is not None else None
+    if forced is not None:
+        commit |= forced
+        starts.record(proposal)
+    return Commits(commit, proposal, conf, forced)
 
 
 def relayout(x: torch.Tensor, widths: tuple[int, ...], new_widths, fill) -> torch.Tensor:

@@ -2,9 +2,13 @@
 
 A `Denoiser` is plain model code: it encodes and decodes text, and opens a session that answers
 "what are the logits at the span positions for this canvas". It runs no loop. The engine owns
-every decoding loop (engine/denoise.py, engine/variable_length.py) and picks one by the port's
-`decoding`, so the embedded model (exact context cache) and the open checkpoints (approximate
-dual cache) plug into the same loops.
+every decoding loop (engine/denoise.py, engine/variable_length.py, engine/blockwise.py) and
+picks one by the port's `decoding`, so the embedded model (exact context cache) and the open
+checkpoints (approximate dual cache) plug into the same loops. A block-diffusion model also
+implements `BlockDiffusionPort`, the block loop's view of it, and answers its `BlockStep`s.
+
+Models import this module (and engine/types.py, engine/cuda_graph.py), never a loop module:
+tests/architecture/test_import_graph.py holds them to that.
 """
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from tokenizers import Tokenizer
@@ -283,3 +287,47 @@ class Denoiser(ABC):
 
     def describe(self) -> dict:
         return {"name": self.name, "family": self.family, "device": str(self.device)}
+
+
+@runtime_checkable
+class BlockDiffusionPort(Protocol):
+    """What the block-wise loop needs from a model."""
+
+    block_size: int                   # tokens per block; blocks are counted from position 0
+    sub_block_size: int | None        # decode a block in sub-blocks of this size, left to right (Fast-dLLM v2)
+    special: SpecialTokens
+    device: torch.device
+
+    def context_ids(self, prefix: list[int], suffix: list[int]) -> list[int]:
+        """The tokens before the span (fill-in-the-middle formatting where the model has it)."""
+
+    def new_cache(self, batch: int) -> Any:
+        """An empty KV cache for `batch` rows."""
+
+    def block_logits(self, cache: Any, ids: torch.Tensor, start: int,
+                     rows: torch.Tensor | None = None) -> torch.Tensor:
+        """ids [B, T] at positions start.. (start: the cache's length; T whole blocks): finished
+        blocks not yet in the cache (a span's first call: the context's), which join it exactly,
+        then the current block (its last
+        `block_size` columns, masks included) -> fp32 logits of the current block [B, block_size, V],
+        row i predicting the token at its position i, or [R, V] for the rows `rows` ([B,
+        block_size] bool) selects, row-major. The loop keeps the mask out of its choices itself
+        (denoise.never_mask), whatever these logits score it."""
+
+    def newline_ids(self) -> torch.Tensor:
+        """[V] bool: tokens whose text contains a line break."""
+
+    def decode(self, ids: list[int]) -> str:
+        """Token ids -> text (special tokens kept)."""
+
+
+class BlockStep:
+    """One model call a block run waits for: its cache, and the position its ids start at.
+    What the step scheduler holds as the run's `session` (`logits(ids, rows)`, as a
+    masked-diffusion session answers), and what `Denoiser.batch_logits` takes several of."""
+
+    def __init__(self, port: BlockDiffusionPort, cache: Any, start: int) -> None:
+        self.port, self.cache, self.start = port, cache, start
+
+    def logits(self, ids: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        return self.port.block_logits(self.cache, ids, self.start, rows)

@@ -18,14 +18,14 @@ only asked for logits: the rules above are decoding, so they live here, in the e
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from .denoise import (
-    CallRun, DenoiseOutcome, ModelCall, StepCallback, StepRows, choose_commits, propose, run_alone, state_device,
+    CallRun, DenoiseOutcome, ModelCall, StepCallback, StepRows, choose_commits, never_mask, propose, state_device,
 )
 from .denoiser import Canvas, Denoiser, SpecialTokens
 from .span_ends import SpanEnds
@@ -97,18 +97,6 @@ class VariableLengthRun(CallRun):
         return StepRows(int(self._call.rows.numel()) if self._call is not None else 0)
 
 
-def denoise_variable_length(
-    denoiser: Denoiser,
-    canvas: Canvas,
-    settings: DecodeSettings,
-    should_stop: Callable[[], bool] = lambda: False,
-    on_step: StepCallback | None = None,
-    cache: CacheSettings = CacheSettings(),
-) -> DenoiseOutcome:
-    """Fill every slot of `canvas`, one request alone; candidates run one after another."""
-    return run_alone(lambda: VariableLengthRun(denoiser, canvas, settings, on_step, cache), should_stop)
-
-
 Calls = Generator[ModelCall, torch.Tensor, Any]
 
 
@@ -148,6 +136,7 @@ def _run_one(denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings, on_st
         steps += 1
         held = no_expansion(layout, steps_left).to(host)[masked]   # rows of the logits, as a mask of the run's
         logits[held, special.expand_id] = float("-inf")
+        never_mask(logits, special.mask_id)     # a mask is no answer, whatever the model scores it
         token, score = (t.to(host) for t in propose(logits, settings, generator))
         conf = torch.full((masked.numel(),), -math.inf, device=host)
         conf[masked] = score
@@ -176,6 +165,7 @@ def _fill_left(denoiser: Denoiser, layout: Layout, cache: CacheSettings) -> Call
     session = denoiser.open_session(now, 1, cache)
     logits = yield ModelCall(session, now.ids[None].to(device), masked[None].to(device), greedy=True)
     logits[:, special.expand_id] = float("-inf")
+    never_mask(logits, special.mask_id)        # a mask filled in would be a hole left in the span
     best = iter(logits.argmax(-1).tolist())
     filled = [next(best) if t == special.mask_id else t for t in flat]
     apply_resizes(layout, filled, masked.tolist(), special)

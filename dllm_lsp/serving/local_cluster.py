@@ -110,18 +110,3 @@ class RayCluster:
     def dllm(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "dllm_lsp", *args], env=self.env, capture_output=True,
                               text=True, timeout=timeout)
-
-    def kill_replica(self) -> str:
-        """Kill one replica actor of the deployment (as a node failure would); returns its name."""
-        script = (
-            "import ray\n"
-            f"ray.init(address={self.address!r}, logging_level='ERROR', log_to_driver=False)\n"
-            "names = sorted(a['name'] for a in ray.util.list_named_actors(all_namespaces=True)\n"
-            "               if 'dllm-lsp#DenoiserReplica' in a['name'])\n"
-            "ray.kill(ray.get_actor(names[0], namespace='serve'), no_restart=True)\n"
-            "print(names[0])\n")
-        done = subprocess.run([sys.executable, "-c", script], env=self.env, capture_output=True, text=True,
-                              timeout=120)
-        if done.returncode != 0:
-            raise RuntimeError(done.stderr[-2000:])
-        return done.stdout.strip()

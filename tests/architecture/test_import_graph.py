@@ -4,6 +4,10 @@ Every import statement counts, wherever it is (module level, inside a function, 
 `if TYPE_CHECKING:`): an import moved into a function to dodge a cycle still makes one.
 `kernels/` and `models/` install inside the package as dllm_lsp.kernels and
 dllm_lsp.shipped_models, so they are part of the graph too.
+
+Direction is checked where a cycle test cannot see it: model code (arch/, checkpoints/, the
+loader, the kernels) takes from the engine only the port module and the types it needs, never a
+decode loop (an edge with no edge back is no cycle, yet it is the model depending on the loop).
 """
 from __future__ import annotations
 
@@ -112,3 +116,44 @@ def test_no_import_cycle():
 def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+# The model side: the ports' implementations, their loader and the kernels they call.
+MODEL_SIDE = ("dllm_lsp.arch", "dllm_lsp.checkpoints", "dllm_lsp.loader", "dllm_lsp.model_folder", "dllm_lsp.kernels")
+# What the model side may take from the engine: the port module (Denoiser, BlockDiffusionPort,
+# BlockStep, Canvas, SpecialTokens), the settings types and the CUDA-graph helper. Not a loop
+# module (denoise, blockwise, variable_length, batching, engine, ...): the engine calls the model,
+# never the other way round.
+ENGINE_FOR_MODELS = frozenset({"dllm_lsp.engine", "dllm_lsp.engine.denoiser", "dllm_lsp.engine.types",
+                               "dllm_lsp.engine.cuda_graph"})
+
+
+def _within(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def upward_imports(edges: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(importer, engine module) pairs where a model-side module, or an engine module the model
+    side may import, imports an engine module outside ENGINE_FOR_MODELS (directly: the allowed
+    modules' own imports are checked too, so nothing reaches a loop through them)."""
+    importers = [m for m in edges if _within(m, MODEL_SIDE) or m in ENGINE_FOR_MODELS]
+    return sorted((m, t) for m in importers for t in edges[m]
+                  if _within(t, ("dllm_lsp.engine",)) and t not in ENGINE_FOR_MODELS)
+
+
+def test_models_import_no_engine_loop():
+    edges = graph()
+    assert set(ENGINE_FOR_MODELS) <= set(edges), "an allowed engine module was renamed: update ENGINE_FOR_MODELS"
+    assert "dllm_lsp.checkpoints.block_denoiser" in edges and "dllm_lsp.arch.embedded_denoiser" in edges
+    found = upward_imports(edges)
+    assert not found, "model code imports the engine's loops: " + ", ".join(f"{m} -> {t}" for m, t in found)
+
+
+def test_the_direction_check_finds_a_model_importing_a_loop():
+    edges = {"dllm_lsp.checkpoints.block_denoiser": {"dllm_lsp.engine.blockwise", "dllm_lsp.engine.denoiser"},
+             "dllm_lsp.engine.denoiser": {"dllm_lsp.engine.types"},
+             "dllm_lsp.engine.types": set(),
+             "dllm_lsp.engine.blockwise": {"dllm_lsp.engine.denoiser"}}
+    assert upward_imports(edges) == [("dllm_lsp.checkpoints.block_denoiser", "dllm_lsp.engine.blockwise")]
+    edges["dllm_lsp.engine.denoiser"].add("dllm_lsp.engine.denoise")
+    assert ("dllm_lsp.engine.denoiser", "dllm_lsp.engine.denoise") in upward_imports(edges)

@@ -19,9 +19,9 @@ import pytest
 import torch
 
 from dllm_lsp.checkpoints.block_tiny import BLOCK_LAYOUTS, FAMILY_OF, write_tiny_block_checkpoint
-from dllm_lsp.engine.blockwise import BlockStep, BlockwiseRun, decode_blockwise
+from dllm_lsp.engine.blockwise import BlockwiseRun, decode_blockwise
 from dllm_lsp.engine.denoise import Cancelled, StepRows
-from dllm_lsp.engine.denoiser import Canvas
+from dllm_lsp.engine.denoiser import BlockStep, Canvas
 from dllm_lsp.engine.engine import CancelToken, Engine
 from dllm_lsp.engine.types import DecodeSettings, InfillRequest
 from dllm_lsp.loader import load_model

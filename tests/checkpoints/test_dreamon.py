@@ -1,13 +1,13 @@
 """DreamOn's expand / delete rules (its reference sampler), on the tiny DreamOn folder."""
 import torch
 
+from dllm_lsp.engine.denoise import run_alone
 from dllm_lsp.engine.engine import RUNS, Engine
 from dllm_lsp.engine.types import DecodeSettings, InfillRequest
 from dllm_lsp.engine.variable_length import (
     INITIAL_MASKS,
     Layout,
     apply_resizes,
-    denoise_variable_length,
     initial_layout,
     VariableLengthRun,
     no_expansion,
@@ -76,7 +76,8 @@ def test_a_model_that_expands_grows_the_slot_to_its_width(tiny_checkpoints):
     assert result.steps <= 6
     # 8 initial masks grew to the slot's 14 tokens, and nothing is left as an expand token.
     canvas = engine.canvas(request)
-    final = denoise_variable_length(d, canvas, DecodeSettings(steps=6, threshold=0.5))
+    # The loop alone (no engine around it), to read its canvas.
+    final = run_alone(lambda: VariableLengthRun(d, canvas, DecodeSettings(steps=6, threshold=0.5)), lambda: False)
     (start, end), = final.canvas.slot_ranges
     assert end - start == 14
     assert d.special.expand_id not in final.span_ids.tolist()[0]

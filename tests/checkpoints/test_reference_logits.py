@@ -112,6 +112,5 @@ def test_session_rows_follow_each_family_shift(tiny_checkpoints, loaded):
         canvas = Canvas(ids, [(5, 9)])
         got = denoiser.session(canvas, 1, CacheSettings("none")).logits(ids[None])
         full = reference_logits(reference, ids[None])[..., : denoiser.vocab_limit]
-        want = full[:, 5 - shift: 9 - shift]
-        want[..., denoiser.special.mask_id] = float("-inf")
+        want = full[:, 5 - shift: 9 - shift]      # the mask's score too: the engine, not the port, keeps it out
         assert torch.allclose(got, want, atol=TOL)

@@ -1,6 +1,8 @@
 """The kernels wired into the embedded model: a cached denoising step through the Triton path
 (forced on CPU under the interpreter) matches the reference path and the uncached full-canvas
-forward, and the dispatch policy picks what DESIGN.md says."""
+forward, and the dispatch policy picks what docs/kernels.md#dispatch says."""
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -75,6 +77,19 @@ def test_measured_policy_keeps_short_contexts_on_the_reference(monkeypatch):
     assert dispatch.worth_running("rope", 0)                         # no measured exception: always
     monkeypatch.setenv("DLLM_LSP_KERNELS", "triton")                 # forced: every length (the tests' path)
     assert dispatch.worth_running("span_attention", 16)
+
+
+@pytest.mark.parametrize("mode", ["auto", "triton"])
+def test_fp32_span_attention_on_cuda_stays_on_the_reference_in_every_mode(monkeypatch, mode):
+    # The rule lives in dispatch.py (REFERENCE_ON_CUDA), not in the kernel file: the tensors' device
+    # and dtype are all it reads, so stand-ins answer for CUDA tensors on a machine without a GPU.
+    monkeypatch.setenv("DLLM_LSP_KERNELS", mode)
+    long = 2 * dispatch.MIN_CONTEXT["span_attention"]
+    cuda = {dtype: SimpleNamespace(is_cuda=True, dtype=dtype) for dtype in (torch.float32, torch.bfloat16)}
+    assert not dispatch.worth_running("span_attention", long, cuda[torch.float32])
+    assert dispatch.worth_running("span_attention", long, cuda[torch.bfloat16])
+    assert dispatch.worth_running("span_attention", long, torch.zeros(1))     # fp32 on the CPU: the interpreter's
+    assert dispatch.worth_running("rms_norm", 0, cuda[torch.float32])         # no such rule for the others
 
 
 def test_kernels_import_and_fall_back_without_triton():

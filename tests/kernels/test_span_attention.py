@@ -1,5 +1,6 @@
 """Span attention: the Triton kernel (interpreted on CPU) against the torch reference, and the
-reference against the two attention layouts of DESIGN.md written out as full-canvas masks.
+reference against the two attention layouts (docs/kernels.md, span attention) written out as
+full-canvas masks.
 
 Tolerances: fp32 inputs 2e-5 absolute/relative (the kernel accumulates in fp32 in a different
 order); bf16 inputs 2e-2 against an fp32 reference on the same bf16 values (one bf16 rounding

@@ -200,6 +200,22 @@ async def test_streaming_and_a_cancel_that_reaches_the_replica(deployed, tmp_pat
         await stop_front(client)
 
 
+def kill_replica(cluster) -> str:
+    """Kill one replica actor of the deployment (as a node failure would); returns its name."""
+    script = (
+        "import ray\n"
+        f"ray.init(address={cluster.address!r}, logging_level='ERROR', log_to_driver=False)\n"
+        "names = sorted(a['name'] for a in ray.util.list_named_actors(all_namespaces=True)\n"
+        "               if 'dllm-lsp#DenoiserReplica' in a['name'])\n"
+        "ray.kill(ray.get_actor(names[0], namespace='serve'), no_restart=True)\n"
+        "print(names[0])\n")
+    done = subprocess.run([sys.executable, "-c", script], env=cluster.env, capture_output=True, text=True,
+                          timeout=120)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr[-2000:])
+    return done.stdout.strip()
+
+
 async def test_a_replica_killed_under_load_loses_no_request(deployed, tmp_path):
     client, _, _ = await start_front(tmp_path, "--ray", deployed.address, env=deployed.env,
                                      options={"steps": 16, "threshold": 1.0})
@@ -208,7 +224,7 @@ async def test_a_replica_killed_under_load_loses_no_request(deployed, tmp_path):
         for uri in uris:
             open_doc(client, uri, "value = 2\n" * 100 + TEXT)
         pending = [client.text_document_inline_completion_async(inline_params(uri, 101, 11)) for uri in uris]
-        killer = asyncio.create_task(asyncio.to_thread(deployed.kill_replica))
+        killer = asyncio.create_task(asyncio.to_thread(kill_replica, deployed))
         answers = await asyncio.wait_for(asyncio.gather(*pending), timeout=120)
         killed = await killer
         assert killed
