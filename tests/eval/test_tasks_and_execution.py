@@ -1,6 +1,7 @@
 import gzip
 import os
 import json
+import time
 
 import pytest
 
@@ -29,6 +30,31 @@ def test_execution_passes_fails_and_times_out():
     assert not broken.passed and "SyntaxError" in broken.reason
     slow = run_program("while True:\n    pass\n", 1)
     assert slow == type(slow)(False, "timeout")
+
+
+@pytest.mark.parametrize("completion", ["exit()", "__import__('sys').exit()", "__import__('os')._exit(0)",
+                                        "(_ for _ in ()).throw(SystemExit(0))"])
+def test_a_completion_that_ends_the_interpreter_fails(completion):
+    """Its status is 0 but its checks never ran: `exit()` alone passed most single-line tasks."""
+    outcome = run_program(TASK.program(completion), 10)
+    assert not outcome.passed and "before its checks had run" in outcome.reason
+
+
+def test_a_timeout_is_kept_and_no_child_outlives_its_program(tmp_path):
+    """A child in a session of its own, holding the program's pipes, held the eval past its
+    timeout (for as long as it lived); a passing program's children ran on after it."""
+    def stray(marker, new_session: bool) -> str:
+        child = tmp_path / f"{marker}.py"
+        child.write_text(f"import pathlib, time\ntime.sleep(1.5)\npathlib.Path({str(tmp_path / marker)!r}).write_text('x')\n"
+                         "time.sleep(8)\n")
+        return f"import subprocess, sys\nsubprocess.Popen([sys.executable, {str(child)!r}], start_new_session={new_session})\n"
+
+    started = time.monotonic()     # the child of a session of its own: out of the program's reach
+    assert run_program(stray("escaped", True) + "while True:\n    pass\n", 1).reason == "timeout"
+    assert time.monotonic() - started < 5
+    assert run_program(stray("left", False), 10).passed
+    time.sleep(2.5)
+    assert not (tmp_path / "left").exists()       # the passing program's child was ended with it
 
 
 def test_programs_run_in_their_own_folder():
