@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from dllm_lsp.cli_errors import report as report_error
+from dllm_lsp.eval.tasks import DATA_ENV, default_data_dir
 
 from .card import write_card
 from .corpus import CorpusOptions, build_corpus
@@ -20,11 +21,12 @@ from .objective import ObjectiveOptions
 from .presets import MODEL_KEYS, preset
 from .tokenizer_step import build_tokenizer, count_tokens
 
-REPO_EVAL = Path(__file__).resolve().parents[2].parent / "shared" / "eval" / "human-eval-infilling"
-
-
 def default_decontamination() -> list[Path]:
-    return sorted(REPO_EVAL.glob("*.jsonl*")) if REPO_EVAL.is_dir() else []
+    """The benchmark files to keep out of the corpus when none are named: those `eval` reads
+    ($DLLM_LSP_EVAL_DATA, else the checkout's shared folder). An installed package has no such
+    folder: it built its corpus against nothing, without a word, so that is refused (corpus_options)."""
+    folder = default_data_dir()
+    return sorted(folder.glob("*.jsonl*")) if folder.is_dir() else []
 
 
 def add_corpus_args(p: argparse.ArgumentParser) -> None:
@@ -78,9 +80,14 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def corpus_options(a) -> CorpusOptions:
+    decontaminate = a.decontaminate if a.decontaminate is not None else default_decontamination()
+    if not decontaminate:
+        raise ValueError(f"no benchmark files to keep out of the corpus in {default_data_dir()}: name the "
+                         "HumanEval-Infilling files with --decontaminate FILE (repeatable) or their folder "
+                         f"with ${DATA_ENV}")
     return CorpusOptions(folders=a.folder, max_bytes=int(a.max_mb * 1e6) if a.max_mb is not None else None,
                          val_percent=a.val_percent, languages=tuple(a.languages.split(",")),
-                         decontaminate=a.decontaminate if a.decontaminate is not None else default_decontamination(),
+                         decontaminate=decontaminate,
                          assume_license=a.assume_license, workers=a.jobs,
                          max_seconds=a.max_seconds)
 

@@ -1,4 +1,6 @@
-from dllm_lsp.train.decontam import contaminated
+import json
+
+from dllm_lsp.train.decontam import benchmark_signatures, contaminated
 from dllm_lsp.train.filters import NearDuplicateIndex, exact_key, rejection
 
 CODE = "\n".join(f"def function_{i}(a, b):\n    total = a + b * {i}\n    return total\n" for i in range(30))
@@ -32,7 +34,17 @@ def test_near_duplicates_are_found_and_distinct_files_are_not():
     assert not index.seen(other)
 
 
-def test_benchmark_signatures_are_detected():
-    sig = {"def has_close_elements(numbers: List[float], threshold: float) -> bool:"}
+def test_benchmark_signatures_are_detected(tmp_path):
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text("\n".join(json.dumps(r) for r in [
+        {"entry_point": "has_close_elements",
+         "prompt": "from typing import List\n\n\ndef has_close_elements(numbers: List[float], threshold: float) -> bool:\n"},
+        {"entry_point": "f", "prompt": "def f(n):\n    \"\"\" Implement the function f \"\"\"\n"}]) + "\n")
+    sig = benchmark_signatures([bench])
     assert contaminated("import x\ndef has_close_elements(numbers: List[float], threshold: float) -> bool:\n", sig)
+    # Wrapped over lines as black writes long signatures, and a short signature: both were missed.
+    assert contaminated("def has_close_elements(\n    numbers: List[float],\n    threshold: float,\n) -> bool:\n"
+                        "    return True\n", sig)
+    assert contaminated("def f(n):\n    return [n]\n", sig)
     assert not contaminated(CODE, sig)
+    assert not contaminated("def f(n, m):\n    pass\ndef has_close_elements(x):\n    pass\n", sig)

@@ -96,6 +96,18 @@ def test_bad_input_gives_clear_errors(tmp_path, capsys):
     assert "vocab size" in capsys.readouterr().err
 
 
+def test_a_corpus_with_no_benchmark_to_keep_out_is_refused(tmp_path, capsys, monkeypatch):
+    """An installed package has no benchmark folder beside it: it built its corpus against
+    nothing, without a word (HumanEval solutions copied into a folder were kept)."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.py").write_text("def g(x):\n    return x\n" * 50)
+    monkeypatch.setenv("DLLM_LSP_EVAL_DATA", str(tmp_path / "no-benchmark-here"))
+    assert main(["corpus", "--out", str(tmp_path / "c"), "--folder", str(tmp_path / "src")]) == 1
+    err = capsys.readouterr().err
+    assert "no benchmark files to keep out of the corpus" in err and "--decontaminate" in err
+    assert not (tmp_path / "c").exists()
+
+
 def test_bench_training_data_measures_one_core_and_the_data_loader(trained, tmp_path):
     work, _ = trained
     out = tmp_path / "td.json"
