@@ -11,6 +11,8 @@ Only safetensors are read; the file's metadata says which storage it holds.
 """
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 
 import torch
@@ -60,6 +62,11 @@ def save_weights(state: dict[str, torch.Tensor], path: Path, storage: str = "bfl
     tensors, metadata = storage_state(state, storage)
     tmp = Path(str(path) + ".tmp")
     save_file(tensors, str(tmp), metadata=metadata)
+    # safetensors creates its file readable by its owner alone (0600), unlike the folder's other
+    # files: a model trained by one user could not be served by another.
+    umask = os.umask(0o022)
+    os.umask(umask)
+    tmp.chmod(0o666 & ~umask)
     tmp.replace(path)
 
 

@@ -18,7 +18,7 @@ from dllm_lsp.model_folder import ModelLoadError
 
 from .loop import TrainingDiverged, TrainOptions, check_options, train
 from .objective import ObjectiveOptions
-from .presets import MODEL_KEYS, preset
+from .presets import MODEL_KEYS, PRESETS, preset
 from .tokenizer_step import build_tokenizer, count_tokens
 
 def default_decontamination() -> list[Path]:
@@ -46,7 +46,9 @@ def add_corpus_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", default="cpu-small", help="tiny-test, cpu-small or gpu-30m")
+    p.add_argument("--preset", default=None,
+                   help="tiny-test, cpu-small or gpu-30m (default: cpu-small; continuing a folder: the preset "
+                        "its architecture matches, with the window and slot size it was trained on)")
     for key in (*MODEL_KEYS, "seq_len", "max_slot", "batch_size", "warmup"):
         p.add_argument(f"--{key.replace('_', '-')}", type=int, default=None)
     p.add_argument("--lr", type=float, default=None)
@@ -92,8 +94,27 @@ def corpus_options(a) -> CorpusOptions:
                          max_seconds=a.max_seconds)
 
 
+DEFAULT_PRESET = "cpu-small"
+
+
+def run_defaults(a) -> dict:
+    """The preset a run's unset flags come from. A continued folder (`--init-from`, `--resume`)
+    without `--preset` keeps what it was trained with: the preset its architecture matches, and
+    its recorded window and slot size. It got cpu-small's: the 30M model continued so trained on
+    256-token windows and 48-token slots, and its config then recorded those."""
+    folder = a.init_from if getattr(a, "init_from", None) is not None else (a.out if getattr(a, "resume", False) else None)
+    if a.preset is not None or folder is None or not (Path(folder) / "config.json").is_file():
+        return preset(a.preset or DEFAULT_PRESET)
+    config = json.loads((Path(folder) / "config.json").read_text())
+    name = next((n for n, p in PRESETS.items() if all(p[k] == config.get(k) for k in MODEL_KEYS)), DEFAULT_PRESET)
+    defaults = preset(name)
+    recorded = config.get("training") if isinstance(config.get("training"), dict) else {}
+    defaults.update({k: v for k, v in recorded.items() if k in ("seq_len", "max_slot") and isinstance(v, int)})
+    return defaults
+
+
 def train_options(a, corpus: Path, tokenizer: Path, out: Path) -> TrainOptions:
-    p = preset(a.preset)
+    p = run_defaults(a)
     for key in (*MODEL_KEYS, "seq_len", "max_slot", "batch_size", "warmup", "lr"):
         if getattr(a, key, None) is not None:
             p[key] = getattr(a, key)
@@ -166,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             options = train_options(a, corpus, tok_path, a.out)
             check_options(options, files=False)    # the model's settings, before the corpus and tokenizer
             build_corpus(corpus_options(a), corpus)
-            vocab = a.vocab_size or preset(a.preset)["vocab_size"]
+            vocab = a.vocab_size or preset(a.preset or DEFAULT_PRESET)["vocab_size"]
             count_tokens(corpus, build_tokenizer(corpus, tok_path, vocab))
             train(options)
     except (ValueError, OSError, KeyError, ModelLoadError, TrainingDiverged) as exc:

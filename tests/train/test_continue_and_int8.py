@@ -41,6 +41,13 @@ def test_int8_storage_round_trips_within_half_a_step_per_row(tmp_path):
     assert (tmp_path / "int8.safetensors").stat().st_size < 0.6 * (tmp_path / "bf16.safetensors").stat().st_size
 
 
+def test_weights_are_readable_as_the_folders_other_files_are(tmp_path):
+    """safetensors writes 0600: a model folder trained by one user could not be served by another."""
+    save_weights({"w": torch.zeros(4, 4)}, tmp_path / "m.safetensors")
+    (tmp_path / "config.json").write_text("{}")
+    assert (tmp_path / "m.safetensors").stat().st_mode & 0o777 == (tmp_path / "config.json").stat().st_mode & 0o777
+
+
 def test_int8_without_scales_is_refused(tmp_path):
     save_file({"w": torch.zeros(4, 4, dtype=torch.int8)}, str(tmp_path / "bad.safetensors"))
     with pytest.raises(ValueError, match="without w.int8_scale"):
@@ -162,6 +169,18 @@ def test_architecture_flags_that_disagree_with_a_continued_model_are_refused(fir
     assert main(["model", *common, "--out", str(out), "--dim", str(config["dim"]), "--preset", "cpu-small"]) == 0
     recorded = json.loads((out / "training.json").read_text())["options"]["model"]
     assert (recorded["dim"], recorded["ffn_dim"]) == (config["dim"], config["ffn_dim"]) != (192, 512)
+
+
+def test_a_folder_continued_without_a_preset_keeps_its_window_and_slot(first_run, tmp_path):
+    """It was trained on the default preset's (cpu-small: 256-token windows, 48-token slots), and
+    its config then recorded those."""
+    work, first = first_run
+    recorded = json.loads((first / "config.json").read_text())["training"]
+    out = tmp_path / "kept-layout"
+    assert main(["model", "--corpus", str(work / "corpus"), "--tokenizer", str(first / "tokenizer.json"),
+                 "--out", str(out), "--steps", "1", "--threads", "1", "--init-from", str(first)]) == 0
+    assert json.loads((out / "config.json").read_text())["training"] == recorded != {"seq_len": 256, "max_slot": 48}
+    assert json.loads((out / "training.json").read_text())["options"]["batch_size"] == 4    # tiny-test's, not 8
 
 
 def test_resume_refuses_what_it_cannot_resume_in_one_line(first_run, tmp_path, capsys):
