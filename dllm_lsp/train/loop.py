@@ -145,6 +145,15 @@ def continued_config(folder: Path, tokenizer: Tokenizer, seq_len: int) -> tuple[
     return cfg, previous
 
 
+def logged_step(line: str) -> float:
+    """The step of a train_log.jsonl line (a line that cannot be read: none, kept)."""
+    try:
+        step = json.loads(line).get("step")
+    except (ValueError, AttributeError):
+        return -math.inf
+    return step if isinstance(step, (int, float)) else -math.inf
+
+
 def check_architecture(opts: TrainOptions, cfg: EmbeddedConfig) -> None:
     """A continued model keeps its architecture. An architecture flag that disagrees with it was
     silently ignored (the run trained the folder's model and recorded the flag), so it is refused."""
@@ -287,6 +296,12 @@ def train(opts: TrainOptions, log=print) -> dict:
     log_path = out / "train_log.jsonl"
     earlier_log = (Path(opts.init_from) / "train_log.jsonl") if opts.init_from is not None else None
     earlier = earlier_log.read_text(encoding="utf-8") if earlier_log is not None and earlier_log.is_file() else ""
+    if opts.resume and log_path.is_file():
+        # The records past the resumed step: a run killed between two saves had logged steps the
+        # optimizer state does not hold, and this run logs them again (the curve went backwards).
+        kept = [line for line in log_path.read_text(encoding="utf-8").splitlines(keepends=True)
+                if logged_step(line) <= previous["steps"] + step]
+        log_path.write_text("".join(kept), encoding="utf-8")
     log_fh = open(log_path, "a" if opts.resume else "w", encoding="utf-8")
     if earlier and not opts.resume:
         log_fh.write(earlier if earlier.endswith("\n") else earlier + "\n")   # one loss curve across runs

@@ -183,6 +183,23 @@ def test_a_folder_continued_without_a_preset_keeps_its_window_and_slot(first_run
     assert json.loads((out / "training.json").read_text())["options"]["batch_size"] == 4    # tiny-test's, not 8
 
 
+def test_resume_drops_the_log_records_past_the_resumed_state(first_run, tmp_path):
+    """A run killed between two saves had logged steps its optimizer state does not hold; the
+    resumed run logged them again and the loss curve went backwards."""
+    work, first = first_run
+    out = tmp_path / "killed"
+    common = ["--corpus", str(work / "corpus"), "--tokenizer", str(first / "tokenizer.json"), "--out", str(out),
+              "--preset", "tiny-test", "--threads", "1"]
+    assert main(["model", *common, "--steps", "2", "--init-from", str(first)]) == 0
+    log = out / "train_log.jsonl"
+    saved = json.loads(log.read_text().splitlines()[-1])["step"]
+    with log.open("a") as fh:        # what the killed run logged after its last save
+        fh.write(json.dumps({"step": saved + 1, "loss": 9.0}) + "\n" + json.dumps({"step": saved + 2, "loss": 9.0}) + "\n")
+    assert main(["model", *common, "--steps", "3", "--resume"]) == 0
+    steps = [json.loads(line)["step"] for line in log.read_text().splitlines()]
+    assert steps == sorted(steps) and 9.0 not in [json.loads(line).get("loss") for line in log.read_text().splitlines()]
+
+
 def test_resume_refuses_what_it_cannot_resume_in_one_line(first_run, tmp_path, capsys):
     work, first = first_run
     moved = shutil.copytree(first, tmp_path / "moved")          # its optimizer state stayed behind
