@@ -98,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="completion latency on a model (see also: bench overhead|kernels|checkpoint)")
     add_model_args(bench)
     bench.add_argument("--runs", type=int, default=20)
+    bench.add_argument("--steps", type=int, default=None, help="step budget (default: the server's `steps`)")
+    bench.add_argument("--also-steps", default=None, metavar="N[,M]",
+                       help="each case also with these step budgets, interleaved (`<case>_steps_N`)")
     bench.add_argument("--json", action="store_true")
     bench.add_argument("--out", type=output_file, help="also write the JSON figures to this file")
     bench.add_argument("--profile", action="store_true",

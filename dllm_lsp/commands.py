@@ -451,8 +451,15 @@ def bench(args) -> int:
     if args.runs < 1:
         raise UserError(f"--runs must be at least 1, not {args.runs}")
     engine = load_engine(args)
-    figures = run_latency_bench(engine, runs=args.runs, profile=args.profile,
-                                cuda_graphs=True if args.cuda_graphs else None)
+    steps = args.steps if args.steps is not None else Options().decode.steps
+    given = [n.strip() for n in (args.also_steps or "").split(",") if n.strip()]
+    if not all(n.isdecimal() for n in given):
+        raise UserError(f"--also-steps takes step budgets separated by commas, not {args.also_steps!r}")
+    also = tuple(int(n) for n in given)
+    if not 1 <= steps <= 256 or not all(1 <= n <= 256 for n in also):
+        raise UserError("--steps and --also-steps must be within 1..256")
+    figures = run_latency_bench(engine, runs=args.runs, steps=steps, profile=args.profile,
+                                cuda_graphs=True if args.cuda_graphs else None, also_steps=also)
     text = json.dumps(figures, indent=2)
     if args.out:
         write_out(args.out, text + "\n")

@@ -35,8 +35,9 @@ GRAPHED = "_cuda_graphs"   # the case with its steady steps replayed from CUDA g
 DEVICE_STATE = "_device_state"   # the case with the run's state on the model's device (denoise.state_device)
 
 
-def run_latency_bench(engine, runs: int = 20, steps: int = 8, profile: bool = False,
-                      cuda_graphs: bool | None = None, device_state: bool | None = None) -> dict:
+def run_latency_bench(engine, runs: int = 20, steps: int = DecodeSettings().steps, profile: bool = False,
+                      cuda_graphs: bool | None = None, device_state: bool | None = None,
+                      also_steps: tuple[int, ...] = ()) -> dict:
     """Each case twice, runs interleaved so both see the same machine: with a growing slot
     (starting at GROWING_SLOT_START tokens, the server's default) and with the slot at full width
     from the first step (`<case>_full_width`, `slotStartTokens: 0`): the pair that moved the GPU's
@@ -48,7 +49,8 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8, profile: bool = Fa
     with the others. `device_state` (None: where the model is not on the host): each case also
     with the run's state on the model's device (`<case>_device_state`, and with the graphs
     `<case>_cuda_graphs_device_state`; `p50_vs_host_state`): what keeping it on the host
-    (denoise.state_device) buys. `profile`: where the line tail's time goes
+    (denoise.state_device) buys. `also_steps`: each case also with that step budget
+    (`<case>_steps_N`, growing slot; `p50_vs_steps`: against the `steps` case). `profile`: where the line tail's time goes
     (`profiling.profile_calls`: host or device, launches, syncs, the project's Python
     functions), for each of those layouts: the figures that say what a GPU completion is bound by."""
     denoiser = engine.denoiser
@@ -86,6 +88,7 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8, profile: bool = Fa
         if name == "line_tail":
             variants[several] = replace(growing, n=ALTERNATIVES, temperature=0.8, greedy_first=True)
         variants.update({steps_: growing for steps_ in layouts_of_steps if steps_})
+        variants.update({f"_steps_{n}": replace(growing, steps=n) for n in also_steps})
         samples: dict[str, list[float]] = {suffix_: [] for suffix_ in variants}
         last = {}
 
@@ -107,6 +110,8 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8, profile: bool = Fa
                 "completion": result.text,
             }
         cases[name]["p50_vs_full_width"] = round(cases[name]["p50_ms"] / cases[name + "_full_width"]["p50_ms"], 3)
+        for n in also_steps:
+            cases[f"{name}_steps_{n}"]["p50_vs_steps"] = round(cases[f"{name}_steps_{n}"]["p50_ms"] / cases[name]["p50_ms"], 3)
         if several in variants:
             cases[name + several]["p50_vs_one"] = round(cases[name + several]["p50_ms"] / cases[name]["p50_ms"], 3)
         if GRAPHED in variants:
@@ -121,7 +126,7 @@ def run_latency_bench(engine, runs: int = 20, steps: int = 8, profile: bool = Fa
     figures = {
         "benchmark": "completion latency (engine, warm prefix cache)",
         "model": engine.denoiser.describe(),
-        "settings": {"steps": steps, "runs": runs, "context_tokens": engine.context_tokens,
+        "settings": {"steps": steps, "also_steps": list(also_steps), "runs": runs, "context_tokens": engine.context_tokens,
                      "cuda_graphs_variant": can_graph, "cuda_graphs_default": graphs_before,
                      "device_state_variant": states, "run_state": os.environ.get(RUN_STATE_ENV, "host"),
                      "slot_start_tokens": GROWING_SLOT_START,

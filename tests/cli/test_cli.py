@@ -227,6 +227,19 @@ def test_bench_measures_growing_slots_beside_full_width_slots(tiny_model_dir, tm
     assert "line_tail_full_width" in proc.stdout and "slot 32/32 tokens" in proc.stdout
 
 
+def test_bench_compares_step_budgets_side_by_side(tiny_model_dir, tmp_path):
+    out = tmp_path / "latency.json"
+    proc = run("bench", "--model", str(tiny_model_dir), "--device", "cpu", "--runs", "2", "--steps", "4",
+               "--also-steps", "2", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(out.read_text())
+    assert (figures["settings"]["steps"], figures["settings"]["also_steps"]) == (4, [2])
+    for name in ("line_tail", "block_body"):
+        fewer = figures["cases"][f"{name}_steps_2"]
+        assert fewer["steps"] <= figures["cases"][name]["steps"]      # a smaller budget: no more passes
+        assert fewer["p50_vs_steps"] == round(fewer["p50_ms"] / figures["cases"][name]["p50_ms"], 3)
+
+
 def test_bench_profile_says_where_a_completions_time_goes(tiny_model_dir, tmp_path):
     out = tmp_path / "latency.json"
     proc = run("bench", "--model", str(tiny_model_dir), "--device", "cpu", "--runs", "1", "--profile",

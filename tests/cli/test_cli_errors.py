@@ -45,6 +45,9 @@ def test_bench_runs_zero(tiny_model_dir):
     proc = run("bench", "--runs", "0", *cpu(tiny_model_dir))
     assert proc.returncode == 1
     one_line(proc, "dllm-lsp: error: --runs must be at least 1")
+    proc = run("bench", "--also-steps", "8,x", *cpu(tiny_model_dir))
+    assert proc.returncode == 1
+    one_line(proc, "dllm-lsp: error: --also-steps takes step budgets separated by commas")
 
 
 def test_bench_overhead_missing_file(tmp_path):
