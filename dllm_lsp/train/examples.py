@@ -3,7 +3,13 @@ a request: `[prefix][slot 1][middle][slot 2]...[suffix]`, each piece tokenized o
 
 Each slot holds the true span tokens right-padded with `<pad>` to a random slot length, so
 the model learns where a span ends; some slots are exactly full (no pad), as with an oracle
-length. Context is cut around the spans to fill exactly `seq_len` tokens.
+length; and some are narrower than their span (`short_slot_prob`): they hold its first tokens
+and the text after them is what follows the whole span, so a slot filled to its end means "this
+goes on", which is what the engine's slots that grow read it as (engine/denoise.py widens a full
+slot). Without those, a full slot only ever meant "the span ends exactly here", and the model
+squeezed long lines into the 16 tokens a slot starts with (2 of 65 such single lines got past
+them, against 15 of 65 at full width). Context is cut around the spans to fill exactly `seq_len`
+tokens.
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ class LayoutOptions:
     seq_len: int = 256
     max_slot: int = 64          # longest slot (span tokens + pads)
     full_slot_prob: float = 0.15   # slot exactly as long as the span (the oracle-length case)
+    short_slot_prob: float = 0.1   # slot narrower than the span: its first tokens, "it goes on"
     bytes_per_token: float = 6.0   # bytes tokenized per context token wanted, before a file's own ratio is measured
 
 
@@ -37,7 +44,16 @@ def encode_pieces(tokenizer: Tokenizer, pieces: list[str]) -> list[list[int]]:
     return [e.ids for e in tokenizer.encode_batch(pieces, add_special_tokens=False)]
 
 
+# The widths a growing slot has at inference (it starts at slotStartTokens, 16 by default, and
+# doubles): the widths a short slot is trained at.
+GROWN_WIDTHS = (8, 16, 32, 64)
+
+
 def slot_length(n_tokens: int, opts: LayoutOptions, rng: random.Random) -> int:
+    """The slot's width for a span of `n_tokens`: wider (padded), exactly as wide, or narrower."""
+    narrower = [w for w in GROWN_WIDTHS if w < n_tokens]
+    if narrower and rng.random() < opts.short_slot_prob:
+        return rng.choice(narrower)
     if n_tokens >= opts.max_slot or rng.random() < opts.full_slot_prob:
         return n_tokens
     return rng.randint(n_tokens + 1, opts.max_slot)
@@ -120,7 +136,7 @@ def build_example(fs: FileSpans, spans: list[tuple[int, int]], tokenizer: Tokeni
         is_span += [False] * len(piece)
         ar += piece[1:] + [IGNORE] if piece else []
         if k < len(middles):
-            slot = middles[k] + [pad_id] * (slots[k] - len(middles[k]))
+            slot = middles[k][:slots[k]] + [pad_id] * (slots[k] - len(middles[k]))
             ids += slot
             is_span += [True] * len(slot)
             ar += [IGNORE] * len(slot)

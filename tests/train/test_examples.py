@@ -33,7 +33,7 @@ def short_line(tok, fs, max_tokens=16) -> tuple[int, int]:
 
 
 def test_canvas_is_laid_out_like_the_engine_does(tok, fs):
-    opts = LayoutOptions(seq_len=128, max_slot=24)
+    opts = LayoutOptions(seq_len=128, max_slot=24, short_slot_prob=0.0)
     span = short_line(tok, fs)
     rng = random.Random(0)
     for _ in range(10):
@@ -59,6 +59,27 @@ def test_slots_are_sometimes_exactly_full(tok, fs):
     span = short_line(tok, fs)
     full = [int((build_example(fs, [span], tok, 1, opts, rng).ids == 1).sum()) == 0 for _ in range(40)]
     assert any(full) and not all(full)
+
+
+def test_a_slot_narrower_than_its_span_holds_its_start_and_the_text_after_the_span_follows(tok, fs):
+    """What the engine's growing slots read a full slot as: "this goes on". Training never had a
+    slot narrower than its span, so a full slot only meant "it ends exactly here"."""
+    opts = LayoutOptions(seq_len=160, max_slot=48, short_slot_prob=1.0)
+    span = next((a, b) for a, b in zip(fs.line_starts[30:], fs.line_starts[31:])
+                if 17 < len(enc(tok, fs.data[a:b])) <= 48)
+    middle = enc(tok, fs.data[span[0]:span[1]])
+    rng = random.Random(2)
+    widths = set()
+    for _ in range(20):
+        ex = build_example(fs, [span], tok, 1, opts, rng)
+        slot = ex.ids[ex.is_span].tolist()
+        widths.add(len(slot))
+        assert len(slot) < len(middle) and slot == middle[:len(slot)]          # its start, no pad
+        end = int(ex.is_span.nonzero()[-1]) + 1
+        after = enc(tok, fs.data[span[1]:span[1] + 400])
+        following = ex.ids[end:end + 4].tolist()
+        assert following == after[:len(following)]                            # then what follows the span
+    assert widths == {8, 16}
 
 
 def test_too_long_spans_and_short_files_are_refused(tok, fs):
