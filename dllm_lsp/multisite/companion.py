@@ -33,8 +33,11 @@ IMPORT_TYPES: dict[str, frozenset[str]] = {
     "c": frozenset({"preproc_include"}),
     "cpp": frozenset({"preproc_include"}),
 }
-# Top-level nodes that may come before the imports without ending the import block.
-HEADER_TYPES = COMMENT_TYPES | frozenset({"package_clause", "package_declaration", "inner_attribute_item"})
+# Top-level nodes that may come before the imports without ending the import block. (Without the
+# shebang, `#!/usr/bin/env node` ended the header at once and the import went above it: a file
+# that no longer runs, nor parses.)
+HEADER_TYPES = COMMENT_TYPES | frozenset({"package_clause", "package_declaration", "inner_attribute_item",
+                                          "hash_bang_line", "shebang"})
 # How far back the text before the insertion point must match when finding it in a prefix piece.
 ANCHOR_CHARS = 200
 # Text kept between the companion slot and the cursor, and before the slot when the planner's
@@ -74,10 +77,12 @@ def insertion_offset(source: Snapshot) -> tuple[int, bool] | None:
     if source.tree is None or not kinds:
         return None
     last_import = last_header = None
-    for child in source.root.named_children:
+    children, guard = header_children(source)
+    for child in children:
         if child.type in kinds:
             last_import = child
-        elif child.type in HEADER_TYPES or (last_import is None and is_docstring(source, child)):
+        elif child.type in HEADER_TYPES or child.id == guard or is_pragma_once(source, child) or \
+                (last_import is None and is_docstring(source, child)):
             # a comment after the imports may belong to the code below it: never insert after it
             last_header = last_header if last_import is not None else child
         else:
@@ -94,13 +99,34 @@ def insertion_offset(source: Snapshot) -> tuple[int, bool] | None:
     return found.end(), False
 
 
+def header_children(source: Snapshot) -> tuple[list, int | None]:
+    """The top-level nodes the import block is looked for in, and the id of an include guard's
+    `#define` (a header line): in a C/C++ header whose include guard holds the rest of the file,
+    the nodes inside the guard, so an `#include` goes inside it, not above the `#ifndef`."""
+    children = source.root.named_children
+    code = [c for c in children if c.type not in COMMENT_TYPES]
+    if source.language in ("c", "cpp") and len(code) == 1 and code[0].type == "preproc_ifdef":
+        guard = code[0]
+        name = guard.child_by_field_name("name")
+        inner = [c for c in guard.named_children if name is None or c.id != name.id]
+        if inner and inner[0].type == "preproc_def" and name is not None and \
+                source.node_text(inner[0].child_by_field_name("name") or inner[0]) == source.node_text(name):
+            leading = [c for c in children if c.end_byte <= guard.start_byte]
+            return leading + inner, inner[0].id
+    return children, None
+
+
+def is_pragma_once(source: Snapshot, node) -> bool:
+    return node.type == "preproc_call" and " ".join(source.node_text(node).split()) == "#pragma once"
+
+
 def normalized(statement: str) -> str:
     return " ".join(statement.replace(";", " ").split())
 
 
 def existing_imports(source: Snapshot) -> set[str]:
     kinds = import_types(source.language)
-    return {normalized(source.node_text(n)) for n in source.root.named_children if n.type in kinds}
+    return {normalized(source.node_text(n)) for n in header_children(source)[0] if n.type in kinds}
 
 
 def is_valid_import(statement: str, language_id: str) -> bool:

@@ -45,8 +45,27 @@ MAX_HISTORY_CHARS = 4_000_000
 # only the per-document bounds. Beyond it, the least recently changed documents lose their oldest
 # versions first (each keeps its current text).
 MAX_TOTAL_HISTORY_CHARS = 32 * 1024 * 1024
-# Identifier positions that name something else than the variable in scope (obj.attr, f(kw=...)).
-FOREIGN_NAME_FIELDS = {("attribute", "attribute"), ("keyword_argument", "name")}
+# Identifier positions that name something else than the variable in scope: a member, key or
+# keyword spelled `identifier` by its grammar. (Only Python's were listed: a Java, Lua or Go
+# parameter rename renamed `this.width`, `t.width`, `{width = ...}` and `Rect{width: ...}` too.)
+FOREIGN_NAME_FIELDS = {
+    ("attribute", "attribute"), ("keyword_argument", "name"),                 # python obj.attr, f(kw=...)
+    ("field_access", "field"), ("method_invocation", "name"),                 # java this.f, obj.m(), m()
+    ("dot_index_expression", "field"), ("method_index_expression", "method"),  # lua t.f, t:m()
+    ("field", "name"),                                                        # lua {f = ...} ({[k] = ...} is a reference)
+}
+# A name that is both a field's and a variable's (Rust `Rect { width }`, JS `{ width }`): a
+# rename writes `width: size` there, so the field keeps its name.
+SHORTHAND_TYPES = frozenset({"shorthand_field_initializer", "shorthand_property_identifier",
+                             "shorthand_property_identifier_pattern"})
+# Bodies that make a function a method: its bare name does not call it (`area()` in a method of
+# a class is the module's function), only `self.area()`, `this.area()` or `Self::area()` do.
+CLASS_BODY_TYPES = frozenset({"class_definition", "class_body", "class_declaration", "class", "impl_item",
+                              "trait_item", "declaration_list", "interface_body"})
+RECEIVERS = frozenset({"self", "this", "Self"})
+# Names this short are matched in a function's documentation only where the text marks them
+# as a name (`a`, :param a:, @param a): as plain words they are the English article and the like.
+SHORT_NAME_CHARS = 2
 WRAPPER_TYPES = frozenset({"export_statement", "decorated_definition"})
 
 
@@ -149,8 +168,14 @@ def detect_change(old_text: str, new: Snapshot) -> Change | None:
     if old_name.isidentifier() and new_name.isidentifier():
         if old.error_count() > new.error_count():
             return None   # a half-typed version: compare with an older, complete one
-        if identifier_at(new, start, new_end, new_name) is not None and \
-                identifier_at(old, start, old_end, old_name) is not None:
+        new_node = identifier_at(new, start, new_end, new_name)
+        old_node = identifier_at(old, start, old_end, old_name)
+        # A rename turns a variable's name into a fresh one. A member or keyword that now names
+        # another one (`shape.size`, `Rect(size=...)`), or a reference that now uses a name the
+        # scope already has (`a + b` -> `a + c`, `area(1)` -> `surface(1)`), changed what the
+        # code refers to: renaming the declaration after it broke the file.
+        if new_node is not None and old_node is not None and is_variable(new, new_node, new_name) \
+                and is_variable(old, old_node, old_name) and not has_name(old, rename_scope(old, old_node), new_name):
             return Change("rename", start, new_end, old_name, new_name)
     return detect_signature_change(old, new, start, new_end) or detect_call_change(old, new, start, new_end)
 
@@ -209,7 +234,57 @@ def is_reference(source: Snapshot, node: tree_sitter.Node, name: str) -> bool:
     if node.type not in IDENTIFIER_TYPES or source.node_text(node) != name:
         return False
     parent = node.parent
-    return parent is None or (parent.type, field_name(node)) not in FOREIGN_NAME_FIELDS
+    if parent is None:
+        return True
+    if parent.type == "field" and parent.child_count and parent.children[0].type == "[":
+        return True                                        # lua {[k] = v}: the key is an expression
+    if parent.type == "literal_element" and field_name(parent) == "key" and not map_literal(parent):
+        return False                                       # go Rect{width: ...}: a field name
+    return (parent.type, field_name(node)) not in FOREIGN_NAME_FIELDS
+
+
+def map_literal(key: tree_sitter.Node) -> bool:
+    """Whether the key of a Go keyed_element is a map's (an expression) rather than a field name."""
+    literal = next((a for a in ancestors(key) if a.type == "composite_literal"), None)
+    kind = literal.child_by_field_name("type") if literal is not None else None
+    return kind is not None and kind.type == "map_type"
+
+
+def is_variable(source: Snapshot, node: tree_sitter.Node, name: str) -> bool:
+    """A reference that names only a variable (a shorthand field names a field too)."""
+    return is_reference(source, node, name) and (node.parent is None or node.parent.type not in SHORTHAND_TYPES)
+
+
+def rename_scope(source: Snapshot, node: tree_sitter.Node) -> tree_sitter.Node:
+    """Where a rename of the identifier `node` reaches: a function's name, the scope that holds
+    the function (the class for a method); any other name, its enclosing function (or the file)."""
+    function = declared_function(node)
+    if function is not None:
+        return method_class(function) or enclosing(function, FUNCTION_TYPES) or source.root
+    return enclosing(node, FUNCTION_TYPES) or source.root
+
+
+def has_name(source: Snapshot, scope: tree_sitter.Node, name: str) -> bool:
+    """Whether some variable of `scope` is already called `name`."""
+    return any(is_reference(source, node, name) or (node.parent is not None and node.parent.type in SHORTHAND_TYPES)
+               for node in word_nodes(source, name, source.start(scope), source.end(scope)))
+
+
+def declared_function(node: tree_sitter.Node) -> tree_sitter.Node | None:
+    """The function whose name `node` is, if it is one."""
+    parent = node.parent
+    return parent if parent is not None and parent.type in FUNCTION_TYPES and field_name(node) == "name" else None
+
+
+def method_class(function: tree_sitter.Node) -> tree_sitter.Node | None:
+    """The class (impl, trait) `function` is a method of, None for a function of a module or
+    of another function."""
+    for parent in ancestors(function):
+        if parent.type in FUNCTION_TYPES:
+            return None
+        if parent.type in CLASS_BODY_TYPES:
+            return parent
+    return None
 
 
 def documentation_nodes(source: Snapshot, function: tree_sitter.Node) -> list[tree_sitter.Node]:
@@ -222,11 +297,25 @@ def documentation_nodes(source: Snapshot, function: tree_sitter.Node) -> list[tr
                 first.named_children[0].type == "string":
             docs.append(first.named_children[0])
     outer = function.parent if function.parent is not None and function.parent.type in WRAPPER_TYPES else function
+    # the comments alone on their lines right above it: a trailing comment of the statement before
+    # (`LIMIT = 10  # the width limit`) or one a blank line away documents something else
+    below = source.start(outer)
     sibling = outer.prev_named_sibling
-    while sibling is not None and sibling.type in COMMENT_TYPES:
+    while sibling is not None and sibling.type in COMMENT_TYPES and comment_right_above(source, sibling, below):
         docs.append(sibling)
+        below = source.start(sibling)
         sibling = sibling.prev_named_sibling
     return docs
+
+
+def comment_right_above(source: Snapshot, comment: tree_sitter.Node, below: int) -> bool:
+    """Whether `comment` is alone on its line(s) and ends on the line just above offset `below`."""
+    text = source.line_view.text
+    start, end = source.start(comment), source.end(comment)
+    line_start = text.rfind("\n", 0, start) + 1
+    gap = text[end:below]
+    breaks = gap.count("\n") + (1 if text[start:end].endswith("\n") else 0)   # Rust's line comments own their break
+    return not text[line_start:start].strip() and not gap.strip() and breaks == 1
 
 
 def rename_edits(new: Snapshot, change: Change) -> list[Outcome]:
@@ -234,30 +323,72 @@ def rename_edits(new: Snapshot, change: Change) -> list[Outcome]:
     if site is None:
         return []
     old_name, new_name = change.old_name, change.new_name
-    function = site.parent if site.parent is not None and site.parent.type in FUNCTION_TYPES \
-        and field_name(site) == "name" else None
-    edits: list[Outcome] = []
+    function = declared_function(site)
     if function is not None:
-        # the function itself was renamed: its call sites across the file follow
-        for node in word_nodes(new, old_name):
-            call = node.parent
-            if call is not None and call.type in CALL_TYPES and is_reference(new, node, old_name) \
-                    and field_name(node) == "function":
-                edits.append(Outcome(new.start(node), new.end(node), new_name, f"call of {old_name}", "rename"))
-        return edits
+        return call_renames(new, function, old_name, new_name)
     scope = enclosing(site, FUNCTION_TYPES) or new.root
+    edits: list[Outcome] = []
     for node in word_nodes(new, old_name, new.start(scope), new.end(scope)):
-        if is_reference(new, node, old_name):
+        if node.type in SHORTHAND_TYPES or (node.parent is not None and node.parent.type in SHORTHAND_TYPES):
+            # `Rect { width }` / `{ width }`: the field keeps its name, the value is the variable
+            edits.append(Outcome(new.start(node), new.end(node), f"{old_name}: {new_name}",
+                                 f"reference to {old_name}", "rename"))
+        elif is_reference(new, node, old_name):
             edits.append(Outcome(new.start(node), new.end(node), new_name, f"reference to {old_name}", "rename"))
     if enclosing(site, PARAMETER_LIST_TYPES) is not None and scope is not new.root:
-        word = re.compile(rf"(?<!\w){re.escape(old_name)}(?!\w)")
+        word = documentation_word(old_name)
         for doc in documentation_nodes(new, scope):
             base = new.start(doc)
             for match in word.finditer(new.node_text(doc)):
                 edits.append(Outcome(base + match.start(), base + match.end(), new_name,
                                      f"documentation of {old_name}", "rename"))
         edits += keyword_arguments(new, function_name(new, scope), old_name, new_name)
-    return sorted(edits, key=lambda e: e.start)
+    return without_overlaps(edits)
+
+
+def call_renames(new: Snapshot, function: tree_sitter.Node, old_name: str, new_name: str) -> list[Outcome]:
+    """The calls that follow a renamed function: for a method, `self.old(...)`, `this.old(...)`
+    and `Self::old(...)` in its class (a bare `old()` there calls another function); for a nested
+    function, the bare calls in the function that holds it; else the bare calls in the file."""
+    owner = method_class(function)
+    scope = owner or enclosing(function, FUNCTION_TYPES) or new.root
+    edits = []
+    for node in word_nodes(new, old_name, new.start(scope), new.end(scope)):
+        call = node.parent
+        if owner is None:
+            if call is None or call.type not in CALL_TYPES or not is_reference(new, node, old_name) \
+                    or field_name(node) != "function":
+                continue
+        else:
+            callee = node.parent
+            call = callee.parent if callee is not None else None
+            if call is None or call.type not in CALL_TYPES or field_name(callee) != "function" \
+                    or not callee.named_child_count or callee.named_children[-1].id != node.id \
+                    or new.node_text(callee.named_children[0]) not in RECEIVERS:
+                continue
+        edits.append(Outcome(new.start(node), new.end(node), new_name, f"call of {old_name}", "rename"))
+    return edits
+
+
+def documentation_word(name: str) -> re.Pattern:
+    """Where a function's documentation mentions the parameter `name`: as a whole word, or for
+    a very short name (`a`, `x`) only where the text marks it as a name."""
+    word = re.escape(name)
+    if len(name) > SHORT_NAME_CHARS:
+        return re.compile(rf"(?<!\w){word}(?!\w)")
+    return re.compile(rf"(?<=`){word}(?=`)|(?<=:param ){word}(?=:)|(?<=@param ){word}(?!\w)")
+
+
+def without_overlaps(edits: list[Outcome]) -> list[Outcome]:
+    """The edits in document order, an edit overlapping an earlier one dropped: an f-string
+    docstring's `{width}` is both a reference and a mention, and a client refuses a WorkspaceEdit
+    whose edits overlap."""
+    kept: list[Outcome] = []
+    for edit in sorted(edits, key=lambda e: (e.start, not e.label.startswith("reference"))):   # the reference first
+        if kept and edit.start < kept[-1].end:
+            continue
+        kept.append(edit)
+    return kept
 
 
 def callee_name(source: Snapshot, call: tree_sitter.Node) -> str | None:

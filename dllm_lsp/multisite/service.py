@@ -4,8 +4,9 @@ Works in document string offsets; the server's handlers turn the outcomes into L
 """
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from dllm_lsp.engine.engine import CancelToken, Engine
@@ -20,6 +21,10 @@ from .sites import Outcome, Site, check_sites, joint_request, settle
 
 # Context tokens left for the text around the sites, at the least, before sites are dropped.
 MIN_CONTEXT_TOKENS = 32
+# Characters of the text between two sites first tokenized to learn whether it fits, per token
+# of room left (a token of code covers fewer). The whole 1.3 M characters between two holes were
+# tokenized, 2.4 s on the event loop, to learn that the second hole does not fit.
+CHARS_PER_TOKEN_PROBE = 16
 
 
 class ModelRunner(Protocol):
@@ -60,22 +65,26 @@ class MultisiteService:
         # so the fill runs on it even if the connection's model changes meanwhile.
         engine = await self.host.ready_engine()
         budget = options.planner.context_budget(engine.denoiser.max_context)
-        fitting = fit_to_budget(engine, text, ordered, budget)
+        # Tokenizing, parsing and compiling a large file take seconds: off the event loop, where
+        # every client's messages (didChange, $/cancelRequest, other requests) wait.
+        fitting = await asyncio.to_thread(fit_to_budget, engine, text, ordered, budget)
         dropped = [Outcome(s.start, s.end, text[s.start:s.end], s.label, "kept", "over the context budget")
                    for s in ordered[len(fitting):]]
         if not fitting:
             return dropped
-        request = joint_request(text, fitting, language_name(source.language_id),
-                                heal_blanks=options.planner.heal_whitespace,
-                                heal_before=options.planner.heal_typed)
+        request = outer_pieces_cut(joint_request(text, fitting, language_name(source.language_id),
+                                                 heal_blanks=options.planner.heal_whitespace,
+                                                 heal_before=options.planner.heal_typed), budget)
         result = await self.host.infill(request, options.decode.decode_settings(alternatives=1), CancelToken(),
                                         context_tokens=budget, cache=options.model.cache_settings(), engine=engine)
-        return settle(text, source.language_id, fitting, result.candidates[0], source.tree) + dropped
+        return await asyncio.to_thread(settle, text, source.language_id, fitting, result.candidates[0],
+                                       source.tree) + dropped
 
     async def fill_holes(self, source: Snapshot, start: int, end: int, options: Options,
                          marker: str = DEFAULT_MARKER) -> FillReport:
         planner = options.planner
-        scope = find_holes(source, start, end, marker, planner.max_span_tokens, planner.max_line_tokens)
+        scope = await asyncio.to_thread(find_holes, source, start, end, marker, planner.max_span_tokens,
+                                        planner.max_line_tokens)
         outcomes = await self.fill_sites(source, scope.holes, options)
         return FillReport(scope.start, scope.end, outcomes)
 
@@ -87,8 +96,8 @@ class MultisiteService:
         # a change on the cursor's line first, else the most recent change anywhere
         plan = None
         if near is not None:
-            plan = plan_next_edits(earlier, text, language_id, line_tokens, near, tree)
-        plan = plan or plan_next_edits(earlier, text, language_id, line_tokens, tree=tree)
+            plan = await asyncio.to_thread(plan_next_edits, earlier, text, language_id, line_tokens, near, tree)
+        plan = plan or await asyncio.to_thread(plan_next_edits, earlier, text, language_id, line_tokens, tree=tree)
         if plan is None:
             return NextEditsReport(None)
         outcomes = list(plan.renames)
@@ -106,9 +115,47 @@ def fit_to_budget(engine: Engine, text: str, sites: Sequence[Site], context_toke
     kept: list[Site] = []
     used = 0
     for site in sites:
-        middle = len(denoiser.encode(text[kept[-1].end:site.start])) if kept else 0
-        if used + middle + site.max_tokens + MIN_CONTEXT_TOKENS > budget:
+        room = budget - used - site.max_tokens - MIN_CONTEXT_TOKENS   # tokens left for the text before it
+        if room < 0:
+            break
+        between = text[kept[-1].end:site.start] if kept else ""
+        middle = count_tokens(denoiser, between, room)
+        if middle > room:
             break
         used += middle + site.max_tokens
         kept.append(site)
     return kept
+
+
+def count_tokens(denoiser, text: str, limit: int) -> int:
+    """The number of tokens of `text`, or some number above `limit` once the text is known to
+    need more, tokenizing only a prefix that shows it: prefixes grow 4x from
+    CHARS_PER_TOKEN_PROBE characters a token of `limit`, so a text of unusually long tokens
+    (long runs of blanks) costs at most a few times more than it would whole."""
+    size = (max(0, limit) + 1) * CHARS_PER_TOKEN_PROBE
+    while size < len(text):
+        # the cut may split one token in two: a prefix counts at most one more than its share
+        if len(denoiser.encode(text[:size])) - 1 > limit:
+            return limit + 1
+        size *= 4
+    return len(denoiser.encode(text)) if text else 0
+
+
+def outer_pieces_cut(request: InfillRequest, context_tokens: int) -> InfillRequest:
+    """`request` with the text before its first site and after its last one cut to
+    CHARS_PER_TOKEN_PROBE characters a context token, at a line start: the engine tokenizes each
+    piece whole before it keeps the budget's worth, and the tokenizer holds the GIL, so the 1.3 M
+    characters after a hole stalled the event loop for seconds from the model's thread. As many
+    tokens as the canvas can hold are still there."""
+    limit = max(1, context_tokens) * CHARS_PER_TOKEN_PROBE
+    first, last = request.pieces[0], request.pieces[-1]
+    if len(first) <= limit and len(last) <= limit:
+        return request
+    if len(first) > limit:
+        start = len(first) - limit
+        line_start = first.find("\n", start) + 1
+        first = first[line_start if 0 < line_start < len(first) else start:]
+    if len(last) > limit:
+        line_end = last.rfind("\n", 0, limit) + 1
+        last = last[:line_end if line_end > 0 else limit]
+    return replace(request, pieces=[first, *request.pieces[1:-1], last])

@@ -24,6 +24,10 @@ from .positions import LspTextDocument, line_end, line_starts, offset_of, range_
 
 FILL_COMMAND = "dllm.fillHoles"
 NEXT_EDITS_METHOD = "dllm/nextEdits"
+# How long a command waits for the client's answer to workspace/applyEdit. Editors apply a
+# one-file edit at once; a client that never answers (one without the feature that ignores
+# the request) left the command waiting for ever.
+APPLY_EDIT_TIMEOUT_S = 10.0
 
 _converter = get_converter()
 
@@ -101,15 +105,31 @@ def language_off(language_id: str) -> str:
 async def ask_to_apply(ls, edit: types.WorkspaceEdit, label: str) -> tuple[bool, str | None]:
     """workspace/applyEdit: (applied, why not). A client that refuses, answers with an error, or
     answers something that is no ApplyWorkspaceEditResult has not applied it (an error reply
-    failed the command with InternalError; an unreadable one left it waiting for ever)."""
+    failed the command with InternalError; an unreadable one left it waiting for ever). A client
+    that declared `workspace.applyEdit: false` is not asked (LSP: the server must not send the
+    request then); the edit it gets in the answer is its to apply. One that says nothing about
+    the capability is asked, as before (clients that omit the whole capabilities object do apply
+    edits), and an answer that does not come in APPLY_EDIT_TIMEOUT_S counts as not applied."""
+    if not can_apply_edits(ls):
+        return False, "the client cannot apply edits (workspace.applyEdit is false)"
     try:
-        answer = await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label=label))
+        answer = await asyncio.wait_for(
+            ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label=label)),
+            APPLY_EDIT_TIMEOUT_S)
+    except TimeoutError:
+        return False, f"the client did not answer workspace/applyEdit in {APPLY_EDIT_TIMEOUT_S:g} s"
     except JsonRpcException as exc:
         return False, f"the client did not apply the edit: {exc.message}"
     if answer is None or answer.applied is not True:
         why = getattr(answer, "failure_reason", None)
         return False, f"the client did not apply the edit{': ' + why if why else ''}"
     return True, None
+
+
+def can_apply_edits(ls) -> bool:
+    """False only when the client declared `workspace.applyEdit: false`."""
+    workspace = ls.client_capabilities.workspace if ls.client_capabilities else None
+    return workspace is None or workspace.apply_edit is not False
 
 
 async def next_edits(ls, raw: Any) -> dict:

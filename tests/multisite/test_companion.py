@@ -200,3 +200,32 @@ def test_a_completion_moved_onto_a_newer_version_places_its_import_afresh():
     assert moved.companion.offset == companion.offset + 9 == newer.text.index("\n\ny") + 1
     has_it = Snapshot.parse(text.replace("import os\n", "import os\nimport torch\n"), "python")
     assert completion.moved(completion.start + 13, completion.end + 13, has_it).companion is None
+
+
+@pytest.mark.parametrize("language, text, statement, expected", [
+    # the shebang ended the header at once: the import went above it (node --check: SyntaxError)
+    ("javascript", "#!/usr/bin/env node\nimport fs from 'fs';\nfs.x();\n", 'import path from "path";',
+     "#!/usr/bin/env node\nimport fs from 'fs';\nimport path from \"path\";\nfs.x();\n"),
+    ("javascript", "#!/usr/bin/env node\nconsole.log(1);\n", 'import path from "path";',
+     "#!/usr/bin/env node\nimport path from \"path\";\nconsole.log(1);\n"),
+    ("typescript", "#!/usr/bin/env node\nimport fs from 'fs';\n", 'import path from "path";',
+     "#!/usr/bin/env node\nimport fs from 'fs';\nimport path from \"path\";\n"),
+    ("rust", "#!/usr/bin/env rust\nuse std::io;\nfn main() {}\n", "use std::fmt;",
+     "#!/usr/bin/env rust\nuse std::io;\nuse std::fmt;\nfn main() {}\n"),
+    # a header's include guard and `#pragma once` stay first
+    ("c", "/* a.h */\n#ifndef A_H\n#define A_H\n#include <stdio.h>\nint x;\n#endif\n", "#include <stdlib.h>",
+     "/* a.h */\n#ifndef A_H\n#define A_H\n#include <stdio.h>\n#include <stdlib.h>\nint x;\n#endif\n"),
+    ("c", "#ifndef A_H\n#define A_H\nint x;\n#endif\n", "#include <stdlib.h>",
+     "#ifndef A_H\n#define A_H\n#include <stdlib.h>\nint x;\n#endif\n"),
+    ("cpp", "#pragma once\nint x;\n", "#include <map>", "#pragma once\n#include <map>\nint x;\n"),
+])
+def test_an_import_goes_below_a_shebang_and_inside_an_include_guard(language, text, statement, expected):
+    source = Snapshot.parse(text, language)
+    edit = import_edit(statement, source)
+    assert text[:edit.offset] + edit.text + text[edit.offset:] == expected
+    assert Snapshot.parse(expected, language).error_count() == 0
+
+
+def test_an_include_inside_the_guard_is_one_the_file_has():
+    text = "#ifndef A_H\n#define A_H\n#include <stdio.h>\nint x;\n#endif\n"
+    assert import_edit("#include <stdio.h>", Snapshot.parse(text, "c")) is None

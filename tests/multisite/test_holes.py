@@ -187,3 +187,38 @@ def test_a_file_with_lone_carriage_returns_has_the_same_holes_as_with_line_feeds
     cr = find_holes(Snapshot.parse(text.replace("\n", "\r"), "python"), 0, 0).holes
     assert [(h.start, h.end, h.single_line, h.indent) for h in cr] == \
         [(h.start, h.end, h.single_line, h.indent) for h in lf] == [(14, 20, False, "    "), (25, 29, False, "    ")]
+
+
+LICENSE_C = ("/*\n * Copyright (c) 2024 Example Corp.\n * Licensed under the MIT license.\n"
+             " * TODO: move the helpers to a shared header.\n */\n#include <stdio.h>\n\n"
+             "int main(void) {\n    printf(\"hi\\n\");\n    return 0;\n}\n")
+
+
+@pytest.mark.parametrize("language, text", [
+    # a license block that mentions a to-do somewhere was one hole, offered from every cursor
+    ("c", LICENSE_C),
+    # inner block doc comments (Rust; Doxygen and Qt in C/C++) are documentation
+    ("rust", "/*! Geometry helpers. TODO: document the units. */\nfn area(w: u32, h: u32) -> u32 {\n    w * h\n}\n"),
+    ("cpp", "/*! \\brief Area. TODO: units */\nint area(int w, int h) { return w * h; }\n"),
+    # a to-do app's TODO state, where it is defined and where it is used
+    ("python", "from enum import Enum\n\n\nclass State(Enum):\n    TODO = 1\n    DONE = 2\n\n\n"
+               "def is_open(task):\n    return task.state == State.TODO\n"),
+    ("python", "from states import TODO\n\n\ndef is_open(task):\n    return task.state == TODO\n"),
+    ("java", "enum State { TODO, DONE }\nclass A { boolean f(State s) { return s == State.TODO; } }\n"),
+    ("typescript", "enum State { TODO, DONE }\nconst open = (s: State) => s === State.TODO;\n"),
+    ("c", "enum state { TODO, DONE };\nint is_open(int s) { return s == TODO; }\n"),
+    ("rust", "enum State { TODO, Done }\nfn f(s: State) -> bool { matches!(s, State::TODO) }\n"),
+])
+def test_documentation_and_names_spelled_like_the_marker_are_no_holes(language, text):
+    assert find_holes(Snapshot.parse(text, language), 0, len(text)).holes == []
+
+
+@pytest.mark.parametrize("language, text, expected", [
+    ("c", "int f(void) {\n    /*\n     * TODO: handle errors\n     */\n    return 0;\n}\n",
+     "/*\n     * TODO: handle errors\n     */"),
+    ("c", "int f(void) {\n    /* the fast path. TODO */\n    return 0;\n}\n", "/* the fast path. TODO */"),
+    ("python", "def f():\n    return TODO\n", "TODO"),
+])
+def test_a_block_that_is_the_note_and_a_bare_marker_token_still_are_holes(language, text, expected):
+    holes = find_holes(Snapshot.parse(text, language), 0, len(text)).holes
+    assert [text[h.start:h.end] for h in holes] == [expected]

@@ -433,3 +433,32 @@ async def test_completions_carry_only_valid_companion_imports(server, language, 
         if item.command is not None:
             assert item.command.command == "dllm.applyCompanionEdit" and item.command.arguments[0] == uri
             assert import_edit(item.command.arguments[1], Snapshot.parse(text, language)) is not None
+
+
+async def test_a_fill_over_a_large_file_leaves_the_server_answering(server):
+    """Select all in a 1.3 M-character file with a hole at each end, then Fill holes: finding the
+    holes (one regex search holding the GIL), tokenizing the text between them and the engine
+    tokenizing the text around them stalled the event loop, and a code action on a 2-line file
+    waited 5 s."""
+    big = "def first():\n    pass\n\n\n" + "".join(f"def f{i}(x):\n    return x * {i}\n\n\n" for i in range(40000)) \
+        + "def last():\n    pass\n"
+    small = "def g():\n    pass\n"
+    open_doc(server.client, "file:///tmp/big_fill.py", big, "python")
+    open_doc(server.client, "file:///tmp/big_fill_small.py", small, "python")
+    await server.request("dllm/status", {})          # both documents are in
+    params = types.ExecuteCommandParams(command="dllm.fillHoles", arguments=[
+        "file:///tmp/big_fill.py", lsp_range(big, 0, len(big)), {"apply": False}])
+    fill = asyncio.wrap_future(server.client.protocol.send_request("workspace/executeCommand", params))
+    await asyncio.sleep(0.1)
+    waits = []
+    for _ in range(3):
+        started = time.perf_counter()
+        actions = await server.client.text_document_code_action_async(types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri="file:///tmp/big_fill_small.py"),
+            range=types.Range(start=types.Position(line=0, character=0), end=types.Position(line=0, character=0)),
+            context=types.CodeActionContext(diagnostics=[])))
+        waits.append(time.perf_counter() - started)
+        assert len(actions) == 1
+    result = plain(await fill)
+    assert [s.get("reason") for s in result["sites"]][1] == "over the context budget"
+    assert max(waits) < 1.5, waits
