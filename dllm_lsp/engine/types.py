@@ -93,7 +93,7 @@ class CacheSettings:
 class DecodeSettings:
     """How the denoising loop commits tokens. Greedy by default so completions are reproducible."""
 
-    steps: int = 8                      # upper bound on denoising steps (forward passes)
+    steps: int = 16                     # upper bound on denoising steps (forward passes): the options schema's
     threshold: float = 0.9              # commit every masked position at least this confident
     confidence: ConfidenceKind = "prob"
     max_per_step: int | None = None     # cap on commits per step (None: no cap)

@@ -73,7 +73,7 @@ def test_client_objects_are_structured_strictly():
     spelled = base.merged({"languages": {"python": False, "typescriptreact": False, "*": True}}).planner
     assert not spelled.language_enabled("Python") and not spelled.language_enabled(" python ")
     assert not spelled.language_enabled("tsx") and spelled.language_enabled("typescript")
-    assert base.decode.steps == 8                       # a merge makes a copy
+    assert base.decode.steps == 16                      # a merge makes a copy
     assert base.merged({"max_span_tokens": 20}).planner.max_span_tokens == 20   # snake_case is accepted too
     decode = merged.decode.decode_settings()
     assert (decode.steps, decode.confidence, decode.remask_below) == (4, "margin", 0.3)
@@ -123,7 +123,7 @@ def test_a_client_object_applies_option_by_option():
     options, refusals, unknown = Options().applied(
         {"dllm": {"model": "dllm-embedded-30m", "device": "cpu", "contextTokens": 300, "steps": "8", "Steps": 3}})
     assert (options.model.model, options.model.device, options.planner.context_tokens) == ("dllm-embedded-30m", "cpu", 300)
-    assert options.decode.steps == 8 and refusals == ["steps ignored: steps must be an integer, not '8'"]
+    assert options.decode.steps == 16 and refusals == ["steps ignored: steps must be an integer, not '8'"]
     assert unknown == ["Steps"]
     # a bad value keeps the value before, not the default
     before = Options().merged({"steps": 4})
@@ -134,7 +134,7 @@ def test_a_client_object_applies_option_by_option():
     assert lone.decode.confidence == "prob" and lone.planner.max_line_tokens == 20
     assert len(refusals) == 1 and refusals[0].startswith("confidence ignored: threshold must be <= 0 with entropy")
     both, refusals, _ = Options().applied({"confidence": "entropy", "threshold": -0.5, "steps": True})
-    assert (both.decode.confidence, both.decode.threshold, both.decode.steps) == ("entropy", -0.5, 8)
+    assert (both.decode.confidence, both.decode.threshold, both.decode.steps) == ("entropy", -0.5, 16)
     assert refusals == ["steps ignored: steps must be an integer, not True"]
     assert Options().applied({"token": "secret"})[1:] == ([], [])      # read by the TCP front
     assert Options().applied(None) == (Options(), [], [])

@@ -16,7 +16,7 @@ from .lsp_harness import (
 
 URI = "file:///tmp/example.py"
 SOURCE = "import os\n\n\ndef area(width, height):\n    return \n\n\nprint(area(2, 3))\n"
-DEFAULTS = {"steps": 8, "threshold": 0.9, "maxSpanTokens": 64, "maxLineTokens": 32, "languages": {},
+DEFAULTS = {"steps": 16, "threshold": 0.9, "maxSpanTokens": 64, "maxLineTokens": 32, "languages": {},
             "streamIntervalMs": 50, "confidence": "prob", "remaskBelow": None, "companionEdits": False,
             "alternatives": 1, "minConfidence": None}
 
