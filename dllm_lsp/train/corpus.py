@@ -157,10 +157,6 @@ def build_corpus(opts: CorpusOptions, out_dir: Path, log=print) -> dict:
                 break
             if found.text is not None:
                 read_bytes += len(found.text)
-            share = opts.max_share.get(src.language)
-            if share is not None and opts.max_bytes and kept_bytes[src.language] >= share * opts.max_bytes:
-                dropped["language-share"] += 1
-                continue
             reason = found.reason
             if reason is None and found.key in exact:
                 reason = "exact-duplicate"
@@ -170,9 +166,15 @@ def build_corpus(opts: CorpusOptions, out_dir: Path, log=print) -> dict:
                 dropped[reason] += 1
                 continue
             text = found.text
+            size = len(text.encode("utf-8"))
+            # A capped language's share of what is kept so far, this file included (it was a share
+            # of --max-mb, so without one nothing was capped: a test corpus came out 77% JS).
+            share = opts.max_share.get(src.language)
+            if share is not None and kept_bytes[src.language] + size > share * (total + size):
+                dropped["language-share"] += 1
+                continue
             exact.add(found.key)
             split = "val" if in_validation(found.key, opts.val_percent) else "train"
-            size = len(text.encode("utf-8"))
             rec = {"text": text, "language": src.language, "license": src.license, "origin": src.origin,
                    "path": str(src.path)}
             (val_fh if split == "val" else train_fh).write(json.dumps(rec) + "\n")

@@ -126,3 +126,23 @@ def test_byte_cap_stops_the_workers_early(tmp_path):
                          tmp_path / "out", log=lambda m: None)
     assert 5000 <= stats["train"]["bytes"] < 5000 + 3 * len(module(0))
     assert stats["files_seen"] < 200
+
+
+def js_module(seed: int) -> str:
+    return "\n".join(f"function helper_{seed}_{i}(value) {{\n  const result = value * {seed + i};\n  return result + {i};\n}}\n"
+                     for i in range(25))
+
+
+def test_javascript_keeps_to_its_share_of_the_corpus_without_a_byte_cap(tmp_path):
+    """The cap was a share of --max-mb, so without one nothing was capped (77% JavaScript)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(10):
+        (src / f"m{i}.py").write_text(module(i * 13))
+    for i in range(40):
+        (src / f"j{i}.js").write_text(js_module(i * 17))
+    stats = build_corpus(CorpusOptions(folders=[src], assume_license="MIT", val_percent=0.0, workers=1),
+                         tmp_path / "out", log=lambda m: None)
+    by_language = stats["train"]["by_language"]
+    assert 0 < by_language["javascript"] <= 0.15 * sum(by_language.values())
+    assert stats["dropped"]["language-share"] > 0
