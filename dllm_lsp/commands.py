@@ -268,7 +268,7 @@ def complete(args) -> int:
     # The same pipeline as the server's: planner, companion import slot, one context budget.
     try:
         plan = pipeline.plan(Snapshot.parse(text, language), offset, options,
-                             model_context=engine.denoiser.max_context)
+                             model_context=engine.denoiser.max_context, model_max_slot=engine.denoiser.max_slot)
     except pipeline.PlanError as exc:
         raise UserError(str(exc)) from None
     try:

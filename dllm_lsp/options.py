@@ -100,10 +100,19 @@ class PlannerOptions:
         will run the request (None: not known). Completions and multi-site fills both size by it."""
         return self.context_tokens if model_context is None else min(self.context_tokens, model_context)
 
-    def planner_settings(self, context_tokens: int | None = None) -> PlannerSettings:
-        """`context_tokens`: the budget in force (`context_tokens` capped by the model's positions)."""
+    def span_tokens(self, model_max_slot: int | None = None) -> tuple[int, int]:
+        """(multi-line, one-line) slot sizes in force: the options', no wider than the widest slot
+        the model was trained on (None: not known). The shipped preview, trained on slots of 48
+        tokens at most, was planned 64-token block bodies."""
+        cap = model_max_slot or max(self.max_span_tokens, self.max_line_tokens)
+        return min(self.max_span_tokens, cap), min(self.max_line_tokens, cap)
+
+    def planner_settings(self, context_tokens: int | None = None, model_max_slot: int | None = None) -> PlannerSettings:
+        """`context_tokens`: the budget in force (`context_tokens` capped by the model's positions);
+        `model_max_slot`: the model's widest trained slot (span_tokens)."""
         budget = self.context_tokens if context_tokens is None else context_tokens
-        return PlannerSettings(max_span_tokens=self.max_span_tokens, max_line_tokens=self.max_line_tokens,
+        span, line = self.span_tokens(model_max_slot)
+        return PlannerSettings(max_span_tokens=span, max_line_tokens=line,
                                context_chars=budget * CHARS_PER_TOKEN, heal_whitespace=self.heal_whitespace,
                                heal_typed=self.heal_typed)
 

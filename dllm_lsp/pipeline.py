@@ -175,16 +175,18 @@ class CompletionPlan:
 
 
 def plan(snapshot: Snapshot, offset: int, options: Options = Options(),
-         other_docs: Sequence[tuple[str, str]] = (), model_context: int | None = None) -> CompletionPlan:
+         other_docs: Sequence[tuple[str, str]] = (), model_context: int | None = None,
+         model_max_slot: int | None = None) -> CompletionPlan:
     """Plan the completion at string offset `offset` of `snapshot`. `other_docs` are (uri, text)
     of other open documents, for cross-file snippets. PlanError when the offset is not in the text.
 
     One context budget: `options.planner.context_tokens`, capped by `model_context` (the
     positions of the model that will run the plan, `engine.denoiser.max_context`; None: not
     known). The planner's character window, the text the companion slot keeps before the
-    cursor and the engine's canvas all derive from it."""
+    cursor and the engine's canvas all derive from it. `model_max_slot` (`denoiser.max_slot`)
+    caps the slot sizes at the widest the model was trained on."""
     budget = options.planner.context_budget(model_context)
-    planner = options.planner.planner_settings(budget)
+    planner = options.planner.planner_settings(budget, model_max_slot)
     # planned and post-processed on the lines as LSP counts them (a lone CR read as LF); the
     # completion itself stays on `snapshot`, the text the editor has
     lines = snapshot.line_view

@@ -14,6 +14,7 @@ context that no longer changes) from a CUDA graph captured on the first of them
 """
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass
@@ -164,6 +165,16 @@ class EmbeddedSession:
         return self.graphed.first
 
 
+def trained_max_slot(folder: Path) -> int | None:
+    """The widest slot the folder's model was trained on (config.json `training.max_slot`)."""
+    try:
+        training = json.loads((folder / "config.json").read_text()).get("training")
+    except (OSError, ValueError, AttributeError):
+        return None
+    slot = training.get("max_slot") if isinstance(training, dict) else None
+    return slot if isinstance(slot, int) and not isinstance(slot, bool) and slot > 0 else None
+
+
 class EmbeddedDenoiser(Denoiser):
     family = "embedded"
 
@@ -196,7 +207,9 @@ class EmbeddedDenoiser(Denoiser):
         check_finite(state, folder)
         model.load_state_dict(state, strict=True, assign=True)
         tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        return cls(model.fuse_projections().to(device), tokenizer, folder.name)
+        denoiser = cls(model.fuse_projections().to(device), tokenizer, folder.name)
+        denoiser.max_slot = trained_max_slot(folder)
+        return denoiser
 
     def session(self, canvas: Canvas, batch: int, cache: CacheSettings = CacheSettings()) -> EmbeddedSession:
         # `cache` is for approximate caches: this model's context cache is exact, always on.

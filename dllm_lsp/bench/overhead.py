@@ -93,7 +93,8 @@ def run_overhead(text: str, denoiser, requests: int, seed: int = 0,
         else:
             doc.tree  # noqa: B018  (a jump: nothing typed, the tree is already up to date)
         t1 = time.perf_counter()
-        plan = pipeline.plan(doc.snapshot, offset, options, others or (), model_context=denoiser.max_context)
+        plan = pipeline.plan(doc.snapshot, offset, options, others or (), model_context=denoiser.max_context,
+                             model_max_slot=denoiser.max_slot)
         t2 = time.perf_counter()
         engine.canvas(plan.request, plan.context_tokens)
         t3 = time.perf_counter()

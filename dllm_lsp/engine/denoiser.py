@@ -187,6 +187,9 @@ class Denoiser(ABC):
     special: SpecialTokens
     device: torch.device
     max_context: int                # the most canvas tokens the model's positions allow
+    # The widest slot the model was trained on (its config.json's `training.max_slot`), None where
+    # unknown (open checkpoints): planned spans are no wider, a slot past it is untrained ground.
+    max_slot: int | None = None
     # Of the last session's context, the tokens served from a cache kept across requests (the
     # embedded model's prefix cache); a model without such a cache leaves it 0.
     last_reused_tokens: int = 0

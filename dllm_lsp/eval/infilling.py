@@ -227,7 +227,8 @@ def complete_in_editor(engine: Engine, task: Task, settings: DecodeSettings, opt
     or no completion where the editor would show nothing (a failed task)."""
     document, cursor = task.in_editor(typed_chars, typed_through)
     plan = replace(pipeline.plan(Snapshot.parse(document, "python"), cursor, options,
-                                 model_context=engine.denoiser.max_context), decode=settings)
+                                 model_context=engine.denoiser.max_context,
+                                 model_max_slot=engine.denoiser.max_slot), decode=settings)
     result = plan.run(engine)
     completion = plan.finish(result)
     if completion is None:

@@ -152,7 +152,7 @@ class CompletionService:
             # Off the event loop: the first plan after big documents open indexes them for snippets
             # (seconds, for millions of characters), and every client's messages wait on the loop.
             completion_plan = await asyncio.to_thread(plan, snapshot, offset, options, self.trees.others(uri),
-                                                      engine.denoiser.max_context)
+                                                      engine.denoiser.max_context, engine.denoiser.max_slot)
             if token.cancelled:
                 raise Cancelled()
             step = None if on_step is None else (lambda state: on_step(completion_plan, state))

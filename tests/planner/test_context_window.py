@@ -2,6 +2,9 @@
 that stays put while typing, and snippets from other documents chosen by shared identifiers."""
 import pytest
 
+from dllm_lsp import pipeline
+from dllm_lsp.loader import load_model
+from dllm_lsp.options import Options
 from dllm_lsp.syntax.document import ParsedDocument
 from dllm_lsp.syntax.snapshot import Snapshot
 from dllm_lsp.planner import context
@@ -158,3 +161,12 @@ def test_a_snippet_fits_a_budget_of_exactly_its_length(comment):
     assert sources == ("geometry.py",) and block.startswith(f"{comment} From geometry.py:\n")
     assert relevant_snippets(words, others, len(block), comment, 40, 1) == (block, ("geometry.py",))
     assert relevant_snippets(words, others, len(block) - 1, comment, 40, 1) == ("", ())
+
+
+def test_slots_are_no_wider_than_the_model_was_trained_on():
+    """The shipped preview saw slots of 48 tokens at most; block bodies were planned 64 wide."""
+    snapshot = Snapshot.parse("def f(x):\n    \n", "python")
+    assert pipeline.plan(snapshot, 14, Options()).request.slots[0].max_tokens == 64
+    assert pipeline.plan(snapshot, 14, Options(), model_max_slot=48).request.slots[0].max_tokens == 48
+    assert pipeline.plan(snapshot, 14, Options(), model_max_slot=None).request.slots[0].max_tokens == 64
+    assert load_model("dllm-embedded-3m-cpu-preview", "cpu").max_slot == 48
