@@ -13,6 +13,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import unquote
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams, JsonRpcRequestCancelled
@@ -164,6 +165,9 @@ def did_open(ls: DllmLanguageServer, params: types.DidOpenTextDocumentParams) ->
 
 def did_change(ls: DllmLanguageServer, params: types.DidChangeTextDocumentParams) -> None:
     uri = params.text_document.uri
+    if unquote(uri) not in ls.workspace.text_documents:
+        log.warning("didChange for %s, which is not open: ignored", uri)
+        return
     document = ls.workspace.get_text_document(uri)
     before = ls.trees.text_of(uri)
     ls.trees.change(uri, params.content_changes, document)

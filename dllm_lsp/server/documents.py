@@ -19,7 +19,14 @@ log = logging.getLogger(__name__)
 
 
 class LspWorkspace(Workspace):
-    """pygls' workspace whose documents count lines as the client does (positions.py)."""
+    """pygls' workspace whose documents count lines as the client does (positions.py), and only
+    the documents the client opened."""
+
+    def get_text_document(self, doc_uri: str) -> TextDocument:
+        """The open document, else an empty one that reads nothing. pygls' falls back to the file
+        on the server's disk: a client's didChange for a URI it never opened made the server read
+        any file by name (a FIFO hung every client, a 100 MB file was read and kept)."""
+        return self._text_documents.get(unquote(doc_uri)) or self._create_text_document(doc_uri, source="")
 
     def _create_text_document(self, doc_uri: str, source: str | None = None, version: int | None = None,
                               language_id: str | None = None) -> TextDocument:

@@ -3,6 +3,7 @@ and over TCP: each is answered (or refused with one log line) and the next reque
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -335,6 +336,28 @@ def test_a_progress_token_accepted_late_is_no_error(tmp_path, tiny_model_dir):
     log = (tmp_path / "server.log").read_text()
     assert "ERROR" not in log and "Traceback" not in log, log[-3000:]
     assert "came after it was given up on" in log
+
+
+def test_a_change_to_a_document_never_opened_reads_nothing_from_disk(tmp_path):
+    """pygls' workspace fell back to the file a URI names: a didChange for a URI the client never
+    opened made the server read that file (a FIFO hung it for every client)."""
+    fifo = tmp_path / "pipe.py"
+    os.mkfifo(fifo)
+    client, proc = RawClient.stdio(tmp_path)
+    try:
+        assert "result" in client.initialize(initialized=False)
+        for changes in ([], [{"text": "x = 1\n"}]):
+            client.notify("textDocument/didChange", {"textDocument": {"uri": fifo.as_uri(), "version": 2},
+                                                    "contentChanges": changes})
+        assert "result" in client.call("dllm/status", {}, timeout=10)     # not stuck reading the FIFO
+        # and the document is still not open: nothing was made of it
+        answer = client.call("textDocument/inlineCompletion", {
+            "textDocument": {"uri": fifo.as_uri()}, "position": {"line": 0, "character": 0},
+            "context": {"triggerKind": 2}}, timeout=10)
+        assert is_error(answer, -32602) and "not open" in answer["error"]["message"], answer
+    finally:
+        stop(proc)
+    assert "which is not open: ignored" in (tmp_path / "server.log").read_text()
 
 
 def test_ctrl_c_ends_a_stdio_server_with_status_130(tmp_path):
