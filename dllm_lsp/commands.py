@@ -111,6 +111,7 @@ def serve(args) -> int:
                                                          context_in_first_step=args.context_pass == "first-step",
                                                          warm_up=args.warm_up, cuda_graphs=args.cuda_graphs),
                                max_models=args.max_models)
+        model_host.pin(settings.model.model, settings.model.device)   # the operator's: clients' never evict it
     if args.tcp:
         host, port = parse_host_port(args.tcp)
         try:

@@ -157,6 +157,13 @@ class ModelHost:
         self._latency: dict[int, float] = {}     # user -> its last completion's latency
         self._ids = itertools.count(1)
         self.load_wait_s = LOAD_WAIT_S
+        self._pinned: LoadKey | None = None
+
+    def pin(self, model: str, device: str) -> None:
+        """The operator's model (`serve --model`): never evicted to make room for a client's. Two
+        clients naming other models took it away, and every client with default options was
+        then refused."""
+        self._pinned = self._key_of(model, device)
 
     def view(self) -> "HostView":
         """A connection's handle: its own model choice over the shared pool."""
@@ -222,10 +229,14 @@ class ModelHost:
         return await asyncio.shield(self.start_load(model, device, user))
 
     def release(self, user: int) -> None:
-        """`user` stops using its model, which stays loaded until another one needs the room."""
+        """`user` stops using its model, which stays loaded until another one needs the room. A
+        failed load nobody uses any more is forgotten: every model name that failed stayed, with
+        its error, for the server's life (a client's distinct names grew it without bound)."""
         slot = self._uses.pop(user, None)
         if slot is not None:
             slot.users.discard(user)
+            if slot.failed and not slot.users and self._slots.get((slot.key.model, slot.key.device)) is slot:
+                del self._slots[(slot.key.model, slot.key.device)]
 
     def disconnect(self, user: int) -> None:
         """The connection closed: its model is released and nothing of it is kept."""
@@ -247,11 +258,14 @@ class ModelHost:
         mine = self._uses.get(user)
 
         def idle(slot: Slot) -> bool:
+            if self._pinned is not None and (slot.key.model, slot.key.device) == (self._pinned.model, self._pinned.device):
+                return False
             return not (slot.users - {user}) and (slot.loading.done() or slot is mine)
         while sum(not s.failed for s in self._slots.values()) >= self.max_models:
             candidates = [s for s in self._slots.values() if idle(s) or s.failed]
             if not candidates:
-                held = ", ".join(f"{s.key.model} on {s.key.device}" for s in self._slots.values() if not s.failed)
+                # Names only: a model's path is another client's business.
+                held = ", ".join(f"{Path(s.key.model).name} on {s.key.device}" for s in self._slots.values() if not s.failed)
                 raise ModelUnavailable(
                     f"this server holds at most {self.max_models} model(s) ({held}), all in use by other "
                     "connections: use one of them, or start the server with a larger --max-models"

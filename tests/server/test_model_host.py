@@ -121,6 +121,40 @@ async def test_a_model_that_cannot_load_takes_no_ones_room(models, tmp_path):
         host.shutdown()
 
 
+async def test_failed_model_names_are_forgotten_once_nobody_asks_for_them(tmp_path):
+    """Every name that failed stayed in the host with its error for the server's life: a client
+    naming folder after folder grew it without bound, after it had left too."""
+    host = ModelHost(max_models=1)
+    a = host.view()
+    try:
+        for i in range(5):
+            with pytest.raises(Exception, match="does not exist"):
+                await a.load(str(tmp_path / f"no-such-model-{i}"), "cpu")
+        assert len(host._slots) == 1                          # only the name it asks for now
+        a.release()
+        assert not host._slots
+    finally:
+        host.shutdown()
+
+
+async def test_the_operators_model_is_never_evicted_for_a_clients(models, tmp_path):
+    """Two clients naming other models took the server's own away (max_models 2)."""
+    first, second = models
+    host = ModelHost(max_models=2)
+    host.pin(first, "cpu")
+    owner, a, b = host.view(), host.view(), host.view()
+    try:
+        pinned = await owner.load(first, "cpu")
+        owner.release()                                       # idle: evictable, but pinned
+        await a.load(second, "cpu")                           # in use: not evictable either
+        with pytest.raises(ModelUnavailable) as refused:
+            await b.load(str(write_tiny_model(tmp_path / "third", seed=2)), "cpu")   # would need the pinned seat
+        assert str(tmp_path) not in str(refused.value)                # names only: no other client's paths
+        assert await owner.load(first, "cpu") is pinned
+    finally:
+        host.shutdown()
+
+
 async def test_each_connection_reports_its_own_latency(models, tmp_path):
     first, _ = models
     host = ModelHost()
