@@ -32,6 +32,12 @@ class AuthError(Exception):
     """The server cannot start as asked (the message says why, in one line)."""
 
 
+# A token listened for beyond this machine must resist guessing: wrong tokens are not throttled
+# (a refused connection is closed, and a peer may open another at once), so its length is the
+# defence. 16 characters of `openssl rand -hex 32` are 64 bits.
+MIN_TOKEN_CHARS = 16
+
+
 def load_token(token_file: str | None, environ: dict[str, str] | None = None) -> str | None:
     """The configured token: the file's first line, else $DLLM_LSP_TOKEN, else None."""
     environ = os.environ if environ is None else environ
@@ -45,6 +51,10 @@ def load_token(token_file: str | None, environ: dict[str, str] | None = None) ->
             raise AuthError(f"cannot read the token file {path}: {exc.strerror or exc}") from None
         if not token:
             raise AuthError(f"the token file {path} is empty")
+        mode = path.stat().st_mode & 0o777
+        if mode & 0o077:
+            log.warning("the token file %s is readable by other users of this machine (mode %o): "
+                        "chmod 600 it", path, mode)
         return token
     token = environ.get(TOKEN_ENV, "").strip()
     return token or None
@@ -67,10 +77,15 @@ def is_loopback(host: str) -> bool:
 
 def check_bind(host: str, token: str | None) -> None:
     """Refuse to listen beyond this machine without a token."""
-    if token is None and not is_loopback(host):
+    if is_loopback(host):
+        return
+    if token is None:
         raise AuthError(f"refusing to listen on {host!r} without a token: anyone who can reach it could use "
                         f"the server. Configure one with --token-file FILE or {TOKEN_ENV} (docs/deploy.md), "
                         "or bind 127.0.0.1 and tunnel")
+    if len(token) < MIN_TOKEN_CHARS:
+        raise AuthError(f"refusing to listen on {host!r} with a token of {len(token)} characters: it could be "
+                        f"guessed; use at least {MIN_TOKEN_CHARS} (`openssl rand -hex 32` makes one)")
 
 
 def token_matches(expected: str, offered: Any) -> bool:

@@ -35,7 +35,13 @@ log = logging.getLogger(__name__)
 # this long to send one: a stranger announcing 60 MB frames and stalling held hundreds of MB of the
 # server's memory for as long as it liked.
 PRE_AUTH_MAX_FRAME = 256 * 1024
-AUTH_DEADLINE_S = 30.0
+AUTH_DEADLINE_S = 10.0       # an editor sends initialize at once
+# Connections waiting to present their token, at most, in all and from one address: beyond, a
+# new one is closed at once. A stranger holding 300 silent sockets (each kept for the deadline)
+# exhausted the server's file descriptors, and a client with the token then got no answer; the
+# per-address share keeps one such peer from filling the room for everyone else.
+MAX_UNAUTHENTICATED = 64
+MAX_UNAUTHENTICATED_PER_PEER = 8
 
 # A client whose machine went away without closing (a laptop put to sleep, a network cut) sends
 # nothing more, not even a FIN, and an idle editor sends nothing either: its connection, documents,
@@ -78,12 +84,16 @@ class ConnectionProtocol(DllmProtocol):
 
     frames: FrameReader | None = None
 
+    on_admitted: Any = None     # called once the token has been shown (serve_tcp's count of waiters)
+
     def handle_message(self, message) -> None:
         if self.token is not None and not self.authenticated:
             if not auth.admit(self, message):
                 return
             if self.frames is not None:
                 self.frames.max_frame = MAX_FRAME_BYTES
+            if self.on_admitted is not None:
+                self.on_admitted()
         super().handle_message(message)
 
 
@@ -121,9 +131,20 @@ async def serve_tcp(host: str, port: int, settings: Options, token: str | None =
     """Serve until cancelled; True when Ctrl-C ended it (the caller then exits at once: a model
     load under way would otherwise hold the process until it finished, a minute for a 7B one)."""
     shared = model_host or ModelHost()
+    waiting: dict[int, str] = {}         # connections (by id) that have not shown the token yet -> address
+    refused_since_log = [0]
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
+        address = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
+        if token is not None and (len(waiting) >= MAX_UNAUTHENTICATED or
+                                  sum(a == address for a in waiting.values()) >= MAX_UNAUTHENTICATED_PER_PEER):
+            refused_since_log[0] += 1
+            if refused_since_log[0] in (1, 100) or refused_since_log[0] % 1000 == 0:   # a log that cannot flood
+                log.warning("refused %d connection(s) so far: %d are waiting to authenticate (the most held)",
+                            refused_since_log[0], len(waiting))
+            writer.transport.abort()
+            return
         log.info("client connected from %s", peer)
         keep_alive(writer.get_extra_info("socket"))
         server = create_server(settings, host=shared, protocol_cls=ConnectionProtocol)
@@ -132,6 +153,9 @@ async def serve_tcp(host: str, port: int, settings: Options, token: str | None =
         server.protocol.set_writer(writer)
         frames = FrameReader(lambda: reader.read(CHUNK), max_frame=PRE_AUTH_MAX_FRAME if token else MAX_FRAME_BYTES)
         server.protocol.frames = frames
+        if token is not None:
+            waiting[id(server)] = address
+            server.protocol.on_admitted = lambda: waiting.pop(id(server), None)
         deadline = asyncio.get_running_loop().call_later(AUTH_DEADLINE_S, close_unauthenticated, server, peer)
         try:
             await Connection(server, frames, server._stop_event).run()
@@ -143,6 +167,7 @@ async def serve_tcp(host: str, port: int, settings: Options, token: str | None =
         except Exception:
             log.exception("connection from %s failed", peer)
         finally:
+            waiting.pop(id(server), None)
             deadline.cancel()
             server.protocol.writer = _Discard()
             cancelled = cancel_pending(server)

@@ -2,7 +2,9 @@
 connection must present it in `initialize` or is answered with an error and closed."""
 from __future__ import annotations
 
+import logging
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -10,7 +12,7 @@ import time
 import pytest
 
 from dllm_lsp.server.auth import AUTH_FAILED, SERVER_NOT_INITIALIZED, AuthError, check_bind, load_token
-from dllm_lsp.server.tcp import AUTH_DEADLINE_S
+from dllm_lsp.server.tcp import AUTH_DEADLINE_S, MAX_UNAUTHENTICATED_PER_PEER
 
 from .raw_rpc import RawClient, frame
 from .test_transport import OPTIONS, free_port, start_tcp_server, stop
@@ -29,6 +31,9 @@ def test_non_loopback_host_needs_a_token(tmp_path):
     with pytest.raises(AuthError):
         check_bind("0.0.0.0", None)
     check_bind("0.0.0.0", TOKEN)
+    with pytest.raises(AuthError, match="token of 4 characters"):
+        check_bind("0.0.0.0", "abcd")               # guessable: wrong tokens are not throttled
+    check_bind("127.0.0.1", "abcd")
     check_bind("127.0.0.1", None)
     check_bind("localhost", None)
     check_bind("::1", None)
@@ -47,6 +52,20 @@ def test_token_from_file_or_environment(tmp_path):
     # the first line is the token (a base64 token wraps at 76 characters; editors send line one)
     (tmp_path / "wrapped").write_text(TOKEN + "\nAAAA==\n")
     assert load_token(str(tmp_path / "wrapped"), {}) == TOKEN
+
+
+
+def test_a_token_file_others_can_read_is_warned_about(tmp_path, caplog):
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    token.chmod(0o644)
+    with caplog.at_level(logging.WARNING):
+        assert load_token(str(token), {}) == TOKEN
+    assert "readable by other users" in caplog.text and "chmod 600" in caplog.text
+    caplog.clear()
+    token.chmod(0o600)
+    load_token(str(token), {})
+    assert "readable" not in caplog.text
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +150,34 @@ def test_token_from_the_environment_guards_the_server(tmp_path, tiny_model_dir):
         client.close()
     finally:
         stop(proc)
+
+
+def test_strangers_cannot_hold_more_than_their_share_of_connections(guarded_server):
+    """300 silent sockets, each kept for the deadline, exhausted the server's file descriptors:
+    a client with the token then got no answer. Beyond their share one address's are closed."""
+    port, _ = guarded_server
+    silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(MAX_UNAUTHENTICATED_PER_PEER + 8)]
+    try:
+        time.sleep(1.0)
+        closed = 0
+        for sock in silent:
+            sock.settimeout(0.2)
+            try:
+                closed += sock.recv(1) == b""
+            except socket.timeout:
+                pass
+            except OSError:
+                closed += 1
+        assert closed >= 8, closed                     # the ones over the limit, at once
+    finally:
+        for sock in silent:
+            sock.close()
+    time.sleep(0.5)
+    good = RawClient.tcp(port)                          # once they have gone, it does
+    try:
+        assert "result" in good.initialize({**OPTIONS, "token": TOKEN})
+    finally:
+        good.close()
 
 
 def test_a_stranger_can_neither_hold_a_big_frame_nor_stay_silent(guarded_server):
