@@ -25,18 +25,20 @@ def load_json_file(path: Path):
         raise ModelLoadError(f"{path} is nested too deeply to be a model's JSON") from None
 
 
-def check_weights_match(expected: dict[str, tuple[int, ...]], state: dict, folder: Path) -> None:
-    """ModelLoadError, in one line, when the weights in `state` are not the tensors (names and
-    shapes) that the model built from `folder`'s config.json expects: the first mismatching tensor
-    is named, the rest counted (torch's own error lists every one, one line each)."""
+def check_weights_match(expected: dict[str, tuple[int, ...]], found: dict[str, tuple[int, ...]], folder: Path) -> None:
+    """ModelLoadError, in one line, when the weights (`found`: name -> shape, from the file's
+    header) are not the tensors that the model built from `folder`'s config.json expects: the
+    first mismatching tensor is named, the rest counted (torch's own error lists every one, one
+    line each). Checked before any tensor is read: a file claiming a huge extra tensor was read
+    whole first (1.9 GB for a sparse file of nothing)."""
     problems = []
     for name, shape in expected.items():
-        if name not in state:
+        if name not in found:
             problems.append(f"{name} {tuple(shape)} is missing from the weights")
-        elif tuple(state[name].shape) != tuple(shape):
-            problems.append(f"{name} is {tuple(state[name].shape)} in the weights but {tuple(shape)} by config.json")
+        elif tuple(found[name]) != tuple(shape):
+            problems.append(f"{name} is {tuple(found[name])} in the weights but {tuple(shape)} by config.json")
     problems += [f"{name} in the weights is not in the model config.json describes"
-                 for name in state if name not in expected]
+                 for name in found if name not in expected]
     if problems:
         more = f" (and {len(problems) - 1} more mismatching tensors)" if len(problems) > 1 else ""
         raise ModelLoadError(f"could not load {folder}: its config.json does not match its weights: "

@@ -29,7 +29,7 @@ from dllm_lsp.engine.types import CacheSettings
 from dllm_lsp.model_folder import check_finite, check_weights_match
 
 from .embedded import KV, EmbeddedConfig, EmbeddedModel, SpanRows
-from .weight_storage import load_weights
+from .weight_storage import load_weights, weight_shapes
 
 
 PREFIX_CACHE_ENTRIES = 8
@@ -202,8 +202,9 @@ class EmbeddedDenoiser(Denoiser):
         cfg = EmbeddedConfig.load(folder)
         with torch.device("meta"):
             model = EmbeddedModel(cfg)
+        check_weights_match({name: tuple(t.shape) for name, t in model.state_dict().items()},
+                            weight_shapes(folder / "model.safetensors"), folder)
         state = load_weights(folder / "model.safetensors", device, dtype)   # bf16, fp32 or int8 on disk
-        check_weights_match({name: tuple(t.shape) for name, t in model.state_dict().items()}, state, folder)
         check_finite(state, folder)
         model.load_state_dict(state, strict=True, assign=True)
         tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))

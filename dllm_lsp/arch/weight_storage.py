@@ -70,6 +70,14 @@ def save_weights(state: dict[str, torch.Tensor], path: Path, storage: str = "bfl
     tmp.replace(path)
 
 
+def weight_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """Each weight's shape as load_weights returns it, read from the file's header alone (int8
+    scales are no weights of their own)."""
+    with safe_open(str(path), framework="pt", device="cpu") as fh:
+        return {name: tuple(fh.get_slice(name).get_shape()) for name in fh.keys()
+                if not name.endswith(SCALE_SUFFIX)}
+
+
 def load_weights(path: Path, device: str | torch.device = "cpu",
                  dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
     """A float state dict of `dtype` on `device`, whatever the storage on disk."""

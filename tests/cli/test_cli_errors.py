@@ -85,6 +85,32 @@ def test_config_that_does_not_match_the_weights(tiny_model_dir, tmp_path):
     assert "size mismatch" not in line   # torch's own text: a line per tensor
 
 
+def test_weights_claiming_a_huge_extra_tensor_are_refused_before_they_are_read(tiny_model_dir, tmp_path):
+    """The file's header is checked against config.json before any tensor is read: a weights file
+    claiming a 4 GB tensor more (a sparse file: no disk) was read whole first (1.9 GB of memory)."""
+    model = tmp_path / "claims-more"
+    shutil.copytree(tiny_model_dir, model)
+    weights = model / "model.safetensors"
+    data = weights.read_bytes()
+    size = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + size])
+    body = data[8 + size:]
+    extra = 1 << 30                                   # float32 elements: 4 GiB
+    header["extra"] = {"dtype": "F32", "shape": [extra], "data_offsets": [len(body), len(body) + 4 * extra]}
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    with weights.open("wb") as fh:
+        fh.write(len(raw).to_bytes(8, "little") + raw + body)
+        fh.truncate(8 + len(raw) + len(body) + 4 * extra)      # sparse: the claimed bytes take no disk
+    code = ("import resource, sys\nfrom dllm_lsp.loader import load_model\n"
+            "try:\n    load_model(sys.argv[1], 'cpu')\nexcept Exception as exc:\n    print(exc)\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(model)], capture_output=True, text=True, timeout=120)
+    message, peak_kib = proc.stdout.strip().splitlines()
+    assert "extra in the weights is not in the model" in message, proc.stdout + proc.stderr
+    assert int(peak_kib) < 1_500_000, peak_kib      # far from the 4 GiB it claims
+
+
 def test_config_with_more_layers_than_the_weights(tiny_model_dir, tmp_path):
     model = tmp_path / "deeper"
     shutil.copytree(tiny_model_dir, model)
