@@ -22,6 +22,7 @@ finish() runs, in order:
 from __future__ import annotations
 
 import ast
+import re
 import warnings
 from dataclasses import dataclass
 
@@ -300,7 +301,10 @@ def trim_duplicate_lines(lines: list[str], suffix: str) -> list[str]:
         # filled is not the `end` of the function around it. (Punctuation closers need not: the
         # parse check catches a doubled `}`, and re-indentation may have moved the model's own;
         # two or more lines in a row are a rewrite at any depth.)
-        lone = matched == 1 and completion[position][1].isidentifier() and completion[position][2] != following[0][1]
+        # Any line with a word in it, too: `return False` inside the `if` is not the function's
+        # `return False` after it (the right line was cut as a rewrite of the next, nothing shown).
+        lone = (matched == 1 and any(c.isalnum() or c == "_" for c in completion[position][1])
+                and completion[position][2] != following[0][1])
         if matched and not lone and (position + matched == len(completion) or matched >= 2):
             if _removable("\n".join(lines[:number]), "\n".join(lines[number:])):
                 return lines[:number]
@@ -322,6 +326,7 @@ class _ParseCheck:
         self.snapshot = plan.snapshot
         self.baseline: int | None = None
         self.python_baseline: object = _UNSET
+        self.indentation_error = False
 
     def __call__(self, insert: str) -> bool:
         snapshot, plan = self.snapshot, self.plan
@@ -348,7 +353,7 @@ class _ParseCheck:
         if snapshot.language_id != "python" or len(text) > PYTHON_CHECK_MAX_CHARS:
             return True
         if self.python_baseline is _UNSET:
-            self.python_baseline = python_error_offset(text)
+            self.python_baseline, self.indentation_error = python_first_error(text)
         edited_file = text[:plan.replace_start] + insert + text[plan.replace_end:]
         found = python_error_offset(edited_file)
         if found is None or found is _UNKNOWN:
@@ -357,10 +362,25 @@ class _ParseCheck:
             return False                    # the file parsed; with the completion it does not
         if self.python_baseline is _UNKNOWN:
             return True
+        delta = len(insert) - (plan.replace_end - plan.replace_start)
+        # The file now first fails inside the completion's own text (it opens a string it never
+        # closes: `"`, `':`), whatever the file's own error: that text is broken.
+        if plan.replace_start <= found < plan.replace_start + len(insert.rstrip()):
+            return False
+        if self.indentation_error:
+            # The file's own error is the block structure of the statement being written (a
+            # missing `for ...:` header leaves the next line indented too deep): a completion
+            # that leaves it in that top-level statement does not fix the line (`return 1`
+            # there was shown, and 89 of 616 shown single lines then failed with IndentationError).
+            line_start = text.rfind("\n", 0, plan.replace_start) + 1
+            top = _TOP_LEVEL_LINE.search(text, plan.replace_end)
+            top_end = top.start() if top else len(text)
+            if line_start <= self.python_baseline <= top_end:
+                return found > top_end + delta
         # The file's own error, moved by the edit (an error inside the replaced text: at its start).
         original = self.python_baseline
         if original >= plan.replace_end:
-            original += len(insert) - (plan.replace_end - plan.replace_start)
+            original += delta
         elif original > plan.replace_start:
             original = plan.replace_start
         return found >= original
@@ -371,20 +391,29 @@ WHOLE_FILE_CHECK_MAX_CHARS = 128_000   # an incremental reparse of a 120 kB file
 _UNSET, _UNKNOWN = object(), object()
 
 
+_TOP_LEVEL_LINE = re.compile(r"\n(?=[^\s#])")   # the start of the next line at column 0
+
+
 def python_error_offset(text: str) -> int | object | None:
     """The character offset of CPython's first syntax error in `text`, None when it parses, or
     _UNKNOWN when the parser cannot say (null bytes, nesting too deep for it)."""
+    return python_first_error(text)[0]
+
+
+def python_first_error(text: str) -> tuple[int | object | None, bool]:
+    """python_error_offset, and whether that error is an IndentationError."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")      # SyntaxWarning: invalid escape sequences and the like
             ast.parse(text)
     except SyntaxError as exc:
+        indentation = isinstance(exc, IndentationError)
         if exc.lineno is None:
-            return 0
+            return 0, indentation
         starts = [0]
         for line in text.split("\n")[:exc.lineno - 1]:
             starts.append(starts[-1] + len(line) + 1)
-        return starts[min(exc.lineno - 1, len(starts) - 1)] + max((exc.offset or 1) - 1, 0)
+        return starts[min(exc.lineno - 1, len(starts) - 1)] + max((exc.offset or 1) - 1, 0), indentation
     except (ValueError, RecursionError, MemoryError):
-        return _UNKNOWN
-    return None
+        return _UNKNOWN, False
+    return None, False

@@ -93,3 +93,27 @@ def test_a_tab_typed_in_a_file_with_no_indented_line_indents_every_body_line(lan
     cursor = src.index("‸")
     body = (text[:cursor] + shown + text[cursor:]).split("\n")[1:3]
     assert [line[:1] for line in body] == ["\t", "\t"] and "    " not in shown, repr(shown)
+
+
+BELOW_ZERO = ("def below_zero(operations):\n    balance = 0\n    for op in operations:\n        balance += op\n"
+              "        ‸\n            return True\n    return False\n")
+UNCLOSED = "def f():\n    d = {\n        'a': 1,\n        'b': 2,\n    ‸\n    return d\n"
+
+
+@pytest.mark.parametrize("src, raw, shown", [
+    # The line to write is a block header (the next line is indented deeper): a statement there
+    # leaves the file's own IndentationError where it was, and was shown (89 of 616 shown single
+    # lines of the shipped model then failed with IndentationError); the header fixes it.
+    (BELOW_ZERO, "        return 1", None),
+    (BELOW_ZERO, "        if balance < 0:", "if balance < 0:"),
+    # The file's own error is a `{` never closed, reported at the opener above: a completion that
+    # opens a string of its own fails later, on its own line, and was shown for that.
+    (UNCLOSED, '    "', None),
+    (UNCLOSED, "    ':", None),
+    (UNCLOSED, "    }", "}"),
+    # `return False` inside the `if` is not the function's `return False` after it: it was cut as
+    # a rewrite of the next line, and the right answer showed nothing.
+    ("def f(x):\n    if x:\n        ‸\n    return False\n", "        return False", "return False"),
+])
+def test_python_lines_the_file_still_fails_on_are_not_shown_and_right_ones_are(src, raw, shown):
+    assert finished(src, "python", raw)[1] == shown
