@@ -83,7 +83,8 @@ class DenoiserReplica:
 
     def info(self) -> dict:
         denoiser = self.engine.denoiser
-        return {**denoiser.describe(), "max_context": denoiser.max_context, "special": denoiser.special,
+        return {**denoiser.describe(), "max_context": denoiser.max_context, "max_slot": denoiser.max_slot,
+                "special": denoiser.special,
                 "tokenizer": denoiser.tokenizer.to_str(), "replica": self.replica_id}
 
     def stats(self) -> dict:
@@ -249,6 +250,7 @@ class RemoteDenoiser:
         self.family = info["family"]
         self.device = f"ray:{info['device']}"
         self.max_context = int(info["max_context"])
+        self.max_slot: int | None = info.get("max_slot")   # the widest slot it was trained on (Denoiser.max_slot)
         self.special: SpecialTokens = info["special"]
         self.tokenizer = plain_text_tokenizer(Tokenizer.from_str(info["tokenizer"]))
 
