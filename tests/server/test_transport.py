@@ -361,7 +361,19 @@ def test_a_change_to_a_document_never_opened_reads_nothing_from_disk(tmp_path):
 
 
 def test_ctrl_c_ends_a_stdio_server_with_status_130(tmp_path):
-    client, proc = RawClient.stdio(tmp_path)
+    # A job started in the background by a non-interactive shell (CI's, say) inherits SIGINT
+    # ignored, and Python then installs no Ctrl-C handler: the server is started with SIGINT at
+    # its default, as a terminal's foreground process has it.
+    launcher = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                "os.execv(sys.executable, [sys.executable, '-m', 'dllm_lsp', 'serve', '--stdio', '--log-file', sys.argv[1]])")
+    proc = subprocess.Popen([sys.executable, "-c", launcher, str(tmp_path / "server.log")],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+
+    def write(data: bytes) -> None:
+        proc.stdin.write(data)
+        proc.stdin.flush()
+
+    client = RawClient(write, lambda: os.read(proc.stdout.fileno(), 65536), proc.stdin.close)
     try:
         assert "result" in client.initialize(initialized=False)
         proc.send_signal(signal.SIGINT)
