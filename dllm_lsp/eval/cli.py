@@ -7,7 +7,6 @@ import shlex
 import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 
@@ -15,13 +14,14 @@ from dllm_lsp.bench.environment import environment
 from dllm_lsp.cli_errors import output_file, report as report_error, write_out
 from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import CONFIDENCE_KINDS
-from dllm_lsp.loader import ModelLoadError, load_model, resolve_model_path
+from dllm_lsp.loader import ModelLoadError, load_model
 from dllm_lsp.options import DecodeOptions, Options, PlannerOptions
 
 from .infilling import MODES, evaluate
 from .tasks import benchmark_name, load_tasks, resolve_data, spread_order, spread_subset
 
 GPU_CONCURRENCY = 16
+DEFAULT_UNKNOWN_SLOT = 64   # the unknown-length slot of a model that records no trained slot width
 
 
 def table(name: str, results) -> str:
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         denoiser = load_model(a.model, a.device)
     except (ValueError, ModelLoadError) as exc:
         return report_error("dllm-lsp eval", exc)
-    unknown = a.max_tokens or trained_max_slot(resolve_model_path(a.model, denoiser.device.type))
+    unknown = a.max_tokens or denoiser.max_slot or DEFAULT_UNKNOWN_SLOT   # the model's widest trained slot
     engine = Engine(denoiser, context_tokens=a.context)
     log = (lambda msg: print(msg, file=sys.stderr, flush=True))   # progress: stderr, also beside --json
     concurrency = a.concurrency or (GPU_CONCURRENCY if denoiser.device.type == "cuda" else 1)
@@ -228,14 +228,3 @@ def length_gap_points(unknown, oracle) -> float | None:
     passes = [sum(s["passed"] for s in r.samples[:both]) for r in (oracle, unknown)]
     return round(100 * (passes[0] - passes[1]) / both, 1)
 
-
-def trained_max_slot(folder: Path) -> int:
-    """The longest slot the model saw in training (config.json "training"), else 64."""
-    cfg_path = Path(folder) / "config.json"
-    try:
-        training = json.loads(cfg_path.read_text()).get("training", {})
-    except (OSError, ValueError, AttributeError):
-        return 64
-    if isinstance(training, dict) and isinstance(training.get("max_slot"), int):
-        return training["max_slot"]
-    return 64
