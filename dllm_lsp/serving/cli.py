@@ -1,7 +1,7 @@
 """`dllm-lsp ray {deploy,status,delete}`: the denoiser as a Ray Serve deployment (docs/deploy.md).
 
   deploy   start (or update) the deployment on the Ray cluster at --address and wait until it serves
-  status   the deployment's replicas and their request counters
+  status   the deployment's replicas (alive or not) and their request counters, at once however busy
   delete   remove the deployment
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 
 from dllm_lsp.cli_errors import report as report_error
 
-from .ray_serve import APP_NAME, RemoteEngine, RemoteUnavailable, ReplicaConfig, deploy, undeploy
+from .ray_serve import APP_NAME, RemoteUnavailable, ReplicaConfig, deploy, replica_status, undeploy
 
 
 def parser() -> argparse.ArgumentParser:
@@ -57,8 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.verb == "deploy":
             print(json.dumps(deploy(a.address, config_of(a), a.app)))
         elif a.verb == "status":
-            engine = RemoteEngine(a.address, a.app)
-            print(json.dumps({"model": engine.denoiser.describe(), "replicas": engine.replica_stats()}, indent=1))
+            print(json.dumps(replica_status(a.address, a.app), indent=1))
         else:
             undeploy(a.address, a.app)
     except (ValueError, TimeoutError, RemoteUnavailable) as exc:

@@ -72,6 +72,42 @@ class ReplicaConfig:
     # replica-wide one never applied (a `--context-tokens` flag did nothing for editors).
 
 
+BOARD_NAMESPACE = "dllm_lsp"
+
+
+def board_name(app_name: str) -> str:
+    return f"{app_name}-counters"
+
+
+@ray.remote(num_cpus=0)
+class CounterBoard:
+    """Every replica's request counters and the model they serve, where `ray status` reads them.
+
+    Asking the replicas themselves went through Serve's routing: the question waited in the same
+    queue as the infill requests (behind all of them when the replicas were busy, which is when
+    one asks), and reached replicas at random, so 40 tries could miss one of many. Replicas report
+    here after every change (a message they do not wait for); a replica that died keeps its last
+    row, and `status` says which ones are alive. One detached actor per application, no CPU."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, dict] = {}
+        self.model: dict | None = None
+
+    def report(self, row: dict, model: dict | None = None) -> None:
+        self.rows[row["replica"]] = row
+        if model is not None:
+            self.model = model
+
+    def snapshot(self) -> dict:
+        return {"model": self.model, "replicas": dict(self.rows)}
+
+
+def counter_board(app_name: str):
+    """The application's board, made by the first replica that asks."""
+    return CounterBoard.options(name=board_name(app_name), namespace=BOARD_NAMESPACE, lifetime="detached",
+                                get_if_exists=True).remote()
+
+
 class DenoiserReplica:
     """One replica: one engine on this replica's device, requests one at a time (the engine's lock)."""
 
@@ -79,7 +115,16 @@ class DenoiserReplica:
         self.engine = Engine(load_model(model, device))
         self.engine.prepare()     # a replica takes traffic warm (Engine.prepare)
         self.counts = {"requests": 0, "completed": 0, "cancelled": 0, "failed": 0}
-        self.replica_id = serve.get_replica_context().replica_id.unique_id
+        context = serve.get_replica_context()
+        self.replica_id = context.replica_id.unique_id
+        self.board = counter_board(context.app_name)
+        denoiser = self.engine.denoiser
+        self.board.report.remote(self.stats(), {**denoiser.describe(), "device": f"ray:{denoiser.device}",
+                                                "backend": "ray"})
+
+    def _count(self, what: str) -> None:
+        self.counts[what] += 1
+        self.board.report.remote(self.stats())
 
     def info(self) -> dict:
         denoiser = self.engine.denoiser
@@ -97,7 +142,7 @@ class DenoiserReplica:
 
     async def infill(self, request: InfillRequest, settings: DecodeSettings, context_tokens: int | None,
                      cache: CacheSettings) -> InfillResult:
-        self.counts["requests"] += 1
+        self._count("requests")
         cancel = CancelToken()
         job = asyncio.to_thread(self.engine.infill, request, settings, cancel, None,
                                 context_tokens=context_tokens, cache=cache)
@@ -106,7 +151,7 @@ class DenoiserReplica:
     async def infill_stream(self, request: InfillRequest, settings: DecodeSettings, context_tokens: int | None,
                             cache: CacheSettings):
         """Yields ("step", StepState) after every denoising step, then ("result", InfillResult)."""
-        self.counts["requests"] += 1
+        self._count("requests")
         cancel = CancelToken()
         loop = asyncio.get_running_loop()
         states: asyncio.Queue = asyncio.Queue()
@@ -127,7 +172,7 @@ class DenoiserReplica:
             yield ("result", await self._finish(task, cancel))
         except asyncio.CancelledError:
             cancel.cancel()
-            self.counts["cancelled"] += 1
+            self._count("cancelled")
             raise
 
     async def _finish(self, task: asyncio.Future, cancel: CancelToken) -> InfillResult:
@@ -136,12 +181,12 @@ class DenoiserReplica:
         except asyncio.CancelledError:
             # The caller cancelled (the editor moved on): stop the loop at its next step boundary.
             cancel.cancel()
-            self.counts["cancelled"] += 1
+            self._count("cancelled")
             raise
         except Exception:
-            self.counts["failed"] += 1
+            self._count("failed")
             raise
-        self.counts["completed"] += 1
+        self._count("completed")
         return result
 
 
@@ -230,6 +275,52 @@ def undeploy(address: str, app_name: str = APP_NAME) -> None:
         serve.delete(app_name)
     except (RayServeException, ValueError) as exc:
         raise RemoteUnavailable(f"nothing to delete: {one_line(exc)}") from None
+    try:   # its counters go with it: a new deployment's status lists only its own replicas
+        ray.kill(ray.get_actor(board_name(app_name), namespace=BOARD_NAMESPACE))
+    except ValueError:
+        pass
+
+
+def _deploy_hint(address: str, app_name: str) -> str:
+    return f"start one with `dllm-lsp ray deploy --address {address}" + (
+        f" --app {app_name}`" if app_name != APP_NAME else "`")
+
+
+def _app_status(address: str, app_name: str):
+    """Serve's status of the application (None: not deployed); RemoteUnavailable when no Serve
+    runs on the cluster or the application failed to deploy."""
+    connect(address)
+    try:
+        status = serve.status().applications.get(app_name)
+    except (RayServeException, ValueError) as exc:
+        raise RemoteUnavailable(f"no Serve instance runs on the Ray cluster at {address} "
+                                f"({_deploy_hint(address, app_name)}): {one_line(exc)}") from None
+    if status is not None and status.status == "DEPLOY_FAILED":
+        # Its handle would wait the whole timeout and say "Timed out resolving to ObjectRef".
+        # (UNHEALTHY is not refused: a replica being replaced, the others still serve.)
+        raise RemoteUnavailable(f"the {app_name!r} deployment on the Ray cluster at {address} is "
+                                f"DEPLOY_FAILED: {_deployment_message(app_name) or status.message}")
+    return status
+
+
+def replica_status(address: str, app_name: str = APP_NAME, timeout_s: float = 30.0) -> dict:
+    """`ray status`: the deployment's model and every replica's counters, each marked `alive`
+    (its actor still runs), read from the application's CounterBoard: answered at once however
+    busy the replicas are."""
+    status = _app_status(address, app_name)
+    if status is None:
+        raise RemoteUnavailable(f"no {app_name!r} deployment serves on the Ray cluster at {address} "
+                                f"({_deploy_hint(address, app_name)})")
+    try:
+        board = ray.get_actor(board_name(app_name), namespace=BOARD_NAMESPACE)
+        seen = ray.get(board.snapshot.remote(), timeout=timeout_s)
+    except ValueError:      # no replica has started yet
+        seen = {"model": None, "replicas": {}}
+    # Serve names a replica's actor SERVE_REPLICA::APP#DEPLOYMENT#ID; a dead one's name is gone.
+    running = {actor["name"].rsplit("#", 1)[-1] for actor in ray.util.list_named_actors(all_namespaces=True)
+               if f"{app_name}#{DEPLOYMENT}#" in actor["name"]}
+    replicas = {rid: {**row, "alive": rid in running} for rid, row in seen["replicas"].items()}
+    return {"model": seen["model"], "status": status.status, "replicas": replicas}
 
 
 def replica_error(exc: RayTaskError) -> Exception:
@@ -269,19 +360,8 @@ class RemoteEngine:
 
     def __init__(self, address: str, app_name: str = APP_NAME, timeout_s: float = 120.0) -> None:
         self.address, self.app_name, self.timeout_s = address, app_name, timeout_s
-        connect(address)
-        hint = f"start one with `dllm-lsp ray deploy --address {address}" + (
-            f" --app {app_name}`" if app_name != APP_NAME else "`")
-        try:
-            status = serve.status().applications.get(app_name)
-        except (RayServeException, ValueError) as exc:
-            raise RemoteUnavailable(f"no Serve instance runs on the Ray cluster at {address} ({hint}): "
-                                    f"{one_line(exc)}") from None
-        if status is not None and status.status == "DEPLOY_FAILED":
-            # Its handle would wait the whole timeout and say "Timed out resolving to ObjectRef".
-            # (UNHEALTHY is not refused: a replica being replaced, the others still serve.)
-            raise RemoteUnavailable(f"the {app_name!r} deployment on the Ray cluster at {address} is "
-                                    f"DEPLOY_FAILED: {_deployment_message(app_name) or status.message}")
+        hint = _deploy_hint(address, app_name)
+        _app_status(address, app_name)
         try:
             self.handle = serve.get_deployment_handle(DEPLOYMENT, app_name=app_name)
             info = self.handle.info.remote().result(timeout_s=timeout_s)
@@ -399,11 +479,3 @@ class RemoteEngine:
             raise
         if cancel.cancelled:
             raise Cancelled()
-
-    def replica_stats(self, tries: int = 40) -> dict[str, dict]:
-        """Counters of every replica reached in `tries` calls (routing picks replicas at random)."""
-        seen: dict[str, dict] = {}
-        for _ in range(tries):
-            row = self.handle.stats.remote().result(timeout_s=30)
-            seen[row["replica"]] = row
-        return seen

@@ -231,6 +231,11 @@ async def test_a_replica_killed_under_load_loses_no_request(deployed, tmp_path):
         assert all(a is not None for a in answers)            # every request answered
         again = await client.text_document_inline_completion_async(inline_params(uris[0], 101, 11))
         assert again is not None
+        # `ray status` keeps the dead replica's last counters and says it is gone
+        rows = replica_counts(deployed)
+        dead = killed.rsplit("#", 1)[-1]
+        assert dead in rows and rows[dead]["alive"] is False and rows[dead]["requests"] > 0
+        assert any(row["alive"] for row in rows.values())
     finally:
         await stop_front(client)
 
@@ -294,6 +299,53 @@ def test_the_clusters_ports_avoid_the_ones_ray_takes_by_default(tmp_path):
     assert cluster.port != cluster.agent_port
     assert not {cluster.port, cluster.agent_port} & RAY_DEFAULT_PORTS
     assert cluster.address == f"127.0.0.1:{cluster.port}"
+
+
+def test_status_answers_while_the_replicas_are_busy(deployed, tiny_model_dir):
+    """`ray status` asked the replicas through Serve's routing, in the same queue as the infills:
+    with the replicas busy it waited behind every queued request. Forty slow requests queued on a
+    replica that holds one at a time: status answers while most of them still wait."""
+    app = "busy"
+    done = deployed.dllm("ray", "deploy", "--address", deployed.address, "--app", app, "--model",
+                         str(tiny_model_dir), "--device", "cpu", "--num-cpus", "0.25", "--max-ongoing", "1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    script = (
+        "import json, subprocess, sys\n"
+        "from ray import serve\n"
+        "from dllm_lsp.engine.types import CacheSettings, DecodeSettings, InfillRequest\n"
+        "from dllm_lsp.serving.ray_serve import connect, replica_status\n"
+        f"connect({deployed.address!r})\n"
+        f"handle = serve.get_deployment_handle('DenoiserReplica', app_name={app!r})\n"
+        "request = InfillRequest.single('value = 1\\n' * 300 + 'def area(w, h):\\n    ', '\\n', 64)\n"
+        "settings = DecodeSettings(steps=64, threshold=1.0, max_per_step=1, slot_start_tokens=0)\n"
+        "pending = [handle.infill.remote(request, settings, None, CacheSettings()) for _ in range(40)]\n"
+        "status = subprocess.run([sys.executable, '-m', 'dllm_lsp', 'ray', 'status', '--address', "
+        f"{deployed.address!r}, '--app', {app!r}], capture_output=True, text=True, timeout=120)\n"
+        f"again = [replica_status({deployed.address!r}, {app!r}) for _ in range(3)]\n"
+        "for response in pending:\n"
+        "    response.cancel()\n"
+        "print(json.dumps({'rc': status.returncode, 'out': status.stdout, 'err': status.stderr[-2000:], "
+        "'again': again}))\n")
+    try:
+        ran = subprocess.run([sys.executable, "-c", script], env=deployed.env, capture_output=True, text=True,
+                             timeout=300)
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        said = json.loads(ran.stdout.strip().splitlines()[-1])
+        assert said["rc"] == 0, said["err"]
+        status = json.loads(said["out"])
+        assert status["status"] == "RUNNING" and status["model"]["name"] == tiny_model_dir.name
+        (row,) = status["replicas"].values()
+        assert row["alive"] is True
+
+        def in_flight(row: dict) -> int:
+            return row["requests"] - row["completed"] - row["cancelled"] - row["failed"]
+        # Read while a request ran (asked through the replicas, it waited until none did: it saw
+        # 15 requests, 15 completed). A read may fall between one request's end and the next's
+        # start: one of four must see the replica at work.
+        rows = [row] + [next(iter(again["replicas"].values())) for again in said["again"]]
+        assert max(in_flight(r) for r in rows) == 1 and all(r["completed"] < 40 for r in rows)
+    finally:
+        deployed.dllm("ray", "delete", "--address", deployed.address, "--app", app)
 
 
 async def test_the_front_outlives_its_cluster(deployed, tiny_model_dir, tmp_path):
