@@ -65,8 +65,9 @@ MULTI_LINE = [
     ("python", "def f():‸\n", "return 1", "\n    return 1"),
     ("python", "def f():\n‸\n", "return 1", "    return 1"),
     ("python", "def f():\n‸\n", "    x = 1\n    return x", "    x = 1\n    return x"),
-    # two blanks typed where no line is indented yet: the file indents by two
-    ("python", "def f():\n  ‸\n", "if a:\n    b()  \n", "if a:\n    b()"),
+    # two blanks typed where no line is indented yet: the file indents by two (`b` is a parameter:
+    # a call of a name nothing defines is not shown, test_python_lines.py)
+    ("python", "def f(a, b):\n  ‸\n", "if a:\n    b()  \n", "if a:\n    b()"),
     ("python", "def f():\n    ‸\n", "return )(", None),
     ("python", "def f():\n    ‸\n", "x = 1\ny = (", "x = 1"),
     ("python", "def f():\n    x = 1\n    ‸\n    return x\n", "x += 1\nreturn x\n", "x += 1"),

@@ -62,9 +62,10 @@ UNHEAL = [
     (PYTHON_BLANK_LINE, "    if y:\n        return y", "if y:\n        return y", "if y:\n        return y"),
     (PYTHON_BLANK_LINE, "        return y", "    return y", None),           # deeper: an indentation error
     (PYTHON_BLANK_LINE, "\n    return y", "\n    return y", "\n    return y"),   # this line left blank
-    ("x = ‸\n", " foo(1)", "foo(1)", "foo(1)"),
-    ("x = ‸\n", "foo(1)", "foo(1)", "foo(1)"),
-    ("x = ‸\n", "   foo(1)\nbar", "foo(1)\nbar", "foo(1)"),
+    # (`foo` is defined: a call of a name nothing defines is not shown, test_python_lines.py)
+    ("def foo(n):\n    return n\nx = ‸\n", " foo(1)", "foo(1)", "foo(1)"),
+    ("def foo(n):\n    return n\nx = ‸\n", "foo(1)", "foo(1)", "foo(1)"),
+    ("def foo(n):\n    return n\nx = ‸\n", "   foo(1)\nbar", "foo(1)\nbar", "foo(1)"),
     ("def f(x):\n    y = x\n    ret‸\n", "    return y", "return y", "return y"),
     ("def f(x):\n    y = x\n    ret‸\n", "    raise y", "raise y", None),   # does not continue `ret`
 ]
