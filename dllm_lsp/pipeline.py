@@ -93,8 +93,9 @@ class Completion:
         """The word typed before the cursor that the text replaces, on this completion's own
         snapshot: a completion moved onto a newer one (typed through, rebased) covers what was typed
         since. The plan's `span.typed_prefix` is the older version's: as filterText, editors hid
-        the item at the first character typed through."""
-        return self.snapshot.text[self.start:self.end]
+        the item at the first character typed through. Not the blanks after the cursor that a
+        `{ | }` body replaces (SpanPlan.after_cursor): nothing typed, and after the cursor."""
+        return self.snapshot.text[self.start:self.end - self.span.after_cursor]
 
 
 @dataclass(frozen=True)
@@ -142,24 +143,28 @@ class CompletionPlan:
         held back). Without a first completion there are no alternatives: the editor's first
         suggestion is the model's most likely one or nothing."""
         full = result
+        provided: frozenset[str] = frozenset()
         if self.companion is not None:
             result = self.companion.main_result(result)
-        first = self._candidate(result, 0, gate)
+            provided = self.companion.provided_names(full, self.snapshot)
+        first = self._candidate(result, 0, gate, provided)
         if first is None:
             return None
         edit = self.companion.edit(full, self.snapshot, first.text) if self.companion is not None else None
         alternatives, seen = [], {first.text}
         for index in range(1, len(result.candidates)):
-            other = self._candidate(result, index, gate)
+            other = self._candidate(result, index, gate)   # alternatives come without the import
             if other is not None and other.text not in seen:
                 seen.add(other.text)
                 alternatives.append(other)
         return replace(first, companion=edit, alternatives=tuple(alternatives))
 
-    def _candidate(self, result: InfillResult, index: int, gate: bool) -> Completion | None:
-        """Candidate `index` of `result` (cursor slot first) post-processed and gated, or None."""
+    def _candidate(self, result: InfillResult, index: int, gate: bool,
+                   provided: frozenset[str] = frozenset()) -> Completion | None:
+        """Candidate `index` of `result` (cursor slot first) post-processed and gated, or None;
+        `provided`: the names the companion import shown with it brings in."""
         raw = result.candidates[index][0]
-        text = finish(self.span, raw)
+        text = finish(self.span, raw, provided)
         if text is None:
             return None
         if self.newline == "\r":   # finished on the lines LSP counts (a lone CR read as LF)

@@ -50,10 +50,11 @@ _SUFFIX_LINES_LOOKED_AT = 2000   # characters of suffix compared with a multi-li
 _LINE_LOOKED_AT = 2000
 
 
-def finish(plan: SpanPlan, completion: str) -> str | None:
+def finish(plan: SpanPlan, completion: str, provided: frozenset[str] = frozenset()) -> str | None:
     """The text to insert over [plan.replace_start, plan.replace_end) of the text the plan was made
     on (plan.snapshot), or None. A newer version of the document is never consulted: the plan's
-    offsets, tree and parse check all belong to its own snapshot."""
+    offsets, tree and parse check all belong to its own snapshot. `provided`: names an edit shown
+    with the completion brings into the file (a companion import), which it may call."""
     if not isinstance(completion, str):
         raise TypeError(f"completion must be a string, got {type(completion).__name__}")
     doc_text = plan.snapshot.text
@@ -61,8 +62,8 @@ def finish(plan: SpanPlan, completion: str) -> str | None:
     if plan.typed_prefix and not text.startswith(plan.typed_prefix):
         return None
     if plan.single_line:
-        return _finish_line(plan, doc_text, text)
-    return _finish_block(plan, doc_text, text)
+        return _finish_line(plan, doc_text, text, provided)
+    return _finish_block(plan, doc_text, text, provided)
 
 
 def unheal(plan: SpanPlan, text: str) -> str:
@@ -91,7 +92,7 @@ def unheal(plan: SpanPlan, text: str) -> str:
 
 # --- one-line spans --------------------------------------------------------------------------------
 
-def _finish_line(plan: SpanPlan, doc_text: str, text: str) -> str | None:
+def _finish_line(plan: SpanPlan, doc_text: str, text: str, provided: frozenset[str] = frozenset()) -> str | None:
     newline = text.find("\n")
     if newline >= 0:
         text = text[:newline]
@@ -116,7 +117,7 @@ def _finish_line(plan: SpanPlan, doc_text: str, text: str) -> str | None:
         rest = rest[:_LINE_LOOKED_AT]
         if _brackets(head + text + rest, quotes).unbalanced > _brackets(head + rest, quotes).unbalanced:
             return None
-    return text if _ParseCheck(plan)(text) else None
+    return text if _ParseCheck(plan, provided)(text) else None
 
 
 def _word_char(ch: str) -> bool:
@@ -220,7 +221,7 @@ def _removable(kept: str, removed: str, quotes: str = "") -> bool:
 
 # --- multi-line spans ------------------------------------------------------------------------------
 
-def _finish_block(plan: SpanPlan, doc_text: str, text: str) -> str | None:
+def _finish_block(plan: SpanPlan, doc_text: str, text: str, provided: frozenset[str] = frozenset()) -> str | None:
     line_start = line_bounds(doc_text, plan.replace_start)[0]
     before = doc_text[line_start: plan.replace_start]
     header_mode = bool(before.strip())   # the cursor ends a header line: the body starts on the next line
@@ -240,7 +241,7 @@ def _finish_block(plan: SpanPlan, doc_text: str, text: str) -> str | None:
                 joined += newline + plan.closer_indent
         return joined
 
-    parse_not_worse = _ParseCheck(plan)
+    parse_not_worse = _ParseCheck(plan, provided)
     for count in range(len(lines), 0, -1):   # cut back line by line until the parse is no worse
         if not lines[count - 1].strip():
             continue
@@ -392,8 +393,9 @@ class _ParseCheck:
     The region and its error count without the completion are computed once per finish() (and
     once more per statement a continuation clause extends it to)."""
 
-    def __init__(self, plan: SpanPlan) -> None:
+    def __init__(self, plan: SpanPlan, provided: frozenset[str] = frozenset()) -> None:
         self.plan = plan
+        self.provided = provided   # names the completion may call though the file has none (finish)
         self.snapshot = plan.snapshot
         self.regions: dict[int, tuple[int, bool]] = {}   # region start -> (its errors, judge the whole file)
         self.lo = self.hi = -1
@@ -504,8 +506,8 @@ class _ParseCheck:
             end_column = column + len(inserted.encode("utf-8"))
         inside = ((line, column), (end_line, end_column))
         called, bound = _names_in(tree, *inside)
-        if not any(name not in bound and name not in _ALWAYS_DEFINED and not _mentions(text, name)
-                   for name in called):
+        if not any(name not in bound and name not in _ALWAYS_DEFINED and name not in self.provided
+                   and not _mentions(text, name) for name in called):
             return False
         return not _reads_unbound_names(tree, *inside)   # walks the whole file: only on the way to a refusal
 

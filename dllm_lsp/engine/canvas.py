@@ -25,6 +25,17 @@ PREFIX_QUANTUM_TOKENS = 16
 # Text between two slots takes at most this share of the budget (cut from its start, keeping
 # what leads into the next slot): the planner sizes it to fit, this is the engine's guarantee.
 MIDDLE_SHARE = 0.75
+# Each piece is cut to this many characters per token of the budget before it is tokenized, so a
+# request with megabytes of prefix (`dllm-lsp infill`, an API caller: the planner and the
+# multi-site features cut theirs already) costs a tokenization of what can be kept, not seconds
+# of the whole holding the GIL. Tokens of code average 3-4 characters; the shipped tokenizers'
+# longest are ~80-character comment rulers. A text made mostly of those keeps fewer tokens than
+# the budget (less context, never other context); any other keeps the budget's worth.
+CUT_CHARS_PER_TOKEN = 32
+# The prefix's character cut moves in steps of this many characters, so that while the user
+# types at its end the text tokenized starts at the same character (the engine's incremental
+# encoder and the model's cached context keep matching), as PREFIX_QUANTUM_TOKENS does for tokens.
+PREFIX_QUANTUM_CHARS = 4096
 
 
 class CanvasTooSmall(ValueError):
@@ -47,7 +58,7 @@ def build_canvas(denoiser: Denoiser, request: InfillRequest, context_budget: int
         )
     roles = ["prefix", *(f"middle{i}" for i in range(1, len(request.pieces) - 1)), "suffix"]
     encode = encode_piece or (lambda text, role: denoiser.encode(text))
-    pieces = [encode(text, role) for text, role in zip(request.pieces, roles)]
+    pieces = [encode(text, role) for text, role in zip(cut_pieces(request.pieces, budget), roles)]
     prefix, middles, suffix = pieces[0], pieces[1:-1], pieces[-1]
     middles = fit_middles(middles, int(budget * MIDDLE_SHARE))
     middle_total = sum(len(m) for m in middles)
@@ -73,6 +84,27 @@ def build_canvas(denoiser: Denoiser, request: InfillRequest, context_budget: int
     narrow = any(b - a < w for (a, b), w in zip(ranges, max_widths))
     return Canvas(torch.tensor(ids, dtype=torch.long), ranges, tuple(s.single_line for s in request.slots),
                   max_widths if narrow else ())
+
+
+def cut_pieces(pieces: list[str], budget: int) -> list[str]:
+    """The request's text pieces cut by characters (CUT_CHARS_PER_TOKEN a token of `budget`) before
+    they are tokenized: the prefix and the text between slots from their start, the suffix from its
+    end. A piece already cut is left as it is (cutting twice gives the same text)."""
+    limit = max(budget, 1) * CUT_CHARS_PER_TOKEN
+    cut = [*pieces]
+    for index in range(len(cut) - 1):   # the prefix and the middles: what leads into a slot
+        cut[index] = cut_text_start(cut[index], limit)
+    if len(cut) > 1 and len(cut[-1]) > limit:
+        cut[-1] = cut[-1][:limit]
+    return cut
+
+
+def cut_text_start(text: str, limit: int) -> str:
+    """`text` without its start when it is longer than `limit`: at least its last `limit`
+    characters, from a multiple of PREFIX_QUANTUM_CHARS (stable while text is added at its end)."""
+    if len(text) <= limit:
+        return text
+    return text[(len(text) - limit) // PREFIX_QUANTUM_CHARS * PREFIX_QUANTUM_CHARS:]
 
 
 def cut_prefix(prefix: list[int], room: int) -> list[int]:

@@ -14,9 +14,11 @@ request alone under the model lock (the comparison baseline).
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 
@@ -36,6 +38,15 @@ from .variable_length import VariableLengthRun
 __all__ = ["Engine", "Cancelled", "CancelToken", "CanvasTooSmall", "RUNS"]
 
 DEFAULT_CONTEXT_TOKENS = 1024
+# The most model forward passes one request is planned to take, whatever its slots and options: a
+# growing slot gets a fresh step budget at each doubling, and a multi-site request of twenty
+# slots starting one token wide at `steps: 256` was allowed ~31,000 passes (minutes of a GPU,
+# hours of a CPU, for one request the step scheduler shares with everyone's). 256 is the largest
+# step budget the options allow: one window at any budget is always allowed, so the cap only
+# takes away growth (the slots start at full width instead) and sampled alternatives of the
+# variable-length loop (its candidates run one after another). A default completion plans at most
+# 51 (one 64-token slot growing from 16 tokens: three windows of 16 steps and a greedy fill).
+MAX_REQUEST_PASSES = 256
 
 # Denoiser.decoding -> the run (one request's loop, one model call at a time) that fills its
 # canvases: the step scheduler advances many at once, `run_alone` one (`batching=False`).
@@ -53,6 +64,16 @@ def out_of_memory(exc: BaseException) -> bool:
     not a crash: the next request may be served once the failed one's tensors are gone."""
     return isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)) or (
         isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc))
+
+def growing_passes(request: InfillRequest, start: int, steps: int) -> int:
+    """The most forward passes FixedLengthRun takes on `request` with slots starting `start`
+    tokens wide: a window of `steps` steps and a greedy fill, and one more window each time a
+    slot doubles (every slot full at once is one window, each apart the most), plus a step per
+    character of a typed start written past a window's budget."""
+    windows = 1 + sum(math.ceil(math.log2(slot.max_tokens / start)) for slot in request.slots
+                      if slot.max_tokens > start)
+    return windows * (steps + 1) + sum(len(slot.starts_with) for slot in request.slots)
+
 
 class CancelToken:
     """Set from any thread; the denoise loop checks it at every step boundary."""
@@ -117,16 +138,19 @@ class Engine:
         budget = self.context_tokens if context_tokens is None else context_tokens
         return build_canvas(self.denoiser, request, budget, self.encode_piece, start_tokens)
 
-    def start_tokens(self, settings: DecodeSettings) -> int | None:
+    def start_tokens(self, settings: DecodeSettings, request: InfillRequest | None = None) -> int | None:
         """How wide slots start (None: full width). Growing slots are the masked-diffusion loop's
         (FixedLengthRun) and need a model that can end a span (an end token); `settings` may name
         a width or 0 (full width), else GROWING_SLOT_START applies (on every device: on a GPU
-        too a narrow slot ends sooner, in fewer steps of about the same cost; serving.md)."""
+        too a narrow slot ends sooner, in fewer steps of about the same cost; serving.md). Full
+        width when growing `request`'s slots could take more than MAX_REQUEST_PASSES passes."""
         if RUNS[self.denoiser.decoding] is not FixedLengthRun or not self.denoiser.special.end_ids:
             return None
         start = settings.slot_start_tokens
         if start is None:
             start = GROWING_SLOT_START
+        if start and request is not None and growing_passes(request, start, settings.steps) > MAX_REQUEST_PASSES:
+            return None
         return start or None
 
     def infill(
@@ -154,8 +178,11 @@ class Engine:
                    if run.writes_starts and any(slot.heal_before for slot in request.slots) else None)
         if healing is not None:
             request = healing.request
+        if run is VariableLengthRun and settings.n * settings.steps > MAX_REQUEST_PASSES:
+            # its candidates run one after another: the alternatives beyond the cap are dropped
+            settings = replace(settings, n=max(1, MAX_REQUEST_PASSES // settings.steps))
         with self._lock:
-            canvas = self.canvas(request, context_tokens, self.start_tokens(settings))
+            canvas = self.canvas(request, context_tokens, self.start_tokens(settings, request))
         def report_step(step: int, span: torch.Tensor, masked: torch.Tensor, mean_conf: float, budget: int) -> None:
             texts = self.decode_slots(canvas.capacity, span, masked)
             if healing is not None:

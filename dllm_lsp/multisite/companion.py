@@ -219,6 +219,16 @@ class CompanionSlot:
     def slot_text(self, result: InfillResult) -> str:
         return result.candidates[0][0]
 
+    def provided_names(self, result: InfillResult, source: Snapshot) -> frozenset[str]:
+        """The names the import in `result`'s companion slot would bring into `source` (none when
+        it holds no import the file could take): the completion may call them (`np.zeros(x)`
+        beside `import numpy as np`), which post-processing otherwise refuses as undefined."""
+        lines = self.slot_text(result).strip().splitlines()
+        statement = lines[0].strip() if lines else ""
+        if import_edit(statement, source) is None:
+            return frozenset()
+        return frozenset(imported_names(statement, source.language))
+
     def edit(self, result: InfillResult, source: Snapshot, completion: str) -> CompanionEdit | None:
         """The import `result`'s companion slot holds, if `completion` (what the cursor's slot
         inserts) needs it."""

@@ -64,6 +64,9 @@ class MultisiteService:
         # One engine for the whole request: the sites are fitted to its tokenizer and positions,
         # so the fill runs on it even if the connection's model changes meanwhile.
         engine = await self.host.ready_engine()
+        # No slot wider than the model was trained on, as completions (Options.span_tokens): the
+        # holes and call sites are sized by maxSpanTokens / maxLineTokens before the model is known
+        ordered = capped_to_model(ordered, engine.denoiser.max_slot)
         budget = options.planner.context_budget(engine.denoiser.max_context)
         # Tokenizing, parsing and compiling a large file take seconds: off the event loop, where
         # every client's messages (didChange, $/cancelRequest, other requests) wait.
@@ -77,8 +80,9 @@ class MultisiteService:
                                                  heal_before=options.planner.heal_typed), budget)
         result = await self.host.infill(request, options.decode.decode_settings(alternatives=1), CancelToken(),
                                         context_tokens=budget, cache=options.model.cache_settings(), engine=engine)
-        return await asyncio.to_thread(settle, text, source.language_id, fitting, result.candidates[0],
-                                       source.tree) + dropped
+        # source.tree in the thread: a large document's tree may still be parsing (documents.py)
+        return await asyncio.to_thread(lambda: settle(text, source.language_id, fitting, result.candidates[0],
+                                                      source.tree)) + dropped
 
     async def fill_holes(self, source: Snapshot, start: int, end: int, options: Options,
                          marker: str = DEFAULT_MARKER) -> FillReport:
@@ -90,7 +94,9 @@ class MultisiteService:
 
     async def next_edits(self, uri: str, source: Snapshot, options: Options,
                          near: tuple[int, int] | None = None) -> NextEditsReport:
-        text, language_id, tree = source.text, source.language_id, source.tree
+        text, language_id = source.text, source.language_id
+        # read in a thread: a large document's tree may still be parsing (server/documents.py)
+        tree = await asyncio.to_thread(lambda: source.tree)
         line_tokens = options.planner.max_line_tokens
         earlier = self.history.earlier(uri, text)
         # a change on the cursor's line first, else the most recent change anywhere
@@ -104,6 +110,15 @@ class MultisiteService:
         if plan.sites:
             outcomes += await self.fill_sites(source, plan.sites, options)
         return NextEditsReport(plan.change, sorted(outcomes, key=lambda o: o.start))
+
+
+def capped_to_model(sites: Sequence[Site], max_slot: int | None) -> list[Site]:
+    """`sites`, none wider than `max_slot` tokens (the model's widest trained slot; None: not
+    known): a wider slot is a canvas layout the model never saw in training (the shipped preview
+    was trained on slots of 48 tokens and the hole default is 64)."""
+    if not max_slot:
+        return list(sites)
+    return [replace(site, max_tokens=max_slot) if site.max_tokens > max_slot else site for site in sites]
 
 
 def fit_to_budget(engine: Engine, text: str, sites: Sequence[Site], context_tokens: int) -> list[Site]:

@@ -47,6 +47,7 @@ class Shape:
     indent: str                  # indentation of the span's lines
     indent_unit: str
     closer_indent: str | None = None   # `{|}`: a multi-line body ends with a newline and this indent
+    after_cursor: int = 0        # `{ | }`: blanks after the cursor the span replaces (SpanPlan.after_cursor)
 
 
 def cursor_shape(snapshot: Snapshot, offset: int, facts: LanguageFacts) -> Shape:
@@ -56,8 +57,9 @@ def cursor_shape(snapshot: Snapshot, offset: int, facts: LanguageFacts) -> Shape
     line_indent = leading_ws(before if not before.strip() else text[line_start:line_end])
     unit = detect_indent_unit(text, offset, facts.indent_unit)
 
-    def shape(kind: str, start: int = offset, indent: str = line_indent, closer: str | None = None) -> Shape:
-        return Shape(kind, start, kind not in MULTI_LINE_KINDS, indent, unit, closer)
+    def shape(kind: str, start: int = offset, indent: str = line_indent, closer: str | None = None,
+              after_cursor: int = 0) -> Shape:
+        return Shape(kind, start, kind not in MULTI_LINE_KINDS, indent, unit, closer, after_cursor)
 
     if _in_empty_string(snapshot, offset, before, after):
         return shape("string")
@@ -71,11 +73,13 @@ def cursor_shape(snapshot: Snapshot, offset: int, facts: LanguageFacts) -> Shape
             and not _inside_comment_or_string(snapshot, line_start + len(head) - 1):
         if head[-1] == "{" and _brace_opens_block(snapshot, line_start + len(head) - 1):
             # `{ | }`: the blanks after the cursor stay in front of the `}`, which the body pushes
-            # to a line of its own, so they count towards its indentation.
+            # to a line of its own, so they count towards its indentation. Where the line is indented
+            # otherwise (`{ | }` on a line at column 0: every top-level `function f() { }`),
+            # they cannot: the `}` landed right of its line's indentation, so the span replaces them.
             blanks = after[:len(after) - len(tail)]
-            closer = line_indent[:len(line_indent) - len(blanks)] if blanks and line_indent.endswith(blanks) \
-                else line_indent
-            return shape("block_body", indent=line_indent + unit, closer=closer)
+            if blanks and line_indent.endswith(blanks):
+                return shape("block_body", indent=line_indent + unit, closer=line_indent[:len(line_indent) - len(blanks)])
+            return shape("block_body", indent=line_indent + unit, closer=line_indent, after_cursor=len(blanks))
         return shape("arguments")
 
     if tail:

