@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--ray-app", default="dllm-lsp", help="the Serve application name (with --ray)")
     serve.add_argument("--token-file", help="TCP: clients must send this file's token (else $DLLM_LSP_TOKEN); "
                                             "required to listen beyond loopback (docs/deploy.md)")
+    serve.add_argument("--allow-model-dir", action="append", default=[], metavar="DIR", type=existing_folder,
+                       help="TCP: clients' `model` option may name model folders under DIR (repeatable); "
+                            "otherwise only the shipped models and --model (docs/deploy.md)")
 
     complete = sub.add_parser("complete", help="print one completion at FILE:LINE:COL (1-based)")
     complete.add_argument("location", metavar="FILE:LINE:COL")
@@ -111,6 +114,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def existing_folder(value: str) -> str:
+    """An --allow-model-dir: a folder that exists now (a misspelt one would refuse every client's
+    model without a word to the operator)."""
+    path = os.path.expanduser(value)
+    if not os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a folder")
+    return os.path.abspath(path)
+
+
 def add_model_args(parser: argparse.ArgumentParser, default: str | None = "default") -> None:
     parser.add_argument("--model", default=default, help="model folder, or a shipped model's name")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
@@ -148,7 +160,11 @@ def _main(argv: list[str] | None) -> int:
         return int(module.main(argv[1:]) or 0)
     if len(argv) >= 2 and argv[0] == "bench" and argv[1] in BENCH_MODES:
         return int(importlib.import_module(BENCH_MODES[argv[1]]).main(argv[2:]) or 0)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "serve" and args.allow_model_dir and not args.tcp:
+        # Over stdio the editor is the user's own, on the user's machine: it may name any folder.
+        parser.error("--allow-model-dir applies to --tcp only (over stdio the client may name any model folder)")
     from . import commands  # noqa: PLC0415  (keeps `--help` fast: no torch import)
 
     handler = {"serve": commands.serve, "complete": commands.complete, "infill": commands.infill,

@@ -120,7 +120,8 @@ def serve(args) -> int:
         except auth.AuthError as exc:
             raise UserError(str(exc)) from None
         try:
-            interrupted = asyncio.run(serve_tcp(host, port, settings, token, model_host))
+            interrupted = asyncio.run(serve_tcp(host, port, settings, token, model_host,
+                                                allowed_model_dirs=getattr(args, "allow_model_dir", None) or ()))
         except OSError as exc:   # the port is taken, the host is not this machine's, ...
             raise UserError(f"cannot listen on {host}:{port}: {os_reason(exc)}") from None
         if interrupted:   # as over stdio, below: the model threads are not waited for

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
+import attrs
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams, JsonRpcRequestCancelled
 from pygls.lsp.server import LanguageServer
@@ -30,7 +31,7 @@ from .completions import CompletionService
 from .documents import DocumentTrees
 from .errors import RequestFailed, answered
 from .items import completion_list, inline_list
-from .model_host import HostView, ModelHost, ModelUnavailable
+from .model_host import HostView, ModelChoices, ModelHost, ModelUnavailable
 from .params import StreamParams, decode, strict_converter
 from .protocol import DllmProtocol
 from .streaming import StreamReporter
@@ -56,6 +57,10 @@ class DllmLanguageServer(LanguageServer):
         self.completions = CompletionService(self.host, self.trees)
         self.multisite = MultisiteService(self.host)   # its edit history feeds dllm/nextEdits
         self.load_task: asyncio.Task | None = None   # held so the running load is not garbage-collected
+        self.refusals = 0   # documents refused by the caps on this connection (told once)
+        # The models and devices this client may ask for: None (stdio) is any folder and device of
+        # the user's own machine; a TCP connection gets the operator's (serve --allow-model-dir).
+        self.model_choices: ModelChoices | None = None
 
     def start_io(self, stdin=None, stdout=None) -> int:
         return start_io(self, stdin, stdout)   # the robust frame reader (docs/protocol.md)
@@ -74,16 +79,42 @@ class DllmLanguageServer(LanguageServer):
         others apply (one bad setting must not cost the user the model it chose); unknown keys
         are logged (a misspelt option). False when `options` is not an object at all."""
         try:
-            self.options, refusals, unknown = self.options.applied(options)
+            applied, refusals, unknown = self.options.applied(options)
         except SettingsError as exc:
             self.show(types.MessageType.Error, f"{where} ignored: {exc}")
             return False
+        self.options = self.allowed(applied, refusals)
         if refusals:
             self.show(types.MessageType.Error, f"{where}: {'; '.join(refusals)} (the other options apply)")
         if unknown:
             self.window_log_message(types.LogMessageParams(
                 type=types.MessageType.Warning, message=f"dllm-lsp: {where}: unknown options ignored: {', '.join(unknown)}"))
         return True
+
+    def allowed(self, options: Options, refusals: list[str]) -> Options:
+        """`options` with a `model` or `device` this client may not choose (model_choices) put back
+        to the value it had, each refusal added to `refusals`. Checked before anything looks at
+        the model's path, so a refused path is never touched on the server's disk."""
+        if self.model_choices is None:
+            return options
+        kept = self.options.model
+        model, device = options.model.model, options.model.device
+        # `default` and `auto` are "let the server choose" (VS Code sends them whatever the user
+        # left unset): over TCP the server's choice is its operator's model and device, not the
+        # shipped default and whatever `auto` would pick on this machine.
+        if model == "default":
+            model = self.model_choices.model
+        if device == "auto":
+            device = self.model_choices.device
+        refused_model = self.model_choices.model_refusal(model) if model != kept.model else None
+        refused_device = self.model_choices.device_refusal(device) if device != kept.device else None
+        for refusal in (refused_model, refused_device):
+            if refusal is not None:
+                refusals.append(refusal)
+        if (refused_model, refused_device, model, device) == (None, None, options.model.model, options.model.device):
+            return options
+        return attrs.evolve(options, model=attrs.evolve(
+            options.model, model=kept.model if refused_model else model, device=kept.device if refused_device else device))
 
     def forget_document(self, uri: str) -> None:
         """Drop all this connection keeps of a document: at didClose, and when an edit takes it past
@@ -92,6 +123,35 @@ class DllmLanguageServer(LanguageServer):
         self.trees.close(uri)
         self.completions.forget(uri)
         self.multisite.history.forget(uri)
+
+    def refuse_document(self, uri: str, reason: str) -> None:
+        """A document past this connection's caps (documents.py: MAX_OPEN_DOCUMENTS,
+        MAX_OPEN_CHARS): nothing of it is kept, pygls' copy of its text included; its requests
+        answer InvalidParams with `reason` (DocumentTrees.get), its edits are dropped until it is
+        reopened. The client is told once per connection, not at every refused document."""
+        if unquote(uri) in self.workspace.text_documents:
+            self.workspace.remove_text_document(unquote(uri))
+        self.completions.forget(uri)
+        self.multisite.history.forget(uri)
+        self.refusals += 1
+        if self.refusals == 1:
+            log.warning("%s", reason)
+            self.show(types.MessageType.Warning, f"{reason} (told once per connection)")
+        else:
+            log.debug("%s", reason)
+
+    def forget_all_documents(self) -> None:
+        """Drop every document of this connection now, texts and trees (the connection has gone):
+        a gone connection's server is freed only by the cycle collector, seconds or minutes later,
+        and its documents with it."""
+        for uri in self.trees.uris:
+            self.completions.forget(uri)
+            self.multisite.history.forget(uri)
+        self.trees.forget_all()
+        workspace = self.protocol._workspace
+        if workspace is not None:
+            for uri in list(workspace.text_documents):
+                workspace.remove_text_document(uri)
 
     def ensure_model(self) -> None:
         """(Re)load the model when the options name another model or device than the loaded one.
@@ -159,18 +219,26 @@ def did_change_configuration(ls: DllmLanguageServer, params: types.DidChangeConf
 
 def did_open(ls: DllmLanguageServer, params: types.DidOpenTextDocumentParams) -> None:
     doc = params.text_document
-    ls.trees.open(doc.uri, doc.language_id, doc.text)
+    # A large document's tree is parsed in a worker thread from here on (documents.py)
+    refused = ls.trees.open(doc.uri, doc.language_id, doc.text)
+    if refused is not None:
+        ls.refuse_document(doc.uri, refused)
+        return
     ls.multisite.history.record(doc.uri, doc.text)   # dllm/nextEdits compares versions
 
 
 def did_change(ls: DllmLanguageServer, params: types.DidChangeTextDocumentParams) -> None:
     uri = params.text_document.uri
     if unquote(uri) not in ls.workspace.text_documents:
-        log.warning("didChange for %s, which is not open: ignored", uri)
+        if ls.trees.refused(uri) is None:   # a refused document's edits are expected: dropped quietly
+            log.warning("didChange for %s, which is not open: ignored", uri)
         return
     document = ls.workspace.get_text_document(uri)
     before = ls.trees.text_of(uri)
-    ls.trees.change(uri, params.content_changes, document)
+    refused = ls.trees.change(uri, params.content_changes, document)
+    if refused is not None:   # grown past the connection's caps
+        ls.refuse_document(uri, refused)
+        return
     ls.multisite.history.record(uri, document.source)
     if before is not None:   # an accepted suggestion starts the next completion now (prefetch)
         ls.completions.document_changed(uri, before, ls.trees.get(uri, ls.workspace)[0], ls.options)

@@ -92,6 +92,31 @@ def token_matches(expected: str, offered: Any) -> bool:
     return isinstance(offered, str) and hmac.compare_digest(offered.encode("utf-8"), expected.encode("utf-8"))
 
 
+def screen(data: dict, token: str) -> tuple[bool, dict | None]:
+    """The check of a TCP connection's first message on its raw JSON, before a language server is
+    built for the connection (tcp.screen_first): (admitted, the error answer to send, if any).
+    Admitted only for an `initialize` whose `initializationOptions.token` is right; the language
+    server then checks it again with `admit` (and removes it). Refusals are answered as `admit`
+    answers them (docs/deploy.md's table)."""
+    method = data.get("method")
+    msg_id = data.get("id")
+    if method == types.INITIALIZE and "id" in data:
+        params = data.get("params")
+        options = params.get("initializationOptions") if isinstance(params, dict) else None
+        offered = options.get("token") if isinstance(options, dict) else None
+        if token_matches(token, offered):
+            return True, None
+        reason = "initializationOptions.token is missing" if offered is None else "initializationOptions.token is wrong"
+        log.warning("refused a connection: %s", reason)
+        return False, {"jsonrpc": "2.0", "id": msg_id,
+                       "error": {"code": AUTH_FAILED, "message": f"dllm-lsp: {reason} (docs/deploy.md)"}}
+    log.warning("refused a connection: %s before initialize", method or "a response")
+    if method is not None and "id" in data:
+        return False, {"jsonrpc": "2.0", "id": msg_id, "error": {
+            "code": SERVER_NOT_INITIALIZED, "message": "dllm-lsp: initialize with initializationOptions.token first"}}
+    return False, None
+
+
 def admit(protocol, message) -> bool:
     """Called for every message of a connection that has not authenticated yet. True lets it through
     (a correct `initialize`, whose token is then removed from the options); otherwise the client is

@@ -1,8 +1,12 @@
 """Parsed twins of the open documents: pygls keeps the text, this keeps tree-sitter trees
-in step with it, edit by edit, so a keystroke reparses incrementally."""
+in step with it, edit by edit, so a keystroke reparses incrementally. A large document is parsed
+in a worker thread, never on the event loop (docs/architecture.md, "Big documents"), and a
+connection holds at most MAX_OPEN_DOCUMENTS documents of MAX_OPEN_CHARS characters in all."""
 from __future__ import annotations
 
 import logging
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from urllib.parse import unquote
 
 from lsprotocol import types
@@ -11,8 +15,9 @@ from pygls.workspace import Workspace
 from pygls.workspace.text_document import TextDocument
 
 from dllm_lsp.syntax.document import ParsedDocument
-from dllm_lsp.syntax.snapshot import Snapshot
+from dllm_lsp.syntax.snapshot import Snapshot, TreeSlot
 
+from .errors import RequestFailed
 from .positions import LspTextDocument, edit_range
 
 log = logging.getLogger(__name__)
@@ -28,37 +33,113 @@ class LspWorkspace(Workspace):
         any file by name (a FIFO hung every client, a 100 MB file was read and kept)."""
         return self._text_documents.get(unquote(doc_uri)) or self._create_text_document(doc_uri, source="")
 
+    def update_text_document(self, text_doc: types.VersionedTextDocumentIdentifier,
+                             change: types.TextDocumentContentChangeEvent) -> None:
+        """A change to a document that is not open is dropped (the server's didChange handler
+        logs it, or drops it quietly for a document the caps refused): pygls' raised KeyError,
+        shown to the user as "Error in server" at every keystroke in a refused document."""
+        if unquote(text_doc.uri) in self._text_documents:
+            super().update_text_document(text_doc, change)
+
     def _create_text_document(self, doc_uri: str, source: str | None = None, version: int | None = None,
                               language_id: str | None = None) -> TextDocument:
         return LspTextDocument(doc_uri, source=source, version=version, language_id=language_id,
                                sync_kind=self._sync_kind, position_codec=self.position_codec)
 
 
+# What one connection may hold open. A parsed document costs ~31 bytes a character in this
+# process (tree-sitter's tree, the bytes it read, the text: ~410 MB of RSS for ten 1.3 M-character
+# Python files opened and parsed), besides pygls' copy of the text and the edit history; without a
+# cap, 60 documents of 4 Mi characters took 545 MB and a client could open them until the process
+# died. 16 Mi characters is ~800 source files of a typical 20 KB, and at most ~0.5 GB of trees.
+MAX_OPEN_CHARS = 16 * 1024 * 1024
+# Every open document is looked at per request (cross-file snippets: the most recent first) and
+# costs its fixed overheads; an editor opens the files a user has in tabs or buffers, far fewer.
+MAX_OPEN_DOCUMENTS = 500
+
+# Large documents are parsed here, off the event loop; parses come back to Python every few KB so
+# the loop keeps running meanwhile (syntax/snapshot.py, READ_CHUNK_BYTES). One pool for every
+# connection: its workers only start parses, and a request that needs a tree sooner parses it in
+# its own thread (TreeSlot.resolve), so a long parse queued here delays nobody's request.
+_PARSES = ThreadPoolExecutor(max_workers=2, thread_name_prefix="dllm-parse")
+
+
 class DocumentTrees:
     """Keyed as pygls keys its documents (the URI percent-decoded): `caf%C3%A9.py` and `café.py`
     are one document to it, and were two here, each with its own text."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_documents: int = MAX_OPEN_DOCUMENTS, max_chars: int = MAX_OPEN_CHARS) -> None:
         self._parsed: dict[str, ParsedDocument] = {}
         self._language: dict[str, str] = {}
+        self._refused: dict[str, str] = {}   # uri -> why it is not kept (the caps)
+        self.max_documents = max_documents
+        self.max_chars = max_chars
+        self._chars = 0                      # characters of the documents kept, in all
 
-    def open(self, uri: str, language_id: str, text: str) -> None:
+    def open(self, uri: str, language_id: str, text: str) -> str | None:
+        """Keep the document; None, or (keeping nothing of it) the reason it is refused: it would
+        take this connection past MAX_OPEN_DOCUMENTS or MAX_OPEN_CHARS."""
         uri = unquote(uri)
+        self.close(uri)
+        if len(self._parsed) >= self.max_documents:
+            return self._refuse(uri, f"{self.max_documents} documents are open on this connection, the most it keeps")
+        if self._chars + len(text) > self.max_chars:
+            return self._refuse(uri, self._chars_reason(len(text)))
         self._language[uri] = language_id
-        self._parsed.pop(uri, None)           # the most recently opened or changed last
-        self._parsed[uri] = ParsedDocument(text, language_id)
+        self._parsed[uri] = parsed = ParsedDocument(text, language_id)   # the most recently opened or changed last
+        self._chars += len(text)
+        parse_soon(parsed, uri)
+        return None
+
+    def _chars_reason(self, size: int) -> str:
+        cap = (f"{self.max_chars // (1024 * 1024)} Mi" if self.max_chars % (1024 * 1024) == 0
+               else f"{self.max_chars:,}")
+        return (f"its {size:,} characters would take the open documents of this connection past "
+                f"{cap} characters ({self._chars:,} open), the most it keeps")
+
+    def _refuse(self, uri: str, why: str) -> str:
+        name = uri.rsplit("/", 1)[-1] or uri
+        self._refused[uri] = reason = f"{name} is not kept: {why}; close other documents and reopen it"
+        return reason
+
+    def refused(self, uri: str) -> str | None:
+        """Why the document was refused (open, or grown past the caps), else None."""
+        return self._refused.get(unquote(uri))
 
     def close(self, uri: str) -> None:
         uri = unquote(uri)
-        self._parsed.pop(uri, None)
+        parsed = self._parsed.pop(uri, None)
+        if parsed is not None:
+            self._chars -= len(parsed.text)
         self._language.pop(uri, None)
+        self._refused.pop(uri, None)
 
-    def change(self, uri: str, changes: list, current: TextDocument) -> None:
-        """Mirror `changes` (already applied by pygls to `current`) onto the parsed twin."""
+    def forget_all(self) -> None:
+        """Drop every document now (a connection that has gone): their texts and trees are freed
+        at once, not when the cycle collector reaches the connection's server."""
+        self._parsed.clear()
+        self._language.clear()
+        self._refused.clear()
+        self._chars = 0
+
+    @property
+    def uris(self) -> list[str]:
+        return list(self._parsed)
+
+    def change(self, uri: str, changes: list, current: TextDocument) -> str | None:
+        """Mirror `changes` (already applied by pygls to `current`) onto the parsed twin. None, or
+        the reason the document is no longer kept: the edit took the connection past
+        MAX_OPEN_CHARS (the caller forgets it then)."""
         uri = unquote(uri)
         parsed = self._parsed.get(uri)
         if parsed is None:
-            return
+            return None
+        growth = len(current.source) - len(parsed.text)
+        if growth > 0 and self._chars + growth > self.max_chars:
+            self._chars -= len(parsed.text)
+            del self._parsed[uri]
+            self._language.pop(uri, None)
+            return self._refuse(uri, self._chars_reason(len(current.source)))
         self._parsed[uri] = self._parsed.pop(uri)   # the most recently opened or changed last
         for index, change in enumerate(changes):
             last = index == len(changes) - 1   # one reparse per notification, after its last edit
@@ -70,7 +151,10 @@ class DocumentTrees:
                 parsed.edit(0, len(parsed.text), change.text, reparse=last)
         if parsed.text != current.source:   # never expected: both copies took the same edits
             log.warning("%s: the parsed copy differs from the text: reparsing it", uri)
-            self._parsed[uri] = ParsedDocument(current.source, self._language[uri])
+            self._parsed[uri] = parsed = ParsedDocument(current.source, self._language[uri])
+        self._chars += growth
+        parse_soon(parsed)
+        return None
 
     def text_of(self, uri: str) -> str | None:
         """The text of the parsed twin (before an edit is mirrored onto it: the previous version)."""
@@ -79,9 +163,14 @@ class DocumentTrees:
 
     def get(self, uri: str, workspace: Workspace) -> tuple[Snapshot, TextDocument, str]:
         """The document's current snapshot (text + tree), pygls' document and the language id as
-        the client named it; InvalidParams if the document is not open."""
+        the client named it; InvalidParams if the document is not open, RequestFailed if it was refused. The tree
+        of a large document may still be parsing: reading `snapshot.tree` waits for it (read it
+        off the event loop), and it is always the tree of `snapshot.text`."""
         parsed = self._parsed.get(unquote(uri))
         if parsed is None:
+            refused = self._refused.get(unquote(uri))
+            if refused is not None:   # a valid request this server will not serve, as for a document too big
+                raise RequestFailed(refused)
             raise JsonRpcInvalidParams(f"document {uri} is not open (send textDocument/didOpen first)")
         return parsed.snapshot, workspace.get_text_document(uri), self._language[unquote(uri)]
 
@@ -90,3 +179,32 @@ class DocumentTrees:
         recently opened or changed first (the planner looks at the first few)."""
         uri = unquote(uri)
         return [(u, p.text) for u, p in reversed(self._parsed.items()) if u != uri]
+
+
+def parse_soon(parsed: ParsedDocument, opened: str | None = None) -> Future | None:
+    """Start parsing the document's current version in a worker thread, when it is not parsed
+    yet (a large document); the returned future is done once that parse is (tests wait on it).
+    `opened`: the URI of a document just opened, whose first parse is logged (not each keystroke's)."""
+    slot = parsed.pending
+    if slot is None:
+        return None
+    future = _PARSES.submit(_parse_if_current, parsed, slot, opened)
+    future.add_done_callback(_log_failure)
+    return future
+
+
+def _parse_if_current(parsed: ParsedDocument, slot: TreeSlot, opened: str | None) -> None:
+    # A version edited over before its turn is skipped: the next job parses the newer one, from
+    # the same old tree and both edits (one reparse for a burst of keystrokes).
+    if parsed.last_slot is not slot or slot.done:
+        return
+    start = time.perf_counter()
+    slot.resolve()
+    if opened is not None:
+        log.info("the tree of %s (%s bytes) was ready in %.0f ms, parsed in a worker thread", opened,
+                 f"{len(slot.data):,}", (time.perf_counter() - start) * 1000)
+
+
+def _log_failure(future: Future) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.error("a background parse failed", exc_info=future.exception())

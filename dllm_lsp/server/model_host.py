@@ -7,9 +7,10 @@ import asyncio
 import functools
 import itertools
 import logging
+import os
 import time
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -19,7 +20,7 @@ from dllm_lsp.engine.batching import DEFAULT_MAX_BATCH, DEFAULT_SLACK
 from dllm_lsp.engine.engine import CancelToken, Engine
 from dllm_lsp.engine.types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState
 from dllm_lsp.pipeline import CompletionPlan
-from dllm_lsp.loader import ModelLoadError, load_model, resolve_device, resolve_model_path
+from dllm_lsp.loader import ModelLoadError, load_model, resolve_device, resolve_model_path, shipped_model_names
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,88 @@ def use_cuda_graphs(engine: Engine, wanted: bool) -> None:
     CPU it changes nothing but bookkeeping, so it is left off there."""
     if hasattr(engine.denoiser, "cuda_graphs"):
         engine.denoiser.cuda_graphs = bool(wanted) and engine.denoiser.device.type == "cuda"
+
+
+def _lexical(path: str) -> str:
+    """`path` made absolute and normalised by its spelling alone: nothing on disk is looked at."""
+    return os.path.normpath(os.path.join(os.getcwd(), path))
+
+
+def _same_device(a: str, b: str) -> bool:
+    """Whether two device words name one device (`auto` and what it picks, `cuda` and `cuda:0`).
+    Words that do not resolve are compared as written."""
+    if a == b:
+        return True
+    try:
+        first, second = resolve_device(a), resolve_device(b)
+    except ModelLoadError:
+        return False
+    if first.type == "cuda" and first.index is None:
+        first = torch.device("cuda", torch.cuda.current_device())
+    if second.type == "cuda" and second.index is None:
+        second = torch.device("cuda", torch.cuda.current_device())
+    return first == second
+
+
+MODEL_REFUSED = ("model refused: a client of this TCP server may name a shipped model ({shipped}), "
+                 "the server's own model (serve --model, or `default`), or a model folder, by its absolute path, under a "
+                 "directory the server's operator allows (serve --allow-model-dir); the model in use is kept")
+
+
+@dataclass(frozen=True)
+class ModelChoices:
+    """The models and devices a remote (TCP) client may ask for in its `model` and `device` options.
+
+    A TCP client's `model` option named any folder on the server's disk, and the load's errors
+    told a file from a folder from nothing: anyone who could connect could probe the server's
+    files. A client may name a shipped model, the operator's model (`serve --model`,
+    as spelt there or as the same absolute path) or a folder under one of `roots` (`serve
+    --allow-model-dir`, or the folder itself), by an absolute path without `..`. Anything else gets `MODEL_REFUSED`,
+    the same words whatever the path is, and the path is judged by its spelling alone (nothing
+    on disk is touched: no stat, no resolve). Folders under a root are the operator's: a link
+    placed in one is followed when the model loads.
+
+    Devices: only the operator's (`serve --device`, however spelt). A client asking for another
+    GPU, or for the CPU of a GPU server, would load a second copy of a model there, beside the
+    ones the operator sized the server for.
+
+    A stdio server has none: the user's own editor may load any folder of the user's machine.
+    """
+
+    model: str
+    device: str
+    roots: tuple[str, ...] = ()       # lexical absolute paths, and their resolved form, of the allowed folders
+
+    @classmethod
+    def of(cls, model: str, device: str, roots: Iterable[str | os.PathLike] = ()) -> "ModelChoices":
+        """The operator's choices. `roots` are resolved here (the operator's own paths, read once at
+        start-up) and kept in both spellings, so `/srv/models` allows a client's path through the
+        link `/srv/models` and through the folder it points at."""
+        spellings: list[str] = []
+        for root in roots:
+            for spelt in (_lexical(os.path.expanduser(os.fspath(root))), os.path.realpath(os.path.expanduser(os.fspath(root)))):
+                if spelt not in spellings:
+                    spellings.append(spelt)
+        return cls(model, device, tuple(spellings))
+
+    def model_refusal(self, model: str) -> str | None:
+        """None when a client may name `model`; else the one refusal every refused path gets."""
+        if model == self.model or model in shipped_model_names():
+            return None
+        if os.path.isabs(model) and ".." not in Path(model).parts:
+            where = _lexical(model)
+            if where == _lexical(os.path.expanduser(self.model)):
+                return None
+            if any(where == root or where.startswith(root.rstrip(os.sep) + os.sep) for root in self.roots):
+                return None
+        log.warning("refused a TCP client's model option %r: not a model this server offers", model[:300])
+        return MODEL_REFUSED.format(shipped=", ".join(shipped_model_names()) or "none")
+
+    def device_refusal(self, device: str) -> str | None:
+        if _same_device(device, self.device):
+            return None
+        return (f"device {device[:40]!r} refused: this TCP server runs its models on {self.device!r} (serve --device), "
+                "and its clients may not choose another; the device in use is kept")
 
 
 DEFAULT_MAX_MODELS = 2   # models one server holds at once (connections asking for others share them)

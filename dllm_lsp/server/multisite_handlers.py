@@ -106,12 +106,14 @@ async def ask_to_apply(ls, edit: types.WorkspaceEdit, label: str) -> tuple[bool,
     """workspace/applyEdit: (applied, why not). A client that refuses, answers with an error, or
     answers something that is no ApplyWorkspaceEditResult has not applied it (an error reply
     failed the command with InternalError; an unreadable one left it waiting for ever). A client
-    that declared `workspace.applyEdit: false` is not asked (LSP: the server must not send the
-    request then); the edit it gets in the answer is its to apply. One that says nothing about
-    the capability is asked, as before (clients that omit the whole capabilities object do apply
-    edits), and an answer that does not come in APPLY_EDIT_TIMEOUT_S counts as not applied."""
-    if not can_apply_edits(ls):
-        return False, "the client cannot apply edits (workspace.applyEdit is false)"
+    that has not declared `workspace.applyEdit: true` is not asked: LSP reads a capability left
+    out as unsupported, and such a client was sent the request anyway and the command waited
+    APPLY_EDIT_TIMEOUT_S for an answer that a client without the feature never sends. The edit
+    it gets in the answer is its to apply. An answer that does not come in
+    APPLY_EDIT_TIMEOUT_S counts as not applied."""
+    refused = why_edits_cannot_be_applied(ls)
+    if refused is not None:
+        return False, refused
     try:
         answer = await asyncio.wait_for(
             ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label=label)),
@@ -126,10 +128,15 @@ async def ask_to_apply(ls, edit: types.WorkspaceEdit, label: str) -> tuple[bool,
     return True, None
 
 
-def can_apply_edits(ls) -> bool:
-    """False only when the client declared `workspace.applyEdit: false`."""
+def why_edits_cannot_be_applied(ls) -> str | None:
+    """Why the client may not be sent workspace/applyEdit, or None when it declared
+    `workspace.applyEdit: true` (the only way LSP lets a client say it applies edits)."""
     workspace = ls.client_capabilities.workspace if ls.client_capabilities else None
-    return workspace is None or workspace.apply_edit is not False
+    declared = workspace.apply_edit if workspace is not None else None
+    if declared is True:
+        return None
+    said = "is false" if declared is False else "was not declared"
+    return f"the client cannot apply edits (workspace.applyEdit {said}): the edit is in this answer"
 
 
 async def next_edits(ls, raw: Any) -> dict:

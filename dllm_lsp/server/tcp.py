@@ -5,17 +5,27 @@ pygls' own TCP mode serves a single connection and exits the process when it clo
 settings, pending requests) while all of them share one ModelHost, so a team shares one GPU.
 
 Each connection is read by the robust frame reader (transport.py). When a token is configured
-(auth.py), a connection must present it in `initialize` before anything else is read; when a
-connection closes, its queued and running requests are cancelled (a denoise stops at its next
-step boundary) so nobody's GPU time goes to a client that has left.
+(auth.py), a connection must present it in `initialize` before anything else is read, and until
+it has, it costs the server a socket and a frame reader only: its first message is checked on
+the raw JSON (`screen_first`) and its language server (pygls server, options, workspace, thread
+pool: ~8 ms to build on a 2-core CPU) is built only then, and handed that message. A stranger
+connecting in a loop had a language server built and torn down for every connection, which slowed
+every other client's requests (docs/deploy.md has the figures). When a connection closes, its queued and running requests are cancelled (a
+denoise stops at its next step boundary) so nobody's GPU time goes to a client that has left.
+
+Its `model` and `device` options are limited to what the operator offers (ModelChoices): the
+shipped models, `serve --model`, and folders under `serve --allow-model-dir`.
 """
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 import signal
 import socket
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 from lsprotocol import types
@@ -25,9 +35,10 @@ from dllm_lsp.options import Options
 
 from . import auth
 from .app import create_server
-from .model_host import ModelHost
+from .model_host import ModelChoices, ModelHost
 from .protocol import DllmProtocol
-from .transport import CHUNK, MAX_FRAME_BYTES, Connection, FrameReader
+from .transport import (CHUNK, INVALID_REQUEST, MAX_FRAME_BYTES, PARSE_ERROR, Connection, FrameReader, FramingError,
+                        decode_body, envelope_error, error_message)
 
 log = logging.getLogger(__name__)
 
@@ -84,16 +95,14 @@ class ConnectionProtocol(DllmProtocol):
 
     frames: FrameReader | None = None
 
-    on_admitted: Any = None     # called once the token has been shown (serve_tcp's count of waiters)
-
     def handle_message(self, message) -> None:
+        # The first message passed screen_first already; admit checks the structured one again
+        # (a malformed initialize that pygls cannot read is refused here) and strips its token.
         if self.token is not None and not self.authenticated:
             if not auth.admit(self, message):
                 return
             if self.frames is not None:
                 self.frames.max_frame = MAX_FRAME_BYTES
-            if self.on_admitted is not None:
-                self.on_admitted()
         super().handle_message(message)
 
 
@@ -107,14 +116,50 @@ class _Discard:
         pass
 
 
-def close_unauthenticated(server, peer) -> None:
-    protocol = server.protocol
-    if protocol.token is not None and not protocol.authenticated and not server._stop_event.is_set():
-        log.warning("closing the connection from %s: no initialize with its token within %.0f s", peer, AUTH_DEADLINE_S)
-        transport = getattr(protocol.writer, "transport", None)
-        if transport is not None:
-            transport.abort()     # the reader's pending read ends, and with it the connection
-        protocol.close_connection()
+def close_unauthenticated(writer: asyncio.StreamWriter, peer) -> None:
+    log.warning("closing the connection from %s: no initialize with its token within %.0f s", peer, AUTH_DEADLINE_S)
+    writer.transport.abort()     # the reader's pending read ends, and with it the connection
+
+
+def send_frame(writer: asyncio.StreamWriter, message: Any) -> None:
+    """One JSON-RPC message to a connection that has no language server (yet)."""
+    body = json.dumps(message).encode("utf-8")
+    writer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+
+
+async def screen_first(frames: FrameReader, writer: asyncio.StreamWriter, token: str) -> dict | None:
+    """Read a connection's first message and check it for the token, before any language server
+    exists for it: the message (an `initialize` carrying the token) to hand to the server, or
+    None when the connection is to be closed (it has been answered as a language server would
+    have answered it: docs/deploy.md's table)."""
+    item = await frames.next()
+    if item is None:
+        return None      # gone, or closed at the deadline
+    if isinstance(item, FramingError):
+        log.warning("refused a connection: a bad frame before initialize (%s)", item.reason)
+        send_frame(writer, error_message(None, PARSE_ERROR, f"Parse error: {item.reason}"))
+        return None
+    try:
+        data = decode_body(item)
+    except ValueError as exc:
+        reason = "body is not valid UTF-8" if isinstance(exc, UnicodeDecodeError) else "body is not valid JSON"
+        log.warning("refused a connection: a bad frame before initialize (%s)", reason)
+        send_frame(writer, error_message(None, PARSE_ERROR, f"Parse error: {reason}: {exc}"))
+        return None
+    if not isinstance(data, dict):
+        log.warning("refused a connection: %s before initialize", "a batch" if isinstance(data, list) else "a non-object")
+        send_frame(writer, error_message(None, INVALID_REQUEST, "Invalid Request: a message must be a JSON object "
+                                                                "(batches are not supported by this language server)"))
+        return None
+    problem = envelope_error(data)
+    if problem is not None:
+        log.warning("refused a connection: an invalid message before initialize (%s)", problem["error"]["message"])
+        send_frame(writer, problem)
+        return None
+    admitted, answer = auth.screen(data, token)
+    if answer is not None:
+        send_frame(writer, answer)
+    return data if admitted else None
 
 
 def cancel_pending(server) -> int:
@@ -127,11 +172,14 @@ def cancel_pending(server) -> int:
 
 
 async def serve_tcp(host: str, port: int, settings: Options, token: str | None = None,
-                    model_host: ModelHost | None = None) -> bool:
+                    model_host: ModelHost | None = None,
+                    allowed_model_dirs: Iterable[str | os.PathLike] = ()) -> bool:
     """Serve until cancelled; True when Ctrl-C ended it (the caller then exits at once: a model
-    load under way would otherwise hold the process until it finished, a minute for a 7B one)."""
+    load under way would otherwise hold the process until it finished, a minute for a 7B one).
+    `allowed_model_dirs`: folders under which clients may name model folders (ModelChoices)."""
     shared = model_host or ModelHost()
-    waiting: dict[int, str] = {}         # connections (by id) that have not shown the token yet -> address
+    choices = ModelChoices.of(settings.model.model, settings.model.device, allowed_model_dirs)
+    waiting: dict[object, str] = {}      # connections that have not shown the token yet -> address
     refused_since_log = [0]
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -145,20 +193,33 @@ async def serve_tcp(host: str, port: int, settings: Options, token: str | None =
                             refused_since_log[0], len(waiting))
             writer.transport.abort()
             return
-        log.info("client connected from %s", peer)
         keep_alive(writer.get_extra_info("socket"))
-        server = create_server(settings, host=shared, protocol_cls=ConnectionProtocol)
-        server.protocol.token = token
-        server._stop_event = threading.Event()
-        server.protocol.set_writer(writer)
         frames = FrameReader(lambda: reader.read(CHUNK), max_frame=PRE_AUTH_MAX_FRAME if token else MAX_FRAME_BYTES)
-        server.protocol.frames = frames
-        if token is not None:
-            waiting[id(server)] = address
-            server.protocol.on_admitted = lambda: waiting.pop(id(server), None)
-        deadline = asyncio.get_running_loop().call_later(AUTH_DEADLINE_S, close_unauthenticated, server, peer)
+        server = None
+        me = object()
         try:
-            await Connection(server, frames, server._stop_event).run()
+            first = None
+            if token is not None:
+                waiting[me] = address
+                deadline = asyncio.get_running_loop().call_later(AUTH_DEADLINE_S, close_unauthenticated, writer, peer)
+                try:
+                    first = await screen_first(frames, writer, token)
+                finally:
+                    deadline.cancel()
+                    waiting.pop(me, None)
+                if first is None:
+                    return
+            log.info("client connected from %s", peer)
+            server = create_server(settings, host=shared, protocol_cls=ConnectionProtocol)
+            server.model_choices = choices
+            server.protocol.token = token
+            server._stop_event = threading.Event()
+            server.protocol.set_writer(writer)
+            server.protocol.frames = frames
+            connection = Connection(server, frames, server._stop_event)
+            if first is not None and not connection.message(first):
+                connection.refuse_if_unauthenticated("a malformed initialize")
+            await connection.run()
         except asyncio.CancelledError:
             # The server is stopping (Ctrl-C). The task ends as if the client had left: Python
             # 3.11's stream callback asks a cancelled task for its exception, and logged the
@@ -167,16 +228,19 @@ async def serve_tcp(host: str, port: int, settings: Options, token: str | None =
         except Exception:
             log.exception("connection from %s failed", peer)
         finally:
-            waiting.pop(id(server), None)
-            deadline.cancel()
-            server.protocol.writer = _Discard()
-            cancelled = cancel_pending(server)
-            server.host.release()   # its model may be unloaded when another one needs the room
-            if server._thread_pool is not None:   # pygls' pool for this connection's thread handlers
-                server._thread_pool.shutdown(wait=False, cancel_futures=True)
+            cancelled = 0
+            if server is not None:
+                server.protocol.writer = _Discard()
+                cancelled = cancel_pending(server)
+                server.forget_all_documents()   # its documents and trees are freed now, not by the cycle collector
+                server.host.release()   # its model may be unloaded when another one needs the room
+                if server._thread_pool is not None:   # pygls' pool for this connection's thread handlers
+                    server._thread_pool.shutdown(wait=False, cancel_futures=True)
             if not writer.is_closing():
                 writer.close()
-            log.info("client %s disconnected%s", peer, f"; cancelled {cancelled} pending request(s)" if cancelled else "")
+            if server is not None:
+                log.info("client %s disconnected%s", peer,
+                         f"; cancelled {cancelled} pending request(s)" if cancelled else "")
 
     listener = await asyncio.start_server(on_connection, host, port, limit=CHUNK)
     log.info("listening on %s%s", ", ".join(str(s.getsockname()) for s in listener.sockets),

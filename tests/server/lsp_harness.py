@@ -47,7 +47,10 @@ async def start_server(tmp_path: Path, options: dict, work_done: bool = True):
     result = await client.initialize_async(
         types.InitializeParams(
             capabilities=types.ClientCapabilities(
-                window=types.WindowClientCapabilities(work_done_progress=work_done)
+                window=types.WindowClientCapabilities(work_done_progress=work_done),
+                # as editors do: the multi-site commands send workspace/applyEdit only to a
+                # client that declares it (a capability left out means unsupported)
+                workspace=types.WorkspaceClientCapabilities(apply_edit=True),
             ),
             initialization_options=options,
         )

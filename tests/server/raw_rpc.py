@@ -149,7 +149,11 @@ class RawClient:
     # --- LSP conveniences -------------------------------------------------------------------
     def initialize(self, options: dict | None = None, timeout: float = 60.0, initialized: bool = True,
                    capabilities: dict | None = None, process_id: int | None = None) -> dict:
-        answer = self.call("initialize", {"processId": process_id, "rootUri": None, "capabilities": capabilities or {},
+        """`capabilities` defaults to declaring `workspace.applyEdit` (as editors do: the server
+        sends workspace/applyEdit only to a client that declares it)."""
+        if capabilities is None:
+            capabilities = {"workspace": {"applyEdit": True}}
+        answer = self.call("initialize", {"processId": process_id, "rootUri": None, "capabilities": capabilities,
                                           "initializationOptions": options or {}}, timeout=timeout)
         if "result" in answer and initialized:
             self.notify("initialized", {})

@@ -33,7 +33,7 @@ async def test_a_request_right_after_initialized_waits_for_the_load(tmp_path, ti
 async def test_a_request_over_tcp_right_after_initialized_waits_too(tmp_path, tiny_model_dir, unused_tcp_port):
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "dllm_lsp", "serve", "--tcp", f"127.0.0.1:{unused_tcp_port}", "--log-file",
-        str(tmp_path / "tcp.log"))
+        str(tmp_path / "tcp.log"), "--allow-model-dir", str(tiny_model_dir.parent))   # a TCP client's folder must be allowed
     client, _ = make_client()
     try:
         for _ in range(200):

@@ -1,0 +1,118 @@
+"""A TCP connection that has not shown its token costs next to nothing: no language server (pygls
+server, options, workspace, thread pool) is built for it until its `initialize` carries the token.
+A stranger connecting in a loop had one built and torn down per connection (~22 ms each), and
+every other client's requests waited behind them.
+
+Runs the real `serve_tcp` in this process, on a thread, so the test can count the language servers
+that exist (as tests/server/test_connection_memory.py does); the clients are raw sockets."""
+from __future__ import annotations
+
+import asyncio
+import gc
+import socket
+import threading
+import time
+
+import pytest
+
+from dllm_lsp.options import Options
+from dllm_lsp.server.app import DllmLanguageServer
+from dllm_lsp.server.auth import AUTH_FAILED
+from dllm_lsp.server.model_host import ModelHost
+from dllm_lsp.server.tcp import MAX_UNAUTHENTICATED_PER_PEER, serve_tcp
+
+from .raw_rpc import RawClient, frame
+from .test_tcp import free_port
+from .test_transport import OPTIONS
+
+pytestmark = pytest.mark.timeout(120)
+
+TOKEN = "preauth-token-for-tests"
+
+
+@pytest.fixture
+def guarded_port(tiny_model_dir):
+    port = free_port()
+    loop = asyncio.new_event_loop()
+    settings = Options().merged({"model": str(tiny_model_dir), "device": "cpu"})
+
+    def serve() -> None:
+        try:
+            loop.run_until_complete(serve_tcp("127.0.0.1", port, settings, TOKEN, ModelHost()))
+        except asyncio.CancelledError:   # the fixture's teardown
+            pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "the in-process server did not listen"
+            time.sleep(0.05)
+    yield port
+    loop.call_soon_threadsafe(lambda: [task.cancel() for task in asyncio.all_tasks(loop)])
+    thread.join(10)
+
+
+def servers_built() -> int:
+    """Language servers of this test's TCP server that exist now."""
+    gc.collect()
+    return sum(1 for o in gc.get_objects()
+               if type(o) is DllmLanguageServer and getattr(o.protocol, "token", None) == TOKEN)
+
+
+def test_no_language_server_is_built_before_the_token_is_shown(guarded_port):
+    # Below the per-address share with room to spare: the fixture's probe and the one that
+    # closes at once may still count as waiting when the refused one below connects.
+    silent = [socket.create_connection(("127.0.0.1", guarded_port)) for _ in range(MAX_UNAUTHENTICATED_PER_PEER - 5)]
+    # one that sends half an initialize and stalls, one that connects and goes at once
+    partial = socket.create_connection(("127.0.0.1", guarded_port))
+    partial.sendall(b'Content-Length: 200\r\n\r\n{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params"')
+    socket.create_connection(("127.0.0.1", guarded_port)).close()
+    try:
+        # A connection accepted after all of them, answered: theirs were accepted (and, before
+        # the fix, had their language servers built at once) before it was.
+        wrong = RawClient.tcp(guarded_port)
+        answer = wrong.initialize({**OPTIONS, "token": "wrong"})
+        assert answer["error"]["code"] == AUTH_FAILED, answer
+        assert wrong.closed.wait(10), "the server kept a refused connection open"
+        wrong.close()
+        assert servers_built() == 0
+        good = RawClient.tcp(guarded_port)          # the count sees a server once one is built
+        try:
+            assert "result" in good.initialize({**OPTIONS, "token": TOKEN})
+            assert servers_built() == 1
+            assert good.wait_loaded()["loaded"]
+            assert servers_built() == 1
+        finally:
+            good.close()
+    finally:
+        partial.close()
+        for sock in silent:
+            sock.close()
+
+
+def test_initialize_with_the_token_and_what_follows_it_in_one_write_is_all_served(guarded_port):
+    """The first message is read before the language server exists; the frames that came in the
+    same packet stay in the reader and are served after it."""
+    client = RawClient.tcp(guarded_port)
+    try:
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"processId": None, "rootUri": None, "capabilities": {},
+                           "initializationOptions": {**OPTIONS, "token": TOKEN}}}
+        opened = {"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+            "uri": "file:///tmp/one_write.py", "languageId": "python", "version": 1, "text": "x = 1\n"}}}
+        client.raw(frame(init) + frame({"jsonrpc": "2.0", "method": "initialized", "params": {}}) + frame(opened)
+                   + frame({"jsonrpc": "2.0", "id": 2, "method": "dllm/status", "params": {}}))
+        assert "result" in client.response(1)
+        assert "result" in client.response(2)
+        assert client.wait_loaded()["loaded"]
+        answer = client.call("textDocument/inlineCompletion", {
+            "textDocument": {"uri": "file:///tmp/one_write.py"}, "position": {"line": 0, "character": 5},
+            "context": {"triggerKind": 1}})
+        assert "result" in answer, answer          # the document sent in that same write is open
+    finally:
+        client.close()
