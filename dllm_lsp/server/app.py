@@ -127,7 +127,7 @@ class DllmLanguageServer(LanguageServer):
     def refuse_document(self, uri: str, reason: str) -> None:
         """A document past this connection's caps (documents.py: MAX_OPEN_DOCUMENTS,
         MAX_OPEN_CHARS): nothing of it is kept, pygls' copy of its text included; its requests
-        answer InvalidParams with `reason` (DocumentTrees.get), its edits are dropped until it is
+        answer RequestFailed with `reason` (DocumentTrees.get), its edits are dropped until it is
         reopened. The client is told once per connection, not at every refused document."""
         if unquote(uri) in self.workspace.text_documents:
             self.workspace.remove_text_document(unquote(uri))

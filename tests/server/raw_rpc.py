@@ -3,6 +3,8 @@ frames included) to a real server subprocess over a pipe or a socket, and reads 
 background thread, independently of pygls."""
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import json
 import os
@@ -14,6 +16,10 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from dllm_lsp.options import Options
+from dllm_lsp.server.model_host import ModelHost
+from dllm_lsp.server.tcp import serve_tcp
 
 TINY_PY = "def f(x):\n    return \n"
 
@@ -184,3 +190,36 @@ class RawClient:
     def shutdown_and_exit(self, timeout: float = 30.0) -> None:
         self.call("shutdown", timeout=timeout)
         self.notify("exit")
+
+
+@contextlib.contextmanager
+def in_process_tcp_server(model_dir: Path, token: str | None = None):
+    """`serve --tcp` (serve_tcp) on a free loopback port in a thread of this process, so a test can
+    look at the server's objects; yields the port, and stops the server at the end."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    loop = asyncio.new_event_loop()
+    settings = Options().merged({"model": str(model_dir), "device": "cpu"})
+
+    def serve() -> None:
+        try:
+            loop.run_until_complete(serve_tcp("127.0.0.1", port, settings, token, ModelHost()))
+        except asyncio.CancelledError:   # the teardown below
+            pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "the in-process server did not listen"
+            time.sleep(0.05)
+    try:
+        yield port
+    finally:
+        loop.call_soon_threadsafe(lambda: [task.cancel() for task in asyncio.all_tasks(loop)])
+        thread.join(10)

@@ -5,51 +5,23 @@ that is closed or grows past the size limit leaves nothing in the connection. Ru
 clients are raw sockets."""
 from __future__ import annotations
 
-import asyncio
 import gc
-import socket
-import threading
 import time
 
 import pytest
 
-from dllm_lsp.options import Options
 from dllm_lsp.server.app import DllmLanguageServer
-from dllm_lsp.server.model_host import ModelHost
 from dllm_lsp.server.protocol import MAX_DOCUMENT_CHARS
-from dllm_lsp.server.tcp import serve_tcp
 
-from .raw_rpc import RawClient
-from .test_tcp import free_port
+from .raw_rpc import RawClient, in_process_tcp_server
 
 BIG_PY = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(2000))
 
 
 @pytest.fixture
 def tcp_port(tiny_model_dir):
-    port = free_port()
-    loop = asyncio.new_event_loop()
-    settings = Options().merged({"model": str(tiny_model_dir), "device": "cpu"})
-
-    def serve() -> None:
-        try:
-            loop.run_until_complete(serve_tcp("127.0.0.1", port, settings, None, ModelHost()))
-        except asyncio.CancelledError:   # the fixture's teardown
-            pass
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline, "the in-process server did not listen"
-            time.sleep(0.05)
-    yield port
-    loop.call_soon_threadsafe(lambda: [task.cancel() for task in asyncio.all_tasks(loop)])
-    thread.join(10)
+    with in_process_tcp_server(tiny_model_dir, None) as port:
+        yield port
 
 
 def servers_alive() -> set[int]:

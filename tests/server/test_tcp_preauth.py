@@ -7,22 +7,16 @@ Runs the real `serve_tcp` in this process, on a thread, so the test can count th
 that exist (as tests/server/test_connection_memory.py does); the clients are raw sockets."""
 from __future__ import annotations
 
-import asyncio
 import gc
 import socket
-import threading
-import time
 
 import pytest
 
-from dllm_lsp.options import Options
 from dllm_lsp.server.app import DllmLanguageServer
 from dllm_lsp.server.auth import AUTH_FAILED
-from dllm_lsp.server.model_host import ModelHost
-from dllm_lsp.server.tcp import MAX_UNAUTHENTICATED_PER_PEER, serve_tcp
+from dllm_lsp.server.tcp import MAX_UNAUTHENTICATED_PER_PEER
 
-from .raw_rpc import RawClient, frame
-from .test_tcp import free_port
+from .raw_rpc import RawClient, frame, in_process_tcp_server
 from .test_transport import OPTIONS
 
 pytestmark = pytest.mark.timeout(120)
@@ -32,29 +26,8 @@ TOKEN = "preauth-token-for-tests"
 
 @pytest.fixture
 def guarded_port(tiny_model_dir):
-    port = free_port()
-    loop = asyncio.new_event_loop()
-    settings = Options().merged({"model": str(tiny_model_dir), "device": "cpu"})
-
-    def serve() -> None:
-        try:
-            loop.run_until_complete(serve_tcp("127.0.0.1", port, settings, TOKEN, ModelHost()))
-        except asyncio.CancelledError:   # the fixture's teardown
-            pass
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline, "the in-process server did not listen"
-            time.sleep(0.05)
-    yield port
-    loop.call_soon_threadsafe(lambda: [task.cancel() for task in asyncio.all_tasks(loop)])
-    thread.join(10)
+    with in_process_tcp_server(tiny_model_dir, TOKEN) as port:
+        yield port
 
 
 def servers_built() -> int:
