@@ -3,10 +3,10 @@ which is the order the planner takes snippets in (it looks at the first SNIPPET_
 document is parsed in a worker thread, one version per snapshot; a connection's caps."""
 import pytest
 from lsprotocol import types
-from pygls.exceptions import JsonRpcInvalidParams
 
 from dllm_lsp.server import documents
 from dllm_lsp.server.documents import DocumentTrees, LspWorkspace
+from dllm_lsp.server.errors import RequestFailed
 from dllm_lsp.server.positions import LspTextDocument
 from dllm_lsp.syntax.document import SYNC_PARSE_BYTES
 from dllm_lsp.syntax.snapshot import Snapshot
@@ -97,7 +97,7 @@ def test_documents_past_the_connections_caps_are_refused_with_the_reason():
     assert trees.open("file:///b.py", "python", "b = 1\n") is None
     reason = trees.open("file:///c.py", "python", "c = 1\n")
     assert reason is not None and "2 documents" in reason
-    with pytest.raises(JsonRpcInvalidParams, match="2 documents are open"):
+    with pytest.raises(RequestFailed, match="2 documents are open"):   # as for a document too big
         trees.get("file:///c.py", workspace)
     trees.close("file:///a.py")
     reason = trees.open("file:///c.py", "python", "c" * 95)   # 6 + 95 characters > 100
