@@ -1,5 +1,6 @@
 """Script observations behind docs/architecture.md "Big documents" (not a test: timings are not
-asserted). Run from the repository: `python tests/syntax/measure_parse_off_loop.py`.
+asserted). Run from the repository: `python tests/syntax/measure_parse_off_loop.py [--out FILE]`
+(default docs/results/big-documents-cpu.json: the figures with the machine and versions).
 
 1. Whether a thread parsing a 1.3 M-character Python file lets the main thread run: the main
    thread counts 1 ms sleeps while the other parses a byte string, then the same text through a
@@ -9,6 +10,8 @@ asserted). Run from the repository: `python tests/syntax/measure_parse_off_loop.
 """
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
 import threading
 import time
@@ -16,6 +19,7 @@ from pathlib import Path
 
 from lsprotocol import types
 
+from dllm_lsp.bench.environment import environment
 from dllm_lsp.server import documents
 from dllm_lsp.server.documents import DocumentTrees, LspWorkspace
 from dllm_lsp.syntax.document import ParsedDocument
@@ -49,15 +53,28 @@ def ms(values: list[float]) -> str:
     return f"best {min(values) * 1000:.1f} ms, median {statistics.median(values) * 1000:.1f} ms"
 
 
+def figures(values: list[float]) -> dict:
+    return {"best_ms": round(min(values) * 1000, 2), "median_ms": round(statistics.median(values) * 1000, 2),
+            "runs": len(values)}
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(ROOT / "docs/results/big-documents-cpu.json"))
+    out = ap.parse_args().out
+    results: dict = {"command": "python tests/syntax/measure_parse_off_loop.py", "environment": environment("cpu")}
     text = source()
+    results["document_chars"] = len(text)
     data = encode(text)
     parse("python", data)   # warm
     for chunked in (False, True):
+        rows = []
         for _ in range(3):
             ticks, wall = ticks_while(lambda: parse("python", data, chunked=chunked))
+            rows.append({"parse_ms": round(wall * 1000, 1), "main_thread_ticks": ticks})
             print(f"{'read callback' if chunked else 'byte string'}: parse in a thread {wall * 1000:.0f} ms, "
                   f"main thread ran {ticks} times (1 ms sleeps)")
+        results["thread_parse_" + ("read_callback" if chunked else "byte_string")] = rows
 
     opened = []
     for _ in range(5):
@@ -65,6 +82,7 @@ def main() -> None:
         ParsedDocument(text, "python").tree   # noqa: B018 - what didOpen did on the loop
         opened.append(time.perf_counter() - start)
     print(f"before: didOpen parsed on the loop: {ms(opened)}")
+    results["did_open_on_loop_before"] = figures(opened)
 
     workspace, trees, uri = LspWorkspace(None), DocumentTrees(), "file:///big.py"
     opened = []
@@ -74,6 +92,7 @@ def main() -> None:
         trees.open(uri, "python", text)
         opened.append(time.perf_counter() - start)
     print(f"now: didOpen's work on the loop: {ms(opened)}")
+    results["did_open_on_loop_now"] = figures(opened)
     trees.get(uri, workspace)[0].tree   # noqa: B018 - parsed
 
     line = text.count("\n", 0, len(text) // 2)
@@ -95,6 +114,9 @@ def main() -> None:
             time.sleep(0.15)   # a keystroke every 150 ms
         documents.parse_soon = real
         print(f"{label}: a keystroke's didChange on the loop: {ms(spent)}")
+        results["did_change_on_loop_" + ("now" if in_worker else "before")] = figures(spent)
+    Path(out).write_text(json.dumps(results, indent=1) + "\n")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
