@@ -11,13 +11,14 @@ from dataclasses import replace
 import torch
 
 from dllm_lsp.bench.environment import environment
-from dllm_lsp.cli_errors import output_file, report as report_error, write_out
+from dllm_lsp.cli_errors import output_file, report as report_error
 from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import CONFIDENCE_KINDS
 from dllm_lsp.loader import ModelLoadError, load_model
 from dllm_lsp.options import DecodeOptions, Options, PlannerOptions
 
 from .infilling import MODES, evaluate
+from .results import write_result
 from .tasks import benchmark_name, load_tasks, resolve_data, spread_order, spread_subset
 
 GPU_CONCURRENCY = 16
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                         "going to the next), tasks taken in an order whose every prefix is spread over the file; "
                         "what was infilled is executed and scored (the GPU job's time boxes)")
     h.add_argument("--json", action="store_true", help="print one JSON object (pass@1 = the headline figure)")
-    h.add_argument("--out", type=output_file, default=None, help="also write the full results (with completions) here")
+    h.add_argument("--out", type=output_file, default=None, help="also write the full results here (the per-task completions go xz-compressed beside it, NAME.samples.json.xz; dllm_lsp.eval.results.read_result reads both)")
     started = time.monotonic()
     a = ap.parse_args(argv)
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
@@ -204,8 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     if "unknown" in by_mode and "oracle" in by_mode:
         summary["length_gap_points"] = length_gap_points(by_mode["unknown"], by_mode["oracle"])
     if a.out:
-        full = {**summary, "modes": {r.mode: r.to_json(with_samples=True) for r in results}}
-        write_out(a.out, json.dumps(full, indent=1) + "\n")
+        write_result(a.out, {**summary, "modes": {r.mode: r.to_json(with_samples=True) for r in results}})
     if a.json:
         print(json.dumps(summary))
     else:

@@ -21,6 +21,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from dllm_lsp.eval.results import samples_path
 from dllm_lsp.loader import with_default
 
 PART_BYTES = 15 * 1024 * 1024
@@ -29,8 +30,7 @@ ALLOWED_ROOTS = ("models", "docs")
 REQUIRED = ("config.json", "model.safetensors", "tokenizer.json")   # a model folder is useless without these
 # What goes home, most needed first: the model folder, the figures, the record of the run.
 MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json", "training.json", "MODEL_CARD.md",
-               "loss-curve.png", "eval-single-line.json", "eval-random-span-light.json", "train_log.jsonl",
-               "eval-single-line-ends-balanced.json", "eval-single-line-editor-companion.json")
+               "loss-curve.png", "eval-single-line.json", "eval-random-span-light.json", "train_log.jsonl")
 
 
 def sha256_of(data: bytes) -> str:
@@ -41,9 +41,13 @@ def job_entries(job_dir: Path, model_dir: Path) -> list[tuple[Path, str]]:
     """(file on disk, destination in the repository), most needed first."""
     entries: list[tuple[Path, str]] = []
     name = model_dir.name
-    for file in MODEL_FILES:
-        if (model_dir / file).is_file():
-            entries.append((model_dir / file, f"models/{name}/{file}"))
+    # Every eval the job ran goes (those MODEL_FILES names first), each with its per-task samples
+    # right after it (dllm_lsp.eval.results).
+    evals = sorted(p.name for p in model_dir.glob("eval-*.json"))
+    for file in (*MODEL_FILES, *(e for e in evals if e not in MODEL_FILES)):
+        for path in (model_dir / file, *([samples_path(model_dir / file)] if file.startswith("eval-") else [])):
+            if path.is_file():
+                entries.append((path, f"models/{name}/{path.name}"))
     if (job_dir / "corpus" / "stats.json").is_file():
         entries.append((job_dir / "corpus" / "stats.json", f"models/{name}/corpus_stats.json"))
     for result in sorted((job_dir / "results").glob("*.json")) if (job_dir / "results").is_dir() else []:

@@ -7,6 +7,7 @@ from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import DecodeSettings
 from dllm_lsp.eval.cli import length_gap_points, main
 from dllm_lsp.eval.infilling import GATE_KEEPS, ModeResult, auroc, evaluate
+from dllm_lsp.eval.results import read_result
 from dllm_lsp.eval.tasks import Task, load_tasks, resolve_data, spread_order, spread_subset
 from dllm_lsp.loader import load_model
 from dllm_lsp.options import DecodeOptions, Options, PlannerOptions
@@ -46,7 +47,10 @@ def test_json_report_has_the_headline_and_both_length_settings(data, tiny_model_
     assert report["command"].startswith("dllm-lsp eval humaneval-infilling --data ") and "--max-tokens 6" in report["command"]
     assert report["wall_seconds"] > 0 and report["settings"]["concurrency"] == 1    # a CPU's default
     assert report["environment"]["device"] == "cpu" and report["environment"]["torch"]
-    full = json.loads(out.read_text())
+    # the figures' file carries no per-task records: they are xz'd beside it (eval/results.py)
+    assert all("samples" not in m for m in json.loads(out.read_text())["modes"].values())
+    assert (tmp_path / "full.samples.json.xz").is_file()
+    full = read_result(out)
     samples = full["modes"]["oracle"]["samples"]
     assert [s["task_id"] for s in samples] == ["T/0", "T/1", "T/2"]
     assert all(isinstance(s["completion"], str) and isinstance(s["passed"], bool) for s in samples)
@@ -86,7 +90,7 @@ def test_typed_through_keeps_the_tasks_whose_line_has_such_a_character(tiny_mode
     report = eval_json(capsys, path, tiny_model_dir, tmp_path / "out.json", "--modes", "editor", "--steps", "2",
                        "--typed-through", "([.")
     assert report["tasks"] == 3 and report["settings"]["typed_through"] == "([."
-    full = json.loads((tmp_path / "out.json").read_text())
+    full = read_result(tmp_path / "out.json")
     assert [s["task_id"] for s in full["modes"]["editor"]["samples"]] == ["T/0", "T/2", "T/4"]
 
 
@@ -159,7 +163,7 @@ def test_the_editor_mode_reports_what_was_shown(data, tiny_model_dir, capsys, tm
     editor = report["modes"]["editor"]
     assert 0 <= editor["passed"] <= editor["shown"] <= 3
     assert "shown" not in report["modes"]["unknown"] and report["settings"]["heal_whitespace"] is True
-    samples = json.loads(out.read_text())["modes"]["editor"]["samples"]
+    samples = read_result(out)["modes"]["editor"]["samples"]
     for sample in samples:       # nothing shown is a failure of its own kind, never a pass
         assert (sample["completion"] is None) == (sample["reason"] == "nothing shown")
         assert not (sample["completion"] is None and sample["passed"])
@@ -220,7 +224,7 @@ def test_every_mode_reports_how_well_confidence_tells_passing_from_failing(data,
     assert unknown["gates"][0]["shown"] == 3           # the lowest threshold keeps every completion
     shown = [g["shown"] for g in unknown["gates"]]
     assert shown == sorted(shown, reverse=True)
-    samples = json.loads(out.read_text())["modes"]["editor"]["samples"]
+    samples = read_result(out)["modes"]["editor"]["samples"]
     assert all((s["confidence"] is None) == (s["completion"] is None) for s in samples)
 
 
@@ -249,7 +253,7 @@ def test_the_editor_mode_reports_what_alternatives_add(data, tiny_model_dir, cap
     assert "alternatives" not in unknown and report["settings"]["alternatives"] == 4
     offered = editor["alternatives"]
     assert offered["passed_first"] == editor["passed"] <= offered["passed_any"] <= 3
-    samples = json.loads(out.read_text())["modes"]["editor"]["samples"]
+    samples = read_result(out)["modes"]["editor"]["samples"]
     assert sum(len(s["alternatives"]) for s in samples) == offered["alternatives_shown"] <= 3 * 3
     assert sum(bool(s["alternatives"]) for s in samples) == offered["tasks_with_alternatives"]
     for sample in samples:
@@ -285,7 +289,7 @@ def test_max_seconds_runs_the_spread_order_and_reports_what_it_stopped(data, tin
     out = tmp_path / "full.json"
     report = eval_json(capsys, data, tiny_model_dir, out, "--steps", "2", "--max-seconds", "3600")
     assert "stopped_by_time" not in report and all(m["tasks"] == 3 for m in report["modes"].values())
-    assert [s["task_id"] for s in json.loads(out.read_text())["modes"]["unknown"]["samples"]] == ["T/0", "T/2", "T/1"]
+    assert [s["task_id"] for s in read_result(out)["modes"]["unknown"]["samples"]] == ["T/0", "T/2", "T/1"]
     assert report["length_gap_points"] == round(100 * (report["modes"]["oracle"]["pass@1"] - report["pass@1"]), 1)
     assert main(["humaneval-infilling", "--data", str(data), "--model", str(tiny_model_dir), "--device", "cpu",
                  "--max-seconds", "0"]) == 1

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from dllm_lsp.eval.results import read_result
 from dllm_lsp.eval.tasks import default_data_dir
 from dllm_lsp.gpujob.cli import main
 
@@ -71,7 +72,7 @@ def test_training_evaluation_and_benchmarks_left_their_files(job):
     assert 0 <= summary["data_wait_share"] < 1 and summary["compile"] is False and summary["compile_failed"] is None
     assert "steps waited for batches" in (model / "MODEL_CARD.md").read_text()
     for name in ("single-line", "random-span-light"):
-        result = json.loads((model / f"eval-{name}.json").read_text())
+        result = read_result(model / f"eval-{name}.json")
         assert result["tasks"] == 3 and set(result["modes"]) == {"unknown", "oracle", "editor"}
         # Each run infills for its share of the box and scores what it has (the H200's first run
         # filled its box and left nothing): the time it was given is in its command.
@@ -120,6 +121,9 @@ def test_the_pack_unpacks_into_a_repository_whose_model_completes(job, tmp_path)
     for name in ("config.json", "model.safetensors", "tokenizer.json", "MODEL_CARD.md", "train_log.jsonl",
                  "loss-curve.png", "eval-single-line.json", "corpus_stats.json"):
         assert (model / name).is_file(), name
+    # every eval the job ran comes home, its per-task samples with it
+    assert {p.name for p in model.glob("eval-*.json")} == {p.name for p in (out / "model" / "dry-model").glob("eval-*.json")}
+    assert read_result(model / "eval-single-line.json")["modes"]["unknown"]["samples"]
     assert (repo / "docs" / "results" / "kernels-cpu.json").is_file()
     job_records = list((repo / "docs" / "results" / "gpu-job").glob("*/job.json"))
     assert len(job_records) == 1 and json.loads(job_records[0].read_text())["phases"]["train"]["state"] == "done"
