@@ -30,14 +30,13 @@ import ast
 import builtins
 import re
 import warnings
-from collections import Counter
 from dataclasses import dataclass
 
 from dllm_lsp.syntax.languages import facts_for
-from dllm_lsp.planner.lines import (indent_width, leading_ws, line_break_near, line_bounds, previous_nonblank_line,
-                                    render_indent)
+from dllm_lsp.planner.lines import (block_steps, indent_width, leading_ws, line_break_near, line_bounds,
+                                    previous_nonblank_line, render_indent, usual_step)
 from dllm_lsp.planner.syntax import REGION_LIMIT_BYTES, check_region
-from dllm_lsp.syntax.snapshot import Snapshot, parse_errors
+from dllm_lsp.syntax.snapshot import Snapshot, end_point, parse_errors, point
 from dllm_lsp.planner.types import SpanPlan
 
 _OPENERS = {"(": ")", "[": "]", "{": "}"}
@@ -291,13 +290,12 @@ def reindent(text: str, plan: SpanPlan, cursor_ws: str | None, indent: str | Non
 def body_indent(plan: SpanPlan, doc_text: str, line_start: int, cursor_ws: str | None) -> str:
     """The indentation of a block body's lines: the header's plus one step of the file's own.
 
-    The planner's step is the smallest indentation common near the cursor
-    (planner.lines.detect_indent_unit). That is not the step of a file whose functions are
-    indented by 4 and whose nested blocks by 2 (5 of HumanEval's single-line tasks, 18 multi-line
-    ones): a body typed 2 deeper than its `if` was pushed 2 deeper still. Nor of a stretch of a
-    4-space file whose lines all sit at 8 and 12 columns (textwrap.py): its step read 8. The steps
-    the file's block headers take to their bodies near the cursor (_block_steps) decide: the
-    typed indentation where its step is one of them, else their most common one. Where the
+    The steps the file's block headers take to their bodies near the cursor
+    (planner.lines.block_steps, which the planner's own unit reads too: detect_indent_unit)
+    decide, not the smallest indentation in sight: a file whose functions are indented by 4 and
+    whose nested blocks by 2 (5 of HumanEval's single-line tasks, 18 multi-line ones) had a body
+    typed 2 deeper than its `if` pushed 2 deeper still. The typed indentation stands where its
+    step is one of them, else their most common one (the planner's, where it is). Where the
     planner kept an indentation typed deeper than its own step, or the file shows no step, or the
     typed blanks are already deeper than the step read (they stand: they are before the cursor),
     the plan's indentation stays."""
@@ -312,40 +310,19 @@ def body_indent(plan: SpanPlan, doc_text: str, line_start: int, cursor_ws: str |
         header = previous[1]
     header_width = indent_width(leading_ws(header))
     planned_step = indent_width(plan.indent) - header_width
-    steps = _block_steps(doc_text, plan.replace_start)
+    steps = block_steps(doc_text, plan.replace_start)
     if not steps:
         return plan.indent
     typed = indent_width(cursor_ws) - header_width if cursor_ws is not None else 0
     if typed > 0 and typed in steps:
         step = typed
     elif planned_step == indent_width(plan.indent_unit):
-        most = max(steps.values())
-        step = planned_step if steps.get(planned_step) == most else min(w for w, n in steps.items() if n == most)
+        step = usual_step(steps, prefer=planned_step)
     else:
         return plan.indent       # the editor indented deeper than a step: the planner kept that
     if cursor_ws is not None and header_width + step < indent_width(cursor_ws):
         return plan.indent
     return render_indent(header_width + step, plan.indent_unit)
-
-
-# A line that opens a block: a Python compound statement's header, or a line ending in `{`.
-_BLOCK_HEADER = re.compile(r"[ \t]*(?:(?:async[ \t]+)?(?:def|class|if|elif|else|for|while|try|except|finally|with|"
-                           r"match|case)\b.*:[ \t]*(?:#.*)?|.*\{[ \t]*)\r?$")
-_STEP_SAMPLE_CHARS = 3000   # as much text around the cursor as the planner reads the indentation from
-
-
-def _block_steps(text: str, offset: int) -> Counter:
-    """How many block headers near `offset` indent their first body line by how many columns."""
-    low = max(0, offset - _STEP_SAMPLE_CHARS // 2)
-    low = text.rfind("\n", 0, low) + 1
-    lines = [line for line in text[low:low + _STEP_SAMPLE_CHARS].split("\n") if line.strip()]
-    steps: Counter = Counter()
-    for header, body in zip(lines, lines[1:]):
-        if _BLOCK_HEADER.match(header):
-            step = indent_width(leading_ws(body)) - indent_width(leading_ws(header))
-            if step > 0:
-                steps[step] += 1
-    return steps
 
 
 def trim_duplicate_lines(lines: list[str], suffix: str) -> list[str]:
@@ -495,16 +472,11 @@ class _ParseCheck:
             self.star_import = _STAR_IMPORT.search(text) is not None
         if self.star_import:
             return False
-        # Where the inserted text lies, as ast counts: 1-based lines, columns in UTF-8 bytes
-        line = text.count("\n", 0, start) + 1
-        column = len(text[text.rfind("\n", 0, start) + 1:start].encode("utf-8"))
-        inserted = insert.rstrip()
-        end_line = line + inserted.count("\n")
-        if "\n" in inserted:
-            end_column = len(inserted[inserted.rfind("\n") + 1:].encode("utf-8"))
-        else:
-            end_column = column + len(inserted.encode("utf-8"))
-        inside = ((line, column), (end_line, end_column))
+        # Where the inserted text lies, as ast counts: tree-sitter's points (columns in UTF-8
+        # bytes), with 1-based lines
+        row, column = point(text, start, is_ascii=False)
+        end_row, end_column = end_point((row, column), insert.rstrip())
+        inside = ((row + 1, column), (end_row + 1, end_column))
         called, bound = _names_in(tree, *inside)
         if not any(name not in bound and name not in _ALWAYS_DEFINED and name not in self.provided
                    and not _mentions(text, name) for name in called):

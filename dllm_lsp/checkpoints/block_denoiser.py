@@ -77,7 +77,6 @@ class BlockDenoiser(CheckpointPort):
         self.sub_block_size = sub_block_size
         self.fim = fim
         self.shift = family.shift
-        self._newlines: torch.Tensor | None = None
 
     # -- the port ------------------------------------------------------------------------------
 
@@ -138,16 +137,6 @@ class BlockDenoiser(CheckpointPort):
             logits = self._logits(torch.cat(picked)).split([p.shape[0] for p in picked])
         self._count_contexts(sessions, ids, time.perf_counter() - began)
         return [part if shape is None else part.view(*shape, -1) for part, shape in zip(logits, shapes)]
-
-    def newline_ids(self) -> torch.Tensor:
-        """[V] bool: tokens whose text contains a line break (byte-level BPE writes it as 'Ċ')."""
-        if self._newlines is None:
-            flags = torch.zeros(self.vocab_limit, dtype=torch.bool)
-            for text, i in self.tokenizer.get_vocab(with_added_tokens=True).items():
-                if i < self.vocab_limit and ("Ċ" in text or "\n" in text or text == "<0x0A>"):
-                    flags[i] = True
-            self._newlines = flags.to(self.device)
-        return self._newlines
 
     # -- internals -----------------------------------------------------------------------------
 

@@ -15,7 +15,8 @@ whatever its rows, about half the time.
 
 Stop rules: a committed end token (pad / EOS) ends the span (everything after it becomes pad);
 a one-line slot stops at the first finished block that contains a line break (post-processing
-cuts the line there); the span's width bounds the rest.
+cuts the line there; which tokens hold one is the engine's token table, `TokenIndex.line_breaks`,
+built from the tokenizer like the rest of it, not the model port's); the span's width bounds the rest.
 
 Several slots are filled one after another, left to right: slot k sees the text before it
 (earlier slots filled) as prefix and the text after it, without the later holes, as suffix.
@@ -45,7 +46,7 @@ from .denoise import (
 )
 from .denoiser import BlockDiffusionPort, BlockStep, Canvas, SpecialTokens
 from .span_ends import SpanEnds
-from .span_starts import SpanStarts, StartGate
+from .span_starts import SpanStarts, StartGate, TokenIndex
 from .types import CacheSettings, DecodeSettings
 
 
@@ -55,15 +56,17 @@ class BlockwiseRun(CallRun):
     Creating it formats the first slot's context; the first model call carries it into the cache
     (the request's context work). `wants_logits`, `session` (a `BlockStep`), `ids`, `rows()`,
     `advance(logits)` and `outcome()` are what the step scheduler and `decode_blockwise` drive, as
-    for `FixedLengthRun`."""
+    for `FixedLengthRun`. `tokens`: the tokenizer's table (`Engine.token_index`), which a
+    one-line slot reads its line breaks from."""
 
     writes_starts = True
 
     def __init__(self, port: BlockDiffusionPort, canvas: Canvas, settings: DecodeSettings,
                  on_step: StepCallback | None = None, cache: CacheSettings = CacheSettings(),
-                 ends: SpanEnds | None = None, starts: SpanStarts | None = None) -> None:
+                 ends: SpanEnds | None = None, starts: SpanStarts | None = None,
+                 tokens: TokenIndex | None = None) -> None:
         # `cache` is accepted for the engine's run signature and ignored: the block cache is always exact.
-        super().__init__(_Loop(port, settings, ends, starts).decode(canvas, on_step))
+        super().__init__(_Loop(port, settings, ends, starts, tokens).decode(canvas, on_step))
 
     @staticmethod
     def planned_rows(port: BlockDiffusionPort, canvas: Canvas, settings: DecodeSettings) -> StepRows:
@@ -79,11 +82,13 @@ class BlockwiseRun(CallRun):
 def decode_blockwise(port: BlockDiffusionPort, canvas: Canvas, settings: DecodeSettings,
                      should_stop: Callable[[], bool] = lambda: False, on_step: StepCallback | None = None,
                      cache: CacheSettings = CacheSettings(), ends: SpanEnds | None = None,
-                     starts: SpanStarts | None = None) -> DenoiseOutcome:
+                     starts: SpanStarts | None = None, tokens: TokenIndex | None = None) -> DenoiseOutcome:
     """Fill every slot of `canvas` block by block, `settings.n` candidates, one request alone; the
     outcome is laid out on `canvas` (span tokens in its slots), as the masked-diffusion loop
-    returns it. `cache` is accepted for the engine's loop signature and ignored."""
-    return run_alone(lambda: BlockwiseRun(port, canvas, settings, on_step, ends=ends, starts=starts), should_stop)
+    returns it. `cache` is accepted for the engine's loop signature and ignored; `tokens` is
+    needed where a slot is one line (`BlockwiseRun`)."""
+    return run_alone(lambda: BlockwiseRun(port, canvas, settings, on_step, ends=ends, starts=starts, tokens=tokens),
+                     should_stop)
 
 
 def _covered(start: int, bs: int, t0: int, width: int) -> tuple[int, int]:
@@ -118,18 +123,18 @@ Calls = Generator[ModelCall, torch.Tensor, Any]
 
 class _Loop:
     def __init__(self, port: BlockDiffusionPort, settings: DecodeSettings, ends: SpanEnds | None = None,
-                 starts: SpanStarts | None = None) -> None:
+                 starts: SpanStarts | None = None, tokens: TokenIndex | None = None) -> None:
         self.port = port
         self.settings = settings
         self.ends = ends
         self.starts = starts
+        self.tokens = tokens
         # The sampling runs where the logits are; the loop's own state and decisions where
         # `state_device` says (the host by default, as for the fixed-length loop): a block step's
         # commit rules are a few dozen small ops and scalar reads, launches and syncs on a GPU.
         self.generator = (torch.Generator(device=port.device).manual_seed(settings.seed)
                           if settings.temperature > 0 else None)
         self.host = state_device(port.device)
-        self._newlines: torch.Tensor | None = None
         special = port.special
         self.end_ids = torch.tensor(special.end_ids or (-1,), device=self.host)
         self.pad_fill = special.end_ids[0] if special.end_ids else special.mask_id
@@ -142,6 +147,8 @@ class _Loop:
         batch = self.settings.n
         ranges = canvas.slot_ranges
         single_line = list(canvas.single_line) or [False] * len(ranges)
+        if any(single_line) and self.tokens is None:
+            raise ValueError("a one-line slot needs the tokenizer's TokenIndex (tokens=) for its line breaks")
         ids = canvas.ids.tolist()
         widths = [b - a for a, b in ranges]
         offsets = [sum(widths[:k]) for k in range(len(ranges))]
@@ -195,7 +202,7 @@ class _Loop:
         committed = torch.zeros(batch, width, device=host)
         slot_of = torch.zeros(width, dtype=torch.long, device=host)
         collapse = -math.inf if settings.ends_in_order else settings.pad_collapse_threshold
-        newlines = self.newlines() if single_line else None
+        newlines = self.tokens.line_breaks(host) if single_line else None
         # The context's whole blocks join the cache in the first call, with the first block's masks:
         # no pass of their own (and in a shared step, no pass run alone at admission).
         start = (t0 // bs) * bs
@@ -245,12 +252,6 @@ class _Loop:
             # No pass of its own for the finished block: it joins the cache in the next block's first call.
             start += bs
         return seq[:, t0:total], committed
-
-    def newlines(self) -> torch.Tensor:
-        """The port's line-break tokens where the loop's state is, copied once per run."""
-        if self._newlines is None:
-            self._newlines = self.port.newline_ids().to(self.host)
-        return self._newlines
 
     def _block_rows(self, todo: torch.Tensor, start: int, t0: int) -> torch.Tensor:
         """[B, width] span positions -> [B, block_size] rows of the block at `start`."""

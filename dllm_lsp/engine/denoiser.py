@@ -317,9 +317,6 @@ class BlockDiffusionPort(Protocol):
         block_size] bool) selects, row-major. The loop keeps the mask out of its choices itself
         (denoise.never_mask), whatever these logits score it."""
 
-    def newline_ids(self) -> torch.Tensor:
-        """[V] bool: tokens whose text contains a line break."""
-
     def decode(self, ids: list[int]) -> str:
         """Token ids -> text (special tokens kept)."""
 

@@ -45,7 +45,9 @@ DEFAULT_CONTEXT_TOKENS = 1024
 # step budget the options allow: one window at any budget is always allowed, so the cap only
 # takes away growth (the slots start at full width instead) and sampled alternatives of the
 # variable-length loop (its candidates run one after another). A default completion plans at most
-# 51 (one 64-token slot growing from 16 tokens: three windows of 16 steps and a greedy fill).
+# 51 (one 64-token slot growing from 16 tokens: three windows of 16 steps and a greedy fill). The
+# block-wise loop spends a step budget per block: there the cap takes steps per block, then
+# alternatives, then width (capped_blocks); a default completion keeps all three.
 MAX_REQUEST_PASSES = 256
 
 # Denoiser.decoding -> the run (one request's loop, one model call at a time) that fills its
@@ -73,6 +75,47 @@ def growing_passes(request: InfillRequest, start: int, steps: int) -> int:
     windows = 1 + sum(math.ceil(math.log2(slot.max_tokens / start)) for slot in request.slots
                       if slot.max_tokens > start)
     return windows * (steps + 1) + sum(len(slot.starts_with) for slot in request.slots)
+
+
+def block_passes(request: InfillRequest, steps: int, block: int, n: int, width: int | None = None) -> int:
+    """The most forward passes BlockwiseRun takes on `request` at `steps` steps per sub-block of
+    `block` tokens and `n` candidates, no slot wider than `width`. Each sub-block a slot's span
+    touches (a span may start anywhere in one) takes at most `block` passes, a step commits at
+    least a token of each row (`choose_commits`' floor), and at most its steps and a greedy fill;
+    a typed start adds a step per character; with several candidates, a slot after the first is
+    decoded once per candidate (their prefixes differ: blockwise._Loop.decode)."""
+    total = 0
+    for k, slot in enumerate(request.slots):
+        tokens = slot.max_tokens if width is None else min(slot.max_tokens, width)
+        touched = (tokens + 2 * block - 2) // block
+        fills = n if k > 0 and n > 1 else 1
+        total += fills * (touched * min(steps + 1, block) + len(slot.starts_with))
+    return total
+
+
+def capped_blocks(request: InfillRequest, settings: DecodeSettings, block: int) -> tuple[InfillRequest, DecodeSettings]:
+    """`request` and `settings` planned within MAX_REQUEST_PASSES for the block-wise loop, giving
+    up first steps per sub-block, then alternatives, then slot width.
+
+    Steps first: a sub-block of `block` tokens never takes more than `block` passes, so fewer
+    steps change nothing until they drop below that (a default completion keeps its steps); below
+    it, a block commits more tokens a pass, but the answer keeps its length. Fewer blocks
+    (narrower slots) would cut the answer short, and blocks finished sooner are not known up
+    front. Only when one step per sub-block is still too many (a span of hundreds of tokens, or
+    many slots decoded once per candidate) do the alternatives go (the first candidate is the one
+    shown), then the slots narrow, the widest first. Past that (hundreds of slots) the plan
+    stays at one step per sub-block, one candidate and one token per slot, over the cap."""
+    def fitting_steps(n: int, width: int | None = None) -> int:
+        return next((steps for steps in range(settings.steps, 0, -1)
+                     if block_passes(request, steps, block, n, width) <= MAX_REQUEST_PASSES), 0)
+
+    if fitting_steps(settings.n):
+        return request, replace(settings, steps=fitting_steps(settings.n))
+    n = next((n for n in range(settings.n - 1, 0, -1) if fitting_steps(n)), 1)
+    widest = max(slot.max_tokens for slot in request.slots)
+    width = next((width for width in range(widest, 0, -1) if fitting_steps(n, width)), 1)
+    narrowed = replace(request, slots=[replace(slot, max_tokens=min(slot.max_tokens, width)) for slot in request.slots])
+    return narrowed, replace(settings, n=n, steps=max(1, fitting_steps(n, width)))
 
 
 class CancelToken:
@@ -181,6 +224,9 @@ class Engine:
         if run is VariableLengthRun and settings.n * settings.steps > MAX_REQUEST_PASSES:
             # its candidates run one after another: the alternatives beyond the cap are dropped
             settings = replace(settings, n=max(1, MAX_REQUEST_PASSES // settings.steps))
+        if run is BlockwiseRun:
+            request, settings = capped_blocks(request, settings,
+                                              self.denoiser.sub_block_size or self.denoiser.block_size)
         with self._lock:
             canvas = self.canvas(request, context_tokens, self.start_tokens(settings, request))
         def report_step(step: int, span: torch.Tensor, masked: torch.Tensor, mean_conf: float, budget: int) -> None:
@@ -195,8 +241,12 @@ class Engine:
         ends = SpanEnds.for_request(request) if settings.ends_balanced else None   # a scan of the prefix: only when asked
         starts = SpanStarts.for_request(request, self.token_index)
 
+        # The block-wise loop ends a one-line slot at a line break: the tokens holding one are
+        # the engine's token table's, as every other tokenizer-level question is.
+        lines = ({"tokens": self.token_index()} if run is BlockwiseRun and any(canvas.single_line) else {})
+
         def make_run():
-            return run(self.denoiser, canvas, settings, step_cb, cache, ends, starts=starts)
+            return run(self.denoiser, canvas, settings, step_cb, cache, ends, starts=starts, **lines)
 
         outcome = None
         if self.batching:

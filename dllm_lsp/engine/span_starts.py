@@ -47,10 +47,14 @@ _MASKS_KEPT = 64     # agreeing-token masks kept per index: typing asks for the 
 
 class TokenIndex:
     """Each token's text as it reads inside a sequence, indexed by text for "which tokens agree
-    with this string". Built once per model (`TokenIndex.of`)."""
+    with this string", and which tokens hold a line break. Built once per model (`TokenIndex.of`):
+    the engine's one table of what its tokenizer's tokens read as, for every loop."""
 
     def __init__(self, texts: list[str]) -> None:
         self.size = len(texts)
+        # A byte piece (U+FFFD) that holds a line break still breaks the line: counted here.
+        self._breaks = [token for token, text in enumerate(texts) if "\n" in text]
+        self._line_breaks: dict[str, torch.Tensor] = {}    # device -> the `line_breaks` mask
         by_text: dict[str, list[int]] = defaultdict(list)
         self._text_of: dict[int, str] = {}
         for token, text in enumerate(texts):
@@ -139,6 +143,17 @@ class TokenIndex:
             if on:
                 flags[torch.tensor(on)] = True
             cached = self._going_on[str(device)] = flags.to(device)
+        return cached
+
+    def line_breaks(self, device: torch.device | str) -> torch.Tensor:
+        """[size] bool on `device`: the tokens whose text holds a line break (special tokens
+        hold none): where the block-wise loop ends a one-line slot."""
+        cached = self._line_breaks.get(str(device))
+        if cached is None:
+            flags = torch.zeros(self.size, dtype=torch.bool)
+            if self._breaks:
+                flags[torch.tensor(self._breaks)] = True
+            cached = self._line_breaks[str(device)] = flags.to(device)
         return cached
 
     def text(self, token: int) -> str:

@@ -10,6 +10,9 @@ from collections import Counter
 TAB_SIZE = 4
 _INDENT_SAMPLE_CHARS = 3000   # indentation is guessed from this much text around the cursor
 _INDENTS = re.compile(r"^([ \t]*)\S", re.MULTILINE)   # leading whitespace of non-blank lines
+# A line that opens a block: a Python compound statement's header, or a line ending in `{`.
+_BLOCK_HEADER = re.compile(r"[ \t]*(?:(?:async[ \t]+)?(?:def|class|if|elif|else|for|while|try|except|finally|with|"
+                           r"match|case)\b.*:[ \t]*(?:#.*)?|.*\{[ \t]*)\r?$")
 
 
 def line_bounds(text: str, offset: int) -> tuple[int, int]:
@@ -80,15 +83,44 @@ def next_nonblank_line(text: str, line_end: int) -> tuple[int, str] | None:
     return None
 
 
+def block_steps(text: str, offset: int) -> Counter:
+    """How many block headers near `offset` indent their first body line by how many columns.
+
+    The indentation step is what a block adds to the line that opens it, not the smallest
+    indentation in sight: a stretch of a class's methods has no line at 4 columns, and
+    continuation lines aligned to a bracket sit at any column."""
+    low = max(0, offset - _INDENT_SAMPLE_CHARS // 2)
+    low = text.rfind("\n", 0, low) + 1
+    lines = [line for line in text[low:low + _INDENT_SAMPLE_CHARS].split("\n") if line.strip()]
+    steps: Counter = Counter()
+    for header, body in zip(lines, lines[1:]):
+        if _BLOCK_HEADER.match(header):
+            step = indent_width(leading_ws(body)) - indent_width(leading_ws(header))
+            if step > 0:
+                steps[step] += 1
+    return steps
+
+
+def usual_step(steps: Counter, prefer: int | None = None) -> int:
+    """The most common of `steps` (not empty): `prefer` where it is one of the most common, else
+    the smallest of them."""
+    most = max(steps.values())
+    return prefer if steps.get(prefer) == most else min(step for step, n in steps.items() if n == most)
+
+
 def detect_indent_unit(text: str, offset: int, default: str) -> str:
-    """The file's indentation step near `offset`: a tab, or the smallest space indentation that
-    several lines use (first-level lines are indented by exactly one step)."""
+    """The file's indentation step near `offset`: a tab where most lines are indented with tabs,
+    else the usual step from a block header to its body (`block_steps`), else (no header near)
+    the smallest space indentation that several lines use."""
     low = max(0, offset - _INDENT_SAMPLE_CHARS // 2)
     counts = Counter(_INDENTS.findall(text, low, low + _INDENT_SAMPLE_CHARS))
     tabs = sum(n for ws, n in counts.items() if ws.startswith("\t"))
     spaced = {len(ws): n for ws, n in counts.items() if ws.startswith(" ") and "\t" not in ws}
     if tabs > sum(spaced.values()):
         return "\t"
+    steps = Counter({step: n for step, n in block_steps(text, offset).items() if 1 < step <= 8})
+    if steps:
+        return " " * usual_step(steps)
     widths = [width for width in spaced if 1 < width <= 8]
     usual = [width for width in widths if spaced[width] >= 2] or widths   # one odd line is no evidence
     if usual:
@@ -96,8 +128,7 @@ def detect_indent_unit(text: str, offset: int, default: str) -> str:
     if not tabs:
         # No line is indented yet (a new file): what was typed on the cursor's line is all the
         # evidence there is, and a body whose first line has the tab and the rest spaces mixes them.
-        start = line_bounds(text, offset)[0]
-        typed = text[start:offset][:len(text[start:offset]) - len(text[start:offset].lstrip(" \t"))]
+        typed = leading_ws(text[line_bounds(text, offset)[0]:offset])
         if typed.startswith("\t"):
             return "\t"
         if 1 < len(typed) <= 8 and "\t" not in typed:

@@ -30,6 +30,7 @@ from dllm_lsp.checkpoints.block_tiny import BLOCK_LAYOUTS, EXECUTED_MARKER, FAMI
 from dllm_lsp.engine.blockwise import decode_blockwise
 from dllm_lsp.engine.denoiser import BlockDiffusionPort, Canvas
 from dllm_lsp.engine.engine import Engine
+from dllm_lsp.engine.span_starts import TokenIndex
 from dllm_lsp.engine.types import DecodeSettings, InfillRequest, Slot
 from dllm_lsp.model_folder import ModelLoadError
 
@@ -209,9 +210,6 @@ class UncachedPort:
     def context_ids(self, prefix, suffix):
         return self.port.context_ids(prefix, suffix)
 
-    def newline_ids(self):
-        return self.port.newline_ids()
-
     def new_cache(self, batch):
         return {"ids": torch.empty(batch, 0, dtype=torch.long)}
 
@@ -318,11 +316,6 @@ class ScriptedPort:
             logits[:, i, self.script.get(start + i - self.t0, 5)] = 50.0
         return logits if rows is None else logits[rows]
 
-    def newline_ids(self):
-        flags = torch.zeros(self.vocab, dtype=torch.bool)
-        flags[7] = True
-        return flags
-
 
 def test_block_stop_rules_end_of_line_and_eos():
     from dllm_lsp.engine.denoiser import SpecialTokens
@@ -330,7 +323,8 @@ def test_block_stop_rules_end_of_line_and_eos():
     special = SpecialTokens(mask_id=9, pad_id=8, eos_id=8)
     canvas = Canvas(torch.tensor([1, 2, 3] + [9] * 12), [(3, 15)], (True,))
     port = ScriptedPort({5: 7}, 10, special)          # a line break at span offset 5
-    out = decode_blockwise(port, canvas, DecodeSettings(steps=4))
+    lines = TokenIndex(["a"] * 7 + ["\n"] + ["a"] * 2)  # token 7 holds the line break
+    out = decode_blockwise(port, canvas, DecodeSettings(steps=4), tokens=lines)
     # blocks of 4 from position 0, 3 context tokens: the break lands in the third block, which finishes
     assert out.span_ids[0].tolist() == [5] * 5 + [7] + [5] * 3 + [8] * 3
     canvas = Canvas(torch.tensor([1, 2, 3] + [9] * 12), [(3, 15)])

@@ -193,9 +193,6 @@ class ScriptedPort:
                            for i in range(self.block_size)])[None].repeat(ids.shape[0], 1, 1)
         return out if rows is None else out[rows]
 
-    def newline_ids(self):
-        return torch.zeros(len(WORDS), dtype=torch.bool)
-
     def decode(self, ids):
         return _tokenizer().decode(ids)
 

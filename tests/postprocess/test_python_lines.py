@@ -191,6 +191,13 @@ def test_callees_that_the_file_the_builtins_or_the_completion_define_are_shown(s
     assert finished(src, raw)[1] is not None
 
 
+@pytest.mark.parametrize("raw", ["unknown_fn(1)", "unknown_fn(1) + len(\n    s)", "(1,\n     unknown_fn(1))"])
+def test_a_call_after_non_ascii_text_on_the_line_is_found_where_it_lies(raw):
+    # ast counts columns in UTF-8 bytes: 20 two-byte characters before the cursor, so counted
+    # in characters the completion's range would end before its call starts
+    assert finished("s = '" + "é" * 20 + "'; v = ‸\n", raw)[1] is None
+
+
 def test_the_users_own_text_is_not_judged_only_what_the_completion_adds():
     # the user typed the unknown name; the completion only closes its call
     assert finished("def f(values):\n    assert_equal(‸)\n", "values)")[1] == "values"
