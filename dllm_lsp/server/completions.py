@@ -33,7 +33,7 @@ from dllm_lsp.rebase import rebase
 from dllm_lsp.syntax.document import SYNC_PARSE_BYTES
 from dllm_lsp.syntax.snapshot import Snapshot
 
-from .documents import DocumentTrees
+from .documents import DocumentTrees, tree_ready
 from .model_host import ModelHost
 from .positions import offset_in_text
 
@@ -148,6 +148,9 @@ class CompletionService:
         try:
             # The model's positions cap the context budget: one engine plans and runs the request.
             engine = await self.host.ready_engine()
+            # A big document's tree may still be parsing: waited for in the parse pool, not in a
+            # worker of asyncio's default pool, where the plan below runs (documents.tree_ready)
+            await tree_ready(snapshot)
             if token.cancelled:
                 raise Cancelled()
             # Off the event loop: the first plan after big documents open indexes them for snippets

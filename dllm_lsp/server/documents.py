@@ -4,6 +4,7 @@ in a worker thread, never on the event loop (docs/architecture.md, "Big document
 connection holds at most MAX_OPEN_DOCUMENTS documents of MAX_OPEN_CHARS characters in all."""
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -60,8 +61,14 @@ MAX_OPEN_DOCUMENTS = 500
 # Large documents are parsed here, off the event loop; parses come back to Python every few KB so
 # the loop keeps running meanwhile (syntax/snapshot.py, READ_CHUNK_BYTES). One pool for every
 # connection: its workers only start parses, and a request that needs a tree sooner parses it in
-# its own thread (TreeSlot.resolve), so a long parse queued here delays nobody's request.
+# a thread of its own pool (tree_ready), so a long parse queued here delays nobody's request.
 _PARSES = ThreadPoolExecutor(max_workers=2, thread_name_prefix="dllm-parse")
+# A request that needs a large document's tree now parses it, or waits for the parse under way,
+# in one of these threads (tree_ready): never in asyncio's default pool, whose few workers
+# (min(32, cores + 4): 6 on a 2-core machine) plan and finish every connection's completions.
+# Requests on six big documents still parsing held all six there, and a small document's
+# completion waited for their parses. Bounded: what waits beyond it is big documents' requests.
+_TREE_WAITS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dllm-tree-wait")
 
 
 class DocumentTrees:
@@ -164,8 +171,8 @@ class DocumentTrees:
     def get(self, uri: str, workspace: Workspace) -> tuple[Snapshot, TextDocument, str]:
         """The document's current snapshot (text + tree), pygls' document and the language id as
         the client named it; InvalidParams if the document is not open, RequestFailed if it was refused. The tree
-        of a large document may still be parsing: reading `snapshot.tree` waits for it (read it
-        off the event loop), and it is always the tree of `snapshot.text`."""
+        of a large document may still be parsing: reading `snapshot.tree` waits for it (`await
+        tree_ready(snapshot)` first), and it is always the tree of `snapshot.text`."""
         parsed = self._parsed.get(unquote(uri))
         if parsed is None:
             refused = self._refused.get(unquote(uri))
@@ -179,6 +186,15 @@ class DocumentTrees:
         recently opened or changed first (the planner looks at the first few)."""
         uri = unquote(uri)
         return [(u, p.text) for u, p in reversed(self._parsed.items()) if u != uri]
+
+
+async def tree_ready(snapshot: Snapshot) -> None:
+    """Return once the snapshot's tree is parsed (at once for a small document, parsed where it
+    was edited), the parse or the wait for it done in a _TREE_WAITS thread: whatever reads
+    `snapshot.tree` afterwards, in asyncio's default pool or on the loop, no longer waits."""
+    source = snapshot.source
+    if isinstance(source, TreeSlot) and not source.done:
+        await asyncio.wrap_future(_TREE_WAITS.submit(source.resolve))
 
 
 def parse_soon(parsed: ParsedDocument, opened: str | None = None) -> Future | None:

@@ -15,9 +15,12 @@ from lsprotocol.converters import get_converter
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 
 from dllm_lsp.multisite.companion import APPLY_COMMAND, import_edit
-from dllm_lsp.multisite.holes import find_holes
+from dllm_lsp.multisite.holes import HoleScope, find_holes
 from dllm_lsp.multisite.sites import Outcome
+from dllm_lsp.syntax.document import SYNC_PARSE_BYTES
+from dllm_lsp.syntax.snapshot import Snapshot
 
+from .documents import tree_ready
 from .errors import answered
 from .params import NextEditsParams, companion_arguments, decode, fill_arguments
 from .positions import LspTextDocument, line_end, line_starts, offset_of, range_of
@@ -32,7 +35,7 @@ APPLY_EDIT_TIMEOUT_S = 10.0
 _converter = get_converter()
 
 
-def code_action(ls, params: types.CodeActionParams) -> list[types.CodeAction]:
+async def code_action(ls, params: types.CodeActionParams) -> list[types.CodeAction]:
     only = params.context.only if params.context is not None else None
     if only and not any(types.CodeActionKind.RefactorRewrite.value.startswith(k) for k in only):
         return []
@@ -43,7 +46,7 @@ def code_action(ls, params: types.CodeActionParams) -> list[types.CodeAction]:
         raise JsonRpcInvalidParams("the range ends before it starts")
     if not ls.options.planner.language_enabled(language_id):
         return []
-    holes = find_holes(snapshot, start, end, ls.options.planner.hole_marker).holes
+    holes = (await holes_in(snapshot, start, end, ls.options.planner.hole_marker)).holes
     if not holes:
         return []
     title = f"Fill {len(holes)} hole{'s' if len(holes) != 1 else ''} with dllm"
@@ -53,6 +56,17 @@ def code_action(ls, params: types.CodeActionParams) -> list[types.CodeAction]:
         kind=types.CodeActionKind.RefactorRewrite,
         command=types.Command(title=title, command=FILL_COMMAND, arguments=arguments),
     )]
+
+
+async def holes_in(snapshot: Snapshot, start: int, end: int, marker: str) -> HoleScope:
+    """find_holes, off the event loop for a big document as completions are (SYNC_PARSE_BYTES):
+    an editor asks for code actions at every cursor move, and each waited on the loop for the
+    document's parse (a second or more at 2 MB) and walked its tree there, while every client's
+    messages waited."""
+    if len(snapshot.data) <= SYNC_PARSE_BYTES:
+        return find_holes(snapshot, start, end, marker)
+    await tree_ready(snapshot)
+    return await asyncio.to_thread(find_holes, snapshot, start, end, marker)
 
 
 async def fill_holes(ls, *args: Any) -> dict:
@@ -66,6 +80,7 @@ async def fill_holes(ls, *args: Any) -> dict:
     if not ls.options.planner.language_enabled(language_id):
         return {"applied": False, "reason": language_off(language_id), "edit": None, "sites": []}
     marker = fill.marker or ls.options.planner.hole_marker
+    await tree_ready(snapshot)      # not in asyncio's default pool, where the search for holes runs
     report = await answered(ls.multisite.fill_holes(snapshot, start, end, ls.options, marker))
     document = ls.workspace.get_text_document(uri)
     if document.version != version or document.source != snapshot.text:
@@ -153,6 +168,7 @@ async def next_edits(ls, raw: Any) -> dict:
     if not ls.options.planner.language_enabled(language_id):   # no edits, and none remembered
         return {"version": version, "change": None, "edits": [], "kept": [], "reason": language_off(language_id)}
     ls.multisite.history.record(uri, snapshot.text)
+    await tree_ready(snapshot)      # not in asyncio's default pool, where the edits are planned
     report = await answered(ls.multisite.next_edits(uri, snapshot, ls.options, near))
     change = None
     if report.change is not None:

@@ -4,14 +4,17 @@ pygls' own TCP mode serves a single connection and exits the process when it clo
 `exit` handler calls sys.exit). Here every connection gets its own language server (documents,
 settings, pending requests) while all of them share one ModelHost, so a team shares one GPU.
 
-Each connection is read by the robust frame reader (transport.py). When a token is configured
-(auth.py), a connection must present it in `initialize` before anything else is read, and until
-it has, it costs the server a socket and a frame reader only: its first message is checked on
-the raw JSON (`screen_first`) and its language server (pygls server, options, workspace, thread
-pool: ~8 ms to build on a 2-core CPU) is built only then, and handed that message. A stranger
-connecting in a loop had a language server built and torn down for every connection, which slowed
-every other client's requests (docs/deploy.md has the figures). When a connection closes, its queued and running requests are cancelled (a
-denoise stops at its next step boundary) so nobody's GPU time goes to a client that has left.
+Each connection is read by the robust frame reader (transport.py), and until it has sent a
+well-formed `initialize` it costs the server a socket, a frame reader and (without a token) a
+protocol object: its language server (pygls server, options, workspace, thread pool: ~8-20 ms to
+build on a 2-core CPU) is built only then, and handed that message. When a token is configured
+(auth.py), the first message must be that `initialize` carrying it, checked on the raw JSON
+(`screen_first`). Without one, what comes before it is answered as a language server not yet
+initialized answers it (`Greeting`), and the connection stays open for its `initialize`. A stranger
+connecting in a loop, a port scanner or a pile of idle connections had a language server built for
+every connection, which slowed every other client's requests (docs/deploy.md has the figures).
+When a connection closes, its queued and running requests are cancelled (a denoise stops at its
+next step boundary) so nobody's GPU time goes to a client that has left.
 
 Its `model` and `device` options are limited to what the operator offers (ModelChoices): the
 shipped models, `serve --model`, and folders under `serve --allow-model-dir`.
@@ -28,14 +31,18 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
+from cattrs import Converter
 from lsprotocol import types
+from pygls.lsp.server import LanguageServer
 from pygls.protocol.language_server import lsp_method
 
+from dllm_lsp import __version__
 from dllm_lsp.options import Options
 
 from . import auth
 from .app import create_server
 from .model_host import ModelChoices, ModelHost
+from .params import strict_converter
 from .protocol import DllmProtocol
 from .transport import (CHUNK, INVALID_REQUEST, MAX_FRAME_BYTES, PARSE_ERROR, Connection, FrameReader, FramingError,
                         decode_body, envelope_error, error_message)
@@ -104,6 +111,54 @@ class ConnectionProtocol(DllmProtocol):
             if self.frames is not None:
                 self.frames.max_frame = MAX_FRAME_BYTES
         super().handle_message(message)
+
+
+class Greeting(ConnectionProtocol):
+    """A token-less connection until its `initialize`. What comes before it is answered as the
+    language server not yet initialized answers it, by the same code (DllmProtocol: a request gets
+    ServerNotInitialized, or InvalidParams for params that cannot be read; a notification is
+    dropped; `exit` closes the connection; Connection: bad frames, batches and malformed
+    messages), and the first well-formed `initialize` is kept for the language server built then.
+    It runs on a bare pygls server and a converter shared by every connection (Greeter)."""
+
+    def __init__(self, gate: LanguageServer, converter: Converter, writer: asyncio.StreamWriter) -> None:
+        super().__init__(gate, converter)
+        self.set_writer(writer)
+        self.done = threading.Event()          # its Connection stops reading at initialize or exit
+        self.initialize: dict | None = None    # the raw message, read again by the language server
+
+    def structure_message(self, data: dict[str, Any]):
+        message = super().structure_message(data)
+        if isinstance(message, types.InitializeRequest):   # its params could be read
+            self.initialize = data
+        return message
+
+    def handle_message(self, message) -> None:
+        if self.initialize is not None:
+            self.done.set()
+            return
+        super().handle_message(message)
+
+    def close_connection(self) -> None:
+        self.writer.close()
+        self.done.set()
+
+
+class Greeter:
+    """What every token-less connection's Greeting shares: a pygls server that is never
+    initialized and the converter (~6 ms of a language server's build, alone)."""
+
+    def __init__(self) -> None:
+        self.converter = strict_converter()
+        self.gate = LanguageServer("dllm-lsp", __version__, protocol_cls=DllmProtocol,
+                                   converter_factory=lambda: self.converter)
+
+    async def greet(self, frames: FrameReader, writer: asyncio.StreamWriter) -> dict | None:
+        """Read the connection until its first well-formed `initialize` and return it (the frames
+        after it stay in `frames`), or None when it ended or sent `exit` first."""
+        greeting = Greeting(self.gate, self.converter, writer)
+        await Connection(greeting, frames, greeting.done).run()
+        return greeting.initialize
 
 
 class _Discard:
@@ -180,6 +235,7 @@ async def serve_tcp(host: str, port: int, settings: Options, token: str | None =
     shared = model_host or ModelHost()
     choices = ModelChoices.of(settings.model.model, settings.model.device, allowed_model_dirs)
     waiting: dict[object, str] = {}      # connections that have not shown the token yet -> address
+    greeter = Greeter()
     refused_since_log = [0]
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -198,7 +254,6 @@ async def serve_tcp(host: str, port: int, settings: Options, token: str | None =
         server = None
         me = object()
         try:
-            first = None
             if token is not None:
                 waiting[me] = address
                 deadline = asyncio.get_running_loop().call_later(AUTH_DEADLINE_S, close_unauthenticated, writer, peer)
@@ -207,8 +262,10 @@ async def serve_tcp(host: str, port: int, settings: Options, token: str | None =
                 finally:
                     deadline.cancel()
                     waiting.pop(me, None)
-                if first is None:
-                    return
+            else:
+                first = await greeter.greet(frames, writer)
+            if first is None:
+                return
             log.info("client connected from %s", peer)
             server = create_server(settings, host=shared, protocol_cls=ConnectionProtocol)
             server.model_choices = choices
@@ -216,8 +273,8 @@ async def serve_tcp(host: str, port: int, settings: Options, token: str | None =
             server._stop_event = threading.Event()
             server.protocol.set_writer(writer)
             server.protocol.frames = frames
-            connection = Connection(server, frames, server._stop_event)
-            if first is not None and not connection.message(first):
+            connection = Connection(server.protocol, frames, server._stop_event)
+            if not connection.message(first):
                 connection.refuse_if_unauthenticated("a malformed initialize")
             await connection.run()
         except asyncio.CancelledError:

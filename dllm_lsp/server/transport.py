@@ -299,11 +299,11 @@ def decode_body(body: bytes) -> Any:
 # --- The read loop ------------------------------------------------------------------------------
 
 class Connection:
-    """Reads frames for one language server and hands well-formed messages to its protocol."""
+    """Reads frames for one language server and hands well-formed messages to its protocol (or to
+    a TCP connection's stand-in before its `initialize`: tcp.Greeting)."""
 
-    def __init__(self, server, frames: FrameReader, stop_event: threading.Event | None = None) -> None:
-        self.server = server
-        self.protocol = server.protocol
+    def __init__(self, protocol, frames: FrameReader, stop_event: threading.Event | None = None) -> None:
+        self.protocol = protocol
         self.frames = frames
         self.stop_event = stop_event or threading.Event()
         self.exit_code: int | None = None
@@ -574,7 +574,7 @@ def start_io(server, stdin=None, stdout=None) -> int:
     async def serve() -> int | None:
         watch = asyncio.ensure_future(end_when_client_gone(server, source))
         try:
-            return await Connection(server, FrameReader(source.read), stop_event).run()
+            return await Connection(server.protocol, FrameReader(source.read), stop_event).run()
         finally:
             watch.cancel()
 

@@ -7,12 +7,15 @@ it does once the tree is there. A connection keeps at most MAX_OPEN_CHARS charac
 client is told once, and a document reopened after another closed is kept again."""
 from __future__ import annotations
 
+import contextlib
 import gc
+import os
 import time
 import weakref
 
 from dllm_lsp.server.documents import MAX_OPEN_CHARS
 from dllm_lsp.server.protocol import MAX_DOCUMENT_CHARS
+from dllm_lsp.syntax.document import SYNC_PARSE_BYTES
 from dllm_lsp.syntax.snapshot import MAX_TREE_BYTES
 
 from . import test_connection_memory
@@ -146,3 +149,81 @@ def test_a_gone_connections_documents_are_freed_at_once(tcp_port):
     finally:
         gc.enable()
 
+
+
+MEDIUM_PY = big_python(4 * SYNC_PARSE_BYTES)   # parsed in a worker thread, quickly
+
+
+@contextlib.contextmanager
+def parses_held(client: RawClient, uris: list[str]):
+    """Edit each of the (open, large) documents and hold its next parse until the block ends: a
+    parse that takes as long as the test needs, with no clock. Each document's parses take its
+    lock (TreeSlot), which the test takes first, once the background parse of the opened text
+    is done; the edit then leaves the current version unparsed."""
+    client.call("dllm/status")                      # the didOpens before it are handled
+    server = connected_server()
+    documents = [server.trees._parsed[uri] for uri in uris]
+    deadline = time.monotonic() + 60
+    while not all(d.last_slot.done for d in documents):
+        assert time.monotonic() < deadline, "the opened documents were never parsed"
+        time.sleep(0.05)
+    held = []
+    try:
+        for document, uri in zip(documents, uris):
+            document._lock.acquire()
+            held.append(document._lock)
+            client.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": 2}, "contentChanges": [
+                {"range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}}, "text": "#\n"}]})
+        client.call("dllm/status")                  # the edits are handled: their versions wait for a parse
+        assert not any(d.last_slot.done for d in documents)
+        yield
+    finally:
+        for lock in held:
+            lock.release()
+
+
+def test_a_small_documents_completion_waits_for_no_big_documents_parse(tcp_port):
+    """A completion on a big document waits for its tree. It waited in a worker of asyncio's
+    default pool (min(32, cores + 4) of them), where every completion is planned: with as many
+    big documents parsing, a small document's completion was answered only after their parses."""
+    client = RawClient.tcp(tcp_port)
+    try:
+        assert "result" in client.initialize(OPTIONS)
+        assert client.wait_loaded()["loaded"]
+        small = "file:///project/small.py"
+        client.open(small)
+        assert "result" in client.response(client.inline(small, 1, 11))   # the model's first run done
+        uris = [f"file:///project/big{n}.py" for n in range(min(32, (os.cpu_count() or 1) + 4) + 1)]
+        for n, uri in enumerate(uris):
+            client.open(uri, MEDIUM_PY.replace("def f0(", f"def g{n}("))
+        with parses_held(client, uris):
+            waiting = [client.inline(uri, 2, 13) for uri in uris]
+            answer = client.response(client.inline(small, 1, 11), timeout=60)
+            assert "result" in answer, answer
+            assert not any(is_answer(m, *waiting) for m in client.other), "a big document's tree was ready"
+        for msg_id in waiting:                      # and each, once its tree is parsed
+            assert "result" in client.response(msg_id, timeout=120)
+    finally:
+        client.close()
+
+
+def test_code_actions_on_a_big_document_are_listed_off_the_event_loop(tcp_port):
+    """The fill-holes code action looked for holes on the event loop: for a big document still
+    parsing, every message of every client waited for the parse (an editor asks for code actions
+    at each cursor move)."""
+    client = RawClient.tcp(tcp_port)
+    try:
+        assert "result" in client.initialize(OPTIONS)
+        uri = "file:///project/holes.py"
+        client.open(uri, "def hole(x):\n    pass  # TODO\n\n\n" + MEDIUM_PY)
+        with parses_held(client, [uri]):            # the edit puts `#\n` first: the hole is on line 2
+            listing = client.start("textDocument/codeAction", {
+                "textDocument": {"uri": uri}, "context": {"diagnostics": []},
+                "range": {"start": {"line": 2, "character": 0}, "end": {"line": 3, "character": 0}}})
+            status = client.call("dllm/status", {}, timeout=60)
+            assert "result" in status, status
+            assert not any(is_answer(m, listing) for m in client.other), "the tree was ready"
+        actions = client.response(listing, timeout=60)["result"]
+        assert [a["title"] for a in actions] == ["Fill 1 hole with dllm"], actions
+    finally:
+        client.close()

@@ -1,5 +1,6 @@
 """A TCP connection that has not shown its token costs next to nothing: no language server (pygls
-server, options, workspace, thread pool) is built for it until its `initialize` carries the token.
+server, options, workspace, thread pool) is built for it until its `initialize` carries the token;
+without a token, none until a well-formed `initialize` has come.
 A stranger connecting in a loop had one built and torn down per connection (~22 ms each), and
 every other client's requests waited behind them.
 
@@ -7,14 +8,16 @@ Runs the real `serve_tcp` in this process, on a thread, so the test can count th
 that exist (as tests/server/test_connection_memory.py does); the clients are raw sockets."""
 from __future__ import annotations
 
+import asyncio
 import gc
 import socket
 
 import pytest
 
 from dllm_lsp.server.app import DllmLanguageServer
-from dllm_lsp.server.auth import AUTH_FAILED
+from dllm_lsp.server.auth import AUTH_FAILED, SERVER_NOT_INITIALIZED
 from dllm_lsp.server.tcp import MAX_UNAUTHENTICATED_PER_PEER
+from dllm_lsp.server.transport import INVALID_PARAMS, PARSE_ERROR
 
 from .raw_rpc import RawClient, frame, in_process_tcp_server
 from .test_transport import OPTIONS
@@ -89,3 +92,48 @@ def test_initialize_with_the_token_and_what_follows_it_in_one_write_is_all_serve
         assert "result" in answer, answer          # the document sent in that same write is open
     finally:
         client.close()
+
+
+@pytest.fixture
+def open_port(tiny_model_dir):
+    with in_process_tcp_server(tiny_model_dir, None) as port:
+        yield port
+
+
+def live_servers() -> int:
+    """Language servers of connections still open (a gone connection's server writes to a _Discard)."""
+    gc.collect()
+    return sum(1 for o in gc.get_objects()
+               if type(o) is DllmLanguageServer and isinstance(o.protocol.writer, asyncio.StreamWriter))
+
+
+def test_a_server_without_a_token_builds_a_language_server_only_at_a_well_formed_initialize(open_port):
+    """Without a token a language server was built at every accept: for a port scanner, for each
+    idle connection. What comes before `initialize` is answered as it was, without one."""
+    before = live_servers()
+    silent = [socket.create_connection(("127.0.0.1", open_port)) for _ in range(5)]
+    socket.create_connection(("127.0.0.1", open_port)).close()
+    leaving = RawClient.tcp(open_port)
+    leaving.notify("exit")                                    # before initialize: closes the connection
+    assert leaving.closed.wait(10), "exit before initialize left the connection open"
+    leaving.close()
+    early = RawClient.tcp(open_port)
+    try:
+        uri = "file:///tmp/early.py"
+        early.open(uri, "x = 1\n")                            # a notification before initialize: dropped
+        answer = early.call("dllm/status", {})
+        assert answer["error"]["code"] == SERVER_NOT_INITIALIZED and "initialize" in answer["error"]["message"]
+        early.raw(frame(b"{not json"))
+        assert early.response(None)["error"]["code"] == PARSE_ERROR
+        bad = early.call("initialize", {"processId": None, "rootUri": None, "capabilities": 5})
+        assert bad["error"]["code"] == INVALID_PARAMS, bad    # as the language server reads it
+        assert live_servers() == before, "a language server was built before a well-formed initialize"
+        assert "result" in early.initialize(OPTIONS)          # the same connection, initialized now
+        assert live_servers() == before + 1
+        assert early.wait_loaded()["loaded"]
+        # the didOpen sent before initialize was dropped: the document is not open
+        assert early.response(early.inline(uri, 0, 5))["error"]["code"] == INVALID_PARAMS
+    finally:
+        early.close()
+        for sock in silent:
+            sock.close()
