@@ -38,7 +38,6 @@ import json
 import math
 import random
 import shlex
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -52,6 +51,7 @@ from pygls.lsp.client import LanguageClient
 
 from dllm_lsp.cli_errors import output_file, report as report_error, write_out
 from dllm_lsp.lifetime import child_env, cleanup_on_termination
+from dllm_lsp.net import free_port
 from dllm_lsp.serving.local_cluster import RayCluster
 from dllm_lsp.syntax.languages import facts_for, language_id_for_path
 
@@ -345,12 +345,6 @@ class Typist:
             await asyncio.wait_for(self.client.stop(), timeout=10)
         except Exception:
             pass
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def log_tail(log) -> str:

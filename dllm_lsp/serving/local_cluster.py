@@ -1,7 +1,11 @@
 """A Ray cluster on this machine (loopback), for the tests and `dllm-lsp bench typing --ray-replicas`.
 
 `ray start --head --block` on a free port, in the foreground of a child process: ending that
-child stops exactly the Ray processes it started (never another cluster of the same user).
+child stops exactly the Ray processes it started (never another cluster of the same user). The
+child ends with the process that started the cluster, a SIGKILL of it included (an OOM kill of a
+benchmark left the raylet, the GCS and the workers running, with their memory and ports): it asks
+the kernel for SIGTERM when its parent dies (dllm_lsp/lifetime.py), and `ray start --block` stops
+its processes on SIGTERM. Ray's own processes end with `ray start` (Ray's kernel fate sharing).
 
 Token authentication stays on (recent Ray, 2.60 here, turns it on by default, and a cluster on loopback
 still runs code for anyone who can reach its port): the cluster gets its own token in its own folder,
@@ -13,12 +17,13 @@ from __future__ import annotations
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from dllm_lsp.lifetime import PARENT_ENV, child_env, end_with_parent
+from dllm_lsp.net import free_port
 
 # Ports Ray's components take by default when not told otherwise: the dashboard agent's HTTP port
 # (52365) lies in the range the OS hands out as free ports, and a head whose GCS drew it refused
@@ -28,16 +33,10 @@ RAY_DEFAULT_PORTS = frozenset({6379, 8265, 10001, 52365})
 START_TRIES = 3     # a port freed here may be taken by another process before Ray binds it
 
 
-def free_port(avoid: frozenset[int] | set[int] = RAY_DEFAULT_PORTS) -> int:
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in avoid:
-            return port
-
-
 class RayCluster:
+    """Enter it on a thread that outlives the cluster (the main thread): the kernel's signal on the
+    parent's death follows the thread that started the child, not the process."""
+
     def __init__(self, root: Path, cpus: int = 4) -> None:
         self.root, self.cpus = Path(root), cpus
         self._draw_ports()
@@ -50,7 +49,7 @@ class RayCluster:
 
     def _draw_ports(self) -> None:
         """The GCS port and the dashboard agent's, free now and neither one a Ray default."""
-        self.port = free_port()
+        self.port = free_port(RAY_DEFAULT_PORTS)
         self.agent_port = free_port(RAY_DEFAULT_PORTS | {self.port})
         self.address = f"127.0.0.1:{self.port}"
 
@@ -60,12 +59,13 @@ class RayCluster:
         self.token_path.chmod(0o600)
         for attempt in range(START_TRIES):
             self.log = open(self.root / "ray-start.log", "w")
+            # Through this module's main, which asks to end with this process, then runs `ray`.
             self.proc = subprocess.Popen(
-                ["ray", "start", "--head", "--block", f"--port={self.port}", f"--num-cpus={self.cpus}", "--num-gpus=0",
-                 f"--dashboard-agent-listen-port={self.agent_port}",
+                [sys.executable, "-m", __name__, "ray", "start", "--head", "--block", f"--port={self.port}",
+                 f"--num-cpus={self.cpus}", "--num-gpus=0", f"--dashboard-agent-listen-port={self.agent_port}",
                  "--include-dashboard=false", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
                  f"--temp-dir={self.root}"],
-                env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+                env=child_env(self.env), stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
             try:
                 self.wait_ready()
                 return self
@@ -110,3 +110,15 @@ class RayCluster:
     def dllm(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "dllm_lsp", *args], env=self.env, capture_output=True,
                               text=True, timeout=timeout)
+
+
+def main(command: list[str]) -> None:
+    """Run `command` (`ray start ...`) in this process, SIGTERMed when the parent process dies.
+    The request survives exec; the parent's pid is not passed on to Ray's processes."""
+    end_with_parent()
+    os.environ.pop(PARENT_ENV, None)
+    os.execvp(command[0], command)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -4,22 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
+from dllm_lsp.net import free_port
+
 from . import tools
 
 DRIVER = Path(__file__).resolve().parent / "vscode" / "driver.js"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class CodeServer:

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from dllm_lsp.net import free_port
+from tests.ports import wait_listening
+
 # Server options for a stream long enough to be seen: the tiny model denoises a line in ~10 ms,
 # and an editor redraws a report only after a round trip (VS Code asks its provider again), so a
 # stream that short shows one state on a busy machine. One token per step over 64 steps, every
@@ -152,25 +155,18 @@ class TcpServer:
     """`dllm-lsp serve --tcp 127.0.0.1:PORT` on the model, up and listening; stopped on exit."""
 
     def __init__(self, model: Path, log: Path, token: str | None = None):
-        import os
-        import socket
-        import time
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "dllm_lsp", "serve", "--tcp", f"127.0.0.1:{self.port}", "--model", str(model),
              "--device", "cpu", "--log-file", str(log)],
             env={**os.environ, "DLLM_LSP_TOKEN": token or ""},   # with a token, clients must send it
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # Wait for the port to listen without connecting: the server serves the first connection.
-        deadline = time.monotonic() + 90
-        while not listening(self.port):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.close()
-                raise AssertionError(f"the TCP server did not start: {log.read_text() if log.exists() else ''}")
-            time.sleep(0.2)
+        try:
+            wait_listening(self.port, self.process, timeout=90, connect=False)
+        except AssertionError as e:
+            self.close()
+            raise AssertionError(f"the TCP server did not start ({e}): {log.read_text() if log.exists() else ''}")
 
     @property
     def address(self) -> str:
@@ -190,9 +186,3 @@ class TcpServer:
     def __exit__(self, *exc) -> None:
         self.close()
 
-
-def listening(port: int) -> bool:
-    """Is a socket listening on 127.0.0.1:port? (read from /proc/net/tcp, state 0A = LISTEN)"""
-    want = f"0100007F:{port:04X}"
-    with open("/proc/net/tcp") as table:
-        return any(f" {want} " in row and row.split()[3] == "0A" for row in table)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from dllm_lsp.arch.tiny import write_tiny_model
 from dllm_lsp.bench.environment import environment
+from dllm_lsp.net import free_port
 
 from tests.server.raw_rpc import RawClient, frame
 
@@ -91,9 +92,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(tmp) / "tiny"
         write_tiny_model(model)
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
+        port = free_port()
         env = {**os.environ, "DLLM_LSP_TOKEN": TOKEN, "DLLM_LSP_THREADS": "1"}
         server = subprocess.Popen([sys.executable, "-m", "dllm_lsp", "serve", "--tcp", f"127.0.0.1:{port}",
                                    "--model", str(model), "--device", "cpu", "--log-file", str(Path(tmp) / "server.log")],

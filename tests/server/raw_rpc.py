@@ -17,9 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dllm_lsp.net import free_port
 from dllm_lsp.options import Options
 from dllm_lsp.server.model_host import ModelHost
 from dllm_lsp.server.tcp import serve_tcp
+from tests.ports import wait_listening
 
 TINY_PY = "def f(x):\n    return \n"
 
@@ -196,9 +198,7 @@ class RawClient:
 def in_process_tcp_server(model_dir: Path, token: str | None = None):
     """`serve --tcp` (serve_tcp) on a free loopback port in a thread of this process, so a test can
     look at the server's objects; yields the port, and stops the server at the end."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     loop = asyncio.new_event_loop()
     settings = Options().merged({"model": str(model_dir), "device": "cpu"})
 
@@ -210,14 +210,7 @@ def in_process_tcp_server(model_dir: Path, token: str | None = None):
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline, "the in-process server did not listen"
-            time.sleep(0.05)
+    wait_listening(port, timeout=30)
     try:
         yield port
     finally:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -11,27 +10,13 @@ import time
 import pytest
 from lsprotocol import types
 
+from dllm_lsp.net import free_port
+from tests.ports import listening_addresses, wait_listening
+
 from .lsp_harness import inline_params, make_client, open_doc, wait_loaded
 from .raw_rpc import RawClient
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def listening_addresses(port: int) -> set[str]:
-    """Local addresses of LISTEN sockets on `port`, from /proc/net/tcp (hex, little-endian)."""
-    found = set()
-    for line in open("/proc/net/tcp").read().splitlines()[1:]:
-        local, state = line.split()[1], line.split()[3]
-        address, hex_port = local.split(":")
-        if state == "0A" and int(hex_port, 16) == port:
-            found.add(socket.inet_ntoa(bytes.fromhex(address)[::-1]))
-    return found
 
 
 def keepalive_timers(port: int) -> list[float]:
@@ -77,11 +62,7 @@ async def test_tcp_server_binds_loopback_and_serves_many_clients(tmp_path, tiny_
          "--device", "cpu", "--log-file", str(tmp_path / "tcp.log")],
     )
     try:
-        deadline = time.monotonic() + 60
-        while not listening_addresses(port):
-            assert proc.poll() is None, "server exited"
-            assert time.monotonic() < deadline, "server did not listen in time"
-            await asyncio.sleep(0.1)
+        wait_listening(port, proc, timeout=60, connect=False)   # on whatever address it binds
         assert listening_addresses(port) == {"127.0.0.1"}
         first = await connect(port)
         second = await connect(port)                     # a second client while the first is on
@@ -111,10 +92,7 @@ def test_ctrl_c_during_a_model_load_exits_at_once(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "dllm_lsp", "serve", "--tcp", f":{port}", "--model",
                              "dllm-embedded-30m", "--device", "cpu", "--log-file", str(log)])
     try:
-        deadline = time.monotonic() + 60
-        while not listening_addresses(port):
-            assert proc.poll() is None and time.monotonic() < deadline, "server did not listen"
-            time.sleep(0.1)
+        wait_listening(port, proc, timeout=60, connect=False)
         clients = [RawClient.tcp(port) for _ in range(2)]
         for client in clients:
             assert "result" in client.initialize({})

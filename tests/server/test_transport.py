@@ -12,9 +12,11 @@ import time
 
 import pytest
 
+from dllm_lsp.net import free_port
 from dllm_lsp.server.app import PROGRESS_CREATE_S
 from dllm_lsp.server.protocol import MAX_DOCUMENT_CHARS
 from dllm_lsp.server.transport import CLIENT_POLL_S, MAX_FRAME_BYTES
+from tests.ports import wait_listening
 
 from .raw_rpc import RawClient, frame
 
@@ -186,24 +188,6 @@ CASES = {name[len("case_"):]: fn for name, fn in dict(globals()).items() if name
 
 # --- servers ----------------------------------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_listening(proc: subprocess.Popen, port: int, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        assert proc.poll() is None, "server exited"
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            assert time.monotonic() < deadline, "server did not listen in time"
-            time.sleep(0.1)
-
-
 def start_tcp_server(tmp_path, model_dir, *extra: str, env=None) -> tuple[subprocess.Popen, int]:
     port = free_port()
     proc = subprocess.Popen(
@@ -211,7 +195,7 @@ def start_tcp_server(tmp_path, model_dir, *extra: str, env=None) -> tuple[subpro
          "--device", "cpu", "--log-file", str(tmp_path / "tcp.log"), *extra], env=env,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
-    wait_listening(proc, port)
+    wait_listening(port, proc)
     return proc, port
 
 
@@ -522,11 +506,14 @@ def test_notifications_leave_nothing_pending(tmp_path, tiny_model_dir):
                                                      "contentChanges": [{"text": "x" * version}]})
         client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
         assert "result" in client.call("dllm/status")
-        client.close()
         log = tmp_path / "tcp.log"
+        # This client's address: the last one logged as connected (wait_listening's probe came
+        # first, and the server logs it only where it builds a language server for every connection).
+        peer = [line for line in log.read_text().splitlines() if "client connected from" in line][-1].split("from ")[1]
+        client.close()
 
-        def ours() -> list[str]:   # the first connection was wait_listening's probe
-            return [line for line in log.read_text().splitlines() if "disconnected" in line][1:]
+        def ours() -> list[str]:
+            return [line for line in log.read_text().splitlines() if f"client {peer} disconnected" in line]
         deadline = time.monotonic() + 30
         while not ours() and time.monotonic() < deadline:
             time.sleep(0.1)

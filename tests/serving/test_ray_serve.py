@@ -22,7 +22,8 @@ from tests.server.lsp_harness import (
     wait_loaded,
     wait_until,
 )
-from dllm_lsp.serving.local_cluster import RAY_DEFAULT_PORTS, RayCluster, free_port
+from dllm_lsp.net import free_port
+from dllm_lsp.serving.local_cluster import RAY_DEFAULT_PORTS, RayCluster
 
 pytestmark = pytest.mark.timeout(600)
 URI = "file:///ray/area.py"
@@ -293,7 +294,7 @@ def test_without_ray_installed_the_cli_says_what_to_install():
 def test_the_clusters_ports_avoid_the_ones_ray_takes_by_default(tmp_path):
     """A GCS port drawn as 52365 (the dashboard agent's default) once kept a head from starting:
     the ports drawn are free, distinct and none of Ray's defaults, and the agent is told its own."""
-    first = free_port()
+    first = free_port(RAY_DEFAULT_PORTS)
     assert first not in RAY_DEFAULT_PORTS and free_port(RAY_DEFAULT_PORTS | {first}) != first
     cluster = RayCluster(tmp_path)
     assert cluster.port != cluster.agent_port
