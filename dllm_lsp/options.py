@@ -359,10 +359,18 @@ NOT_OPTIONS = frozenset({"token"})   # initializationOptions read elsewhere (ser
 
 
 def _section(options: Any) -> dict:
-    """The client's settings object: its `dllm` section when it has one."""
+    """The client's settings object: its `dllm` section when it has one (`null`: nothing set)."""
     if not isinstance(options, dict):
         raise SettingsError("options must be a JSON object")
-    return options["dllm"] if isinstance(options.get("dllm"), dict) else options
+    if "dllm" not in options:
+        return options
+    section = options["dllm"]
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        # read as the whole object before, it was only "unknown options ignored: dllm" in the log
+        raise SettingsError(f"the dllm section must be a JSON object, not {json.dumps(section)[:60]}")
+    return section
 
 
 def _sent(options: Any) -> dict[tuple[str, str], Any]:

@@ -114,7 +114,10 @@ def _finish_line(plan: SpanPlan, doc_text: str, text: str, provided: frozenset[s
         line_start = line_bounds(doc_text, plan.replace_start)[0]
         head = doc_text[max(line_start, plan.replace_start - _LINE_LOOKED_AT):plan.replace_start]
         rest = rest[:_LINE_LOOKED_AT]
-        if _brackets(head + text + rest, quotes).unbalanced > _brackets(head + rest, quotes).unbalanced:
+        before, after = _brackets(head + rest, quotes), _brackets(head + text + rest, quotes)
+        # A string the completion opens and leaves open counts on its own: it swallows the rest's
+        # closers, so the count alone stayed the same (`if self.‸}` + `get_name == "`).
+        if after.unbalanced > before.unbalanced or (after.quote is not None and before.quote is None):
             return None
     return text if _ParseCheck(plan, provided)(text) else None
 
