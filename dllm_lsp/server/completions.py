@@ -33,7 +33,7 @@ from dllm_lsp.rebase import rebase
 from dllm_lsp.syntax.document import SYNC_PARSE_BYTES
 from dllm_lsp.syntax.snapshot import Snapshot
 
-from .documents import DocumentTrees, tree_ready
+from .documents import DocumentTrees, tree_pending, tree_ready, with_tree
 from .model_host import ModelHost
 from .positions import offset_in_text
 
@@ -93,11 +93,11 @@ class CompletionService:
                     completion = await asyncio.shield(prefetched.task)
                 except Cancelled:
                     completion = None
-                return self._settle(uri, completion, workspace)
+                return await self._settle(uri, completion, workspace)
             del self._prefetch[uri]
             prefetched.task.cancel()
         completion = await self._run(uri, snapshot, offset, options, on_step)
-        return self._settle(uri, completion, workspace)
+        return await self._settle(uri, completion, workspace)
 
     def options_changed(self) -> None:
         """Settings changed: nothing computed under the old ones is shown again (a suggestion a
@@ -189,6 +189,12 @@ class CompletionService:
         shown = self._shown.get(uri)
         if shown is None:
             return None
+        if shown.companion is not None and tree_pending(snapshot):
+            # Moving it places its import in this version's tree (Completion.moved), which is
+            # still parsing: on the loop, every client's messages waited for the parse. The model
+            # runs instead, waiting for the tree off the loop; awaiting it here would let this
+            # request cancel a newer one's run when it reused the suggestion.
+            return None
         moved = rebase(shown.text, shown.start, shown.end, shown.snapshot.text, snapshot.text)
         if moved is None or moved.typed_through == 0 or moved.end != offset:
             return None
@@ -196,7 +202,7 @@ class CompletionService:
         self._shown[uri] = completion
         return completion
 
-    def _settle(self, uri: str, completion: Completion | None, workspace: Workspace) -> Completion | None:
+    async def _settle(self, uri: str, completion: Completion | None, workspace: Workspace) -> Completion | None:
         """The completion on the document as it is now (moved when exact, else dropped)."""
         if completion is None:
             self._shown.pop(uri, None)
@@ -213,7 +219,7 @@ class CompletionService:
                 self._shown.pop(uri, None)
                 return None
             self.counters["rebased"] += 1
-            completion = completion.moved(moved.start, moved.end, current)
+            completion = await moved_onto(completion, moved.start, moved.end, current)
         self._shown[uri] = completion
         return completion
 
@@ -226,6 +232,14 @@ class CompletionService:
         previous = self._running.pop(key, None)
         if previous is not None:
             previous.cancel()
+
+
+async def moved_onto(completion: Completion, start: int, end: int, snapshot: Snapshot) -> Completion:
+    """`completion.moved(...)`; its import is placed afresh in the snapshot's tree, for a big
+    document off the loop (documents.with_tree)."""
+    if completion.companion is None:
+        return completion.moved(start, end, snapshot)
+    return await with_tree(snapshot, completion.moved, start, end, snapshot)
 
 
 def _finish(completion_plan: CompletionPlan, result) -> tuple[Completion | None, bool]:

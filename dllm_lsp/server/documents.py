@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
 from lsprotocol import types
@@ -15,13 +17,15 @@ from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace import Workspace
 from pygls.workspace.text_document import TextDocument
 
-from dllm_lsp.syntax.document import ParsedDocument
+from dllm_lsp.syntax.document import SYNC_PARSE_BYTES, ParsedDocument
 from dllm_lsp.syntax.snapshot import Snapshot, TreeSlot
 
 from .errors import RequestFailed
 from .positions import LspTextDocument, edit_range
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class LspWorkspace(Workspace):
@@ -188,13 +192,29 @@ class DocumentTrees:
         return [(u, p.text) for u, p in reversed(self._parsed.items()) if u != uri]
 
 
+def tree_pending(snapshot: Snapshot) -> bool:
+    """Whether reading `snapshot.tree` now would parse it, or wait for its parse (a big document)."""
+    source = snapshot.source
+    return isinstance(source, TreeSlot) and not source.done
+
+
 async def tree_ready(snapshot: Snapshot) -> None:
     """Return once the snapshot's tree is parsed (at once for a small document, parsed where it
     was edited), the parse or the wait for it done in a _TREE_WAITS thread: whatever reads
     `snapshot.tree` afterwards, in asyncio's default pool or on the loop, no longer waits."""
-    source = snapshot.source
-    if isinstance(source, TreeSlot) and not source.done:
-        await asyncio.wrap_future(_TREE_WAITS.submit(source.resolve))
+    if tree_pending(snapshot):
+        await asyncio.wrap_future(_TREE_WAITS.submit(snapshot.source.resolve))
+
+
+async def with_tree(snapshot: Snapshot, work: Callable[..., T], *args: Any) -> T:
+    """`work(*args)`, which reads `snapshot.tree`, never on the event loop for a big document: there
+    it would wait for the document's parse (a second or more at 2 MB) and walk the tree while
+    every client's messages waited. A document up to SYNC_PARSE_BYTES is parsed where it was
+    edited, and the work on it costs less than the hop to a thread: done at once."""
+    if len(snapshot.data) <= SYNC_PARSE_BYTES:
+        return work(*args)
+    await tree_ready(snapshot)       # in the parse waits' pool, not asyncio's default one
+    return await asyncio.to_thread(work, *args)
 
 
 def parse_soon(parsed: ParsedDocument, opened: str | None = None) -> Future | None:

@@ -17,13 +17,12 @@ from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from dllm_lsp.multisite.companion import APPLY_COMMAND, import_edit
 from dllm_lsp.multisite.holes import HoleScope, find_holes
 from dllm_lsp.multisite.sites import Outcome
-from dllm_lsp.syntax.document import SYNC_PARSE_BYTES
 from dllm_lsp.syntax.snapshot import Snapshot
 
-from .documents import tree_ready
+from .documents import tree_ready, with_tree
 from .errors import answered
 from .params import NextEditsParams, companion_arguments, decode, fill_arguments
-from .positions import LspTextDocument, line_end, line_starts, offset_of, range_of
+from .positions import LspTextDocument, line_end, line_starts, offset_of, range_in_text, range_of
 
 FILL_COMMAND = "dllm.fillHoles"
 NEXT_EDITS_METHOD = "dllm/nextEdits"
@@ -59,14 +58,9 @@ async def code_action(ls, params: types.CodeActionParams) -> list[types.CodeActi
 
 
 async def holes_in(snapshot: Snapshot, start: int, end: int, marker: str) -> HoleScope:
-    """find_holes, off the event loop for a big document as completions are (SYNC_PARSE_BYTES):
-    an editor asks for code actions at every cursor move, and each waited on the loop for the
-    document's parse (a second or more at 2 MB) and walked its tree there, while every client's
-    messages waited."""
-    if len(snapshot.data) <= SYNC_PARSE_BYTES:
-        return find_holes(snapshot, start, end, marker)
-    await tree_ready(snapshot)
-    return await asyncio.to_thread(find_holes, snapshot, start, end, marker)
+    """find_holes, off the event loop for a big document: an editor asks for code actions at every
+    cursor move, and each waited on the loop for the document's parse."""
+    return await with_tree(snapshot, find_holes, snapshot, start, end, marker)
 
 
 async def fill_holes(ls, *args: Any) -> dict:
@@ -102,11 +96,16 @@ async def fill_holes(ls, *args: Any) -> dict:
 async def apply_companion_edit(ls, *args: Any) -> dict:
     uri, statement = companion_arguments(args, APPLY_COMMAND)
     snapshot, document, _ = ls.trees.get(uri, ls.workspace)
-    found = import_edit(statement, snapshot)
+    version, codec = document.version, document.position_codec
+    # The import block is looked for in the tree: for a big document, off the loop (the edit the
+    # user accepted just before left its tree to parse)
+    found = await with_tree(snapshot, import_edit, statement, snapshot)
     if found is None:
         return {"applied": False, "reason": "not a valid import, or the file already has it"}
-    position = range_of(document, found.offset, found.offset)
-    edit = workspace_edit_from(ls, uri, document.version, [types.TextEdit(range=position, new_text=found.text)])
+    # placed in the version it was found in: the user may have typed on meanwhile (a versioned
+    # edit is then refused by the client)
+    position = range_in_text(snapshot.text, found.offset, found.offset, codec)
+    edit = workspace_edit_from(ls, uri, version, [types.TextEdit(range=position, new_text=found.text)])
     applied, reason = await ask_to_apply(ls, edit, "Add import")
     return {"applied": applied, **({"reason": reason} if reason else {}), "edit": _converter.unstructure(edit)}
 

@@ -13,6 +13,7 @@ build on a 2-core CPU) is built only then, and handed that message. When a token
 initialized answers it (`Greeting`), and the connection stays open for its `initialize`. A stranger
 connecting in a loop, a port scanner or a pile of idle connections had a language server built for
 every connection, which slowed every other client's requests (docs/deploy.md has the figures).
+Either way the connections waiting for their `initialize` are few and brief (`WaitingRoom`).
 When a connection closes, its queued and running requests are cancelled (a denoise stops at its
 next step boundary) so nobody's GPU time goes to a client that has left.
 
@@ -22,13 +23,14 @@ shipped models, `serve --model`, and folders under `serve --allow-model-dir`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import signal
 import socket
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from cattrs import Converter
@@ -49,15 +51,23 @@ from .transport import (CHUNK, INVALID_REQUEST, MAX_FRAME_BYTES, PARSE_ERROR, Co
 
 log = logging.getLogger(__name__)
 
-# Before a connection has presented its token, its frames are an initialize (a few kB) and it has
-# this long to send one: a stranger announcing 60 MB frames and stalling held hundreds of MB of the
-# server's memory for as long as it liked.
+# Before a connection has presented its token, its frames are an initialize (a few kB): a stranger
+# announcing 60 MB frames and stalling held hundreds of MB of the server's memory for as long as
+# it liked.
 PRE_AUTH_MAX_FRAME = 256 * 1024
-AUTH_DEADLINE_S = 10.0       # an editor sends initialize at once
-# Connections waiting to present their token, at most, in all and from one address: beyond, a
-# new one is closed at once. A stranger holding 300 silent sockets (each kept for the deadline)
-# exhausted the server's file descriptors, and a client with the token then got no answer; the
-# per-address share keeps one such peer from filling the room for everyone else.
+# How long a connection has to send its `initialize` (with a token: one carrying it), token or
+# not. A client opens the connection to send it: an editor does so at once, and a slow machine
+# starting its client, or a tunnel's round trips, take seconds, not tens of them. Without a token
+# the peers are this machine's processes, but a longer wait would not serve a real client better,
+# only keep a port scanner's or a leaking client's sockets in the room every client goes through.
+AUTH_DEADLINE_S = 10.0
+# Connections waiting for their `initialize`, at most, in all and (with a token) from one address:
+# beyond, a new one is closed at once. A stranger holding 300 silent sockets (each kept for the
+# deadline) exhausted the server's file descriptors, and a client with the token then got no
+# answer; the per-address share keeps one such peer from filling the room for everyone else.
+# Without a token there is no share: the server listens on loopback only (auth.check_bind), where
+# every peer is this machine and, through a tunnel, every client the same address, so a share
+# would only shrink the room to 8 for everyone.
 MAX_UNAUTHENTICATED = 64
 MAX_UNAUTHENTICATED_PER_PEER = 8
 
@@ -171,9 +181,57 @@ class _Discard:
         pass
 
 
-def close_unauthenticated(writer: asyncio.StreamWriter, peer) -> None:
-    log.warning("closing the connection from %s: no initialize with its token within %.0f s", peer, AUTH_DEADLINE_S)
-    writer.transport.abort()     # the reader's pending read ends, and with it the connection
+class Tally:
+    """How often something happened that a peer can make happen as often as it likes: logged the
+    1st, 100th and every 1000th time, never a line each (a log that cannot flood). `message` gets
+    the count, then the arguments of the time that is logged."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        self.count = 0
+
+    def add(self, *args: Any) -> None:
+        self.count += 1
+        if self.count in (1, 100) or self.count % 1000 == 0:
+            log.warning(self.message, self.count, *args)
+
+
+class WaitingRoom:
+    """The connections that have not sent their `initialize` yet (with a token: one carrying it),
+    with or without a token: at most MAX_UNAUTHENTICATED of them (with a token, and
+    MAX_UNAUTHENTICATED_PER_PEER from one address), and each closed when it has not sent it within
+    AUTH_DEADLINE_S. A connection past the limits is closed at once, without an answer: it has sent
+    nothing yet. (The limits are read per connection.)"""
+
+    def __init__(self, token: bool) -> None:
+        self.per_address = token
+        self.addresses: dict[object, str] = {}     # a waiting connection -> its address
+        self.awaited = "initialize with its token" if token else "initialize"
+        self.refused = Tally("refused %d connection(s) so far: %d are waiting for their initialize (the most held)")
+        self.late = Tally("closed %d connection(s) so far that sent no %s within %.0f s (the last from %s)")
+
+    def admits(self, address: str) -> bool:
+        if len(self.addresses) < MAX_UNAUTHENTICATED and not (
+                self.per_address and sum(a == address for a in self.addresses.values()) >= MAX_UNAUTHENTICATED_PER_PEER):
+            return True
+        self.refused.add(len(self.addresses))
+        return False
+
+    @contextlib.contextmanager
+    def waiting(self, writer: asyncio.StreamWriter, peer, address: str) -> Iterator[None]:
+        """Hold the connection's place while the block reads its `initialize`."""
+        me = object()
+        self.addresses[me] = address
+        deadline = asyncio.get_running_loop().call_later(AUTH_DEADLINE_S, self.close_late, writer, peer, AUTH_DEADLINE_S)
+        try:
+            yield
+        finally:
+            deadline.cancel()
+            del self.addresses[me]
+
+    def close_late(self, writer: asyncio.StreamWriter, peer, deadline_s: float) -> None:
+        self.late.add(self.awaited, deadline_s, peer)
+        writer.transport.abort()     # the reader's pending read ends, and with it the connection
 
 
 def send_frame(writer: asyncio.StreamWriter, message: Any) -> None:
@@ -234,36 +292,24 @@ async def serve_tcp(host: str, port: int, settings: Options, token: str | None =
     `allowed_model_dirs`: folders under which clients may name model folders (ModelChoices)."""
     shared = model_host or ModelHost()
     choices = ModelChoices.of(settings.model.model, settings.model.device, allowed_model_dirs)
-    waiting: dict[object, str] = {}      # connections that have not shown the token yet -> address
+    room = WaitingRoom(token is not None)
     greeter = Greeter()
-    refused_since_log = [0]
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         address = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer)
-        if token is not None and (len(waiting) >= MAX_UNAUTHENTICATED or
-                                  sum(a == address for a in waiting.values()) >= MAX_UNAUTHENTICATED_PER_PEER):
-            refused_since_log[0] += 1
-            if refused_since_log[0] in (1, 100) or refused_since_log[0] % 1000 == 0:   # a log that cannot flood
-                log.warning("refused %d connection(s) so far: %d are waiting to authenticate (the most held)",
-                            refused_since_log[0], len(waiting))
+        if not room.admits(address):
             writer.transport.abort()
             return
         keep_alive(writer.get_extra_info("socket"))
         frames = FrameReader(lambda: reader.read(CHUNK), max_frame=PRE_AUTH_MAX_FRAME if token else MAX_FRAME_BYTES)
         server = None
-        me = object()
         try:
-            if token is not None:
-                waiting[me] = address
-                deadline = asyncio.get_running_loop().call_later(AUTH_DEADLINE_S, close_unauthenticated, writer, peer)
-                try:
+            with room.waiting(writer, peer, address):
+                if token is not None:
                     first = await screen_first(frames, writer, token)
-                finally:
-                    deadline.cancel()
-                    waiting.pop(me, None)
-            else:
-                first = await greeter.greet(frames, writer)
+                else:
+                    first = await greeter.greet(frames, writer)
             if first is None:
                 return
             log.info("client connected from %s", peer)

@@ -227,3 +227,32 @@ def test_code_actions_on_a_big_document_are_listed_off_the_event_loop(tcp_port):
         assert [a["title"] for a in actions] == ["Fill 1 hole with dllm"], actions
     finally:
         client.close()
+
+
+def test_the_add_import_command_on_a_big_document_runs_off_the_event_loop(tcp_port):
+    """dllm.applyCompanionEdit looked for the import block in the tree on the event loop: an editor
+    runs it just after inserting the accepted completion, an edit that leaves a big document's
+    tree to parse, and every message of every client waited for that parse. The edit is placed in
+    the version the command was asked on, however the user typed on meanwhile."""
+    client = RawClient.tcp(tcp_port)
+    try:
+        versioned = {"workspace": {"workspaceEdit": {"documentChanges": True}}}   # no applyEdit: the edit is answered
+        assert "result" in client.initialize(OPTIONS, capabilities=versioned)
+        uri = "file:///project/imports.py"
+        client.open(uri, "import os\n\n\n" + MEDIUM_PY)
+        with parses_held(client, [uri]):            # the edit puts `#\n` first: the import goes on line 2
+            adding = client.start("workspace/executeCommand", {
+                "command": "dllm.applyCompanionEdit", "arguments": [uri, "import sys"]})
+            status = client.call("dllm/status", {}, timeout=60)
+            assert "result" in status, status
+            assert not any(is_answer(m, adding) for m in client.other), "the tree was ready"
+            client.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": 3}, "contentChanges": [
+                {"range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}}, "text": "# on\n"}]})
+        answer = client.response(adding, timeout=60)["result"]
+        assert answer["applied"] is False and "workspace.applyEdit" in answer["reason"], answer
+        [change] = answer["edit"]["documentChanges"]
+        assert change["textDocument"] == {"uri": uri, "version": 2}
+        assert change["edits"] == [{"range": {"start": {"line": 2, "character": 0}, "end": {"line": 2, "character": 0}},
+                                    "newText": "import sys\n"}]
+    finally:
+        client.close()

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import select
 import socket
+import time
 
 import pytest
 
+from dllm_lsp.server import tcp
 from dllm_lsp.server.app import DllmLanguageServer
 from dllm_lsp.server.auth import AUTH_FAILED, SERVER_NOT_INITIALIZED
-from dllm_lsp.server.tcp import MAX_UNAUTHENTICATED_PER_PEER
+from dllm_lsp.server.tcp import MAX_UNAUTHENTICATED, MAX_UNAUTHENTICATED_PER_PEER
 from dllm_lsp.server.transport import INVALID_PARAMS, PARSE_ERROR
 
 from .raw_rpc import RawClient, frame, in_process_tcp_server
@@ -137,3 +140,88 @@ def test_a_server_without_a_token_builds_a_language_server_only_at_a_well_formed
         early.close()
         for sock in silent:
             sock.close()
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    """Whether the server has closed `sock` (it sent nothing that is left unread), without waiting."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True             # reset: the server aborted it
+
+
+def wait_closed(socks: list[socket.socket], count: int, timeout: float = 60.0) -> None:
+    """Return once the server has closed `count` of `socks`; fail after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while sum(closed_by_server(s) for s in socks) < count:
+        assert time.monotonic() < deadline, f"the server closed fewer than {count} of the connections"
+        select.select(socks, [], [], 0.2)
+
+
+def tcp_log(caplog, words: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == tcp.__name__ and words in r.getMessage()]
+
+
+def test_a_connection_without_a_token_has_a_deadline_for_its_initialize(open_port, monkeypatch, caplog):
+    """Without a token a connection that never initialized stayed open for good: a port scanner
+    leaving its sockets open, or a client's bug, held them (a socket, a reader, a protocol
+    object each) without limit. Now it is closed at the token path's deadline, whatever it sent
+    before; one that initialized is served on past it."""
+    monkeypatch.setattr(tcp, "AUTH_DEADLINE_S", 2.0)     # read per connection
+    good = RawClient.tcp(open_port)
+    assert "result" in good.initialize(OPTIONS)
+    # opened after `good` initialized: once they are closed, its deadline has passed too
+    silent = RawClient.tcp(open_port)
+    chatty = RawClient.tcp(open_port)
+    partial = RawClient.tcp(open_port)
+    try:
+        assert chatty.call("dllm/status", {})["error"]["code"] == SERVER_NOT_INITIALIZED
+        partial.raw(b'Content-Length: 200\r\n\r\n{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params"')
+        for client in (silent, chatty, partial):
+            assert client.closed.wait(60), "a connection that never initialized stayed open"
+        assert "result" in good.call("dllm/status", {})
+        assert not good.closed.is_set()
+        closings = tcp_log(caplog, "sent no initialize within")
+        assert len(closings) == 1, closings            # the first of three: a log that cannot flood
+    finally:
+        for client in (good, silent, chatty, partial):
+            client.close()
+
+
+def test_a_server_without_a_token_holds_at_most_its_waiting_room(open_port, monkeypatch, caplog):
+    """Past MAX_UNAUTHENTICATED connections waiting for their initialize, a new one is closed at
+    once, as with a token; there is no per-address share (every peer of a token-less server is
+    this machine). Once the waiting ones have gone, a client is served again."""
+    monkeypatch.setattr(tcp, "AUTH_DEADLINE_S", 600.0)   # nobody leaves the room during the test
+    # A round trip first: the fixture's probe, closed at once, has left the room by its end.
+    first = RawClient.tcp(open_port)
+    assert "result" in first.initialize(OPTIONS)
+    first.close()
+    extra = 3
+    silent = [socket.create_connection(("127.0.0.1", open_port)) for _ in range(MAX_UNAUTHENTICATED + extra)]
+    try:
+        wait_closed(silent, extra)
+        refused = RawClient.tcp(open_port)
+        assert refused.closed.wait(30), "a connection past the waiting room was kept"
+        refused.close()
+        # accepted in order: the refusal above came after every silent one was let in or refused
+        assert sum(not closed_by_server(s) for s in silent) == MAX_UNAUTHENTICATED
+        refusals = tcp_log(caplog, "refused")
+        assert len(refusals) == 1 and "waiting for their initialize" in refusals[0], refusals
+    finally:
+        for sock in silent:
+            sock.close()
+    deadline = time.monotonic() + 60
+    while True:                                      # the server sees the closes one by one
+        client = RawClient.tcp(open_port)
+        try:
+            answer = client.initialize(OPTIONS, timeout=5)
+            break
+        except (TimeoutError, OSError):
+            assert client.closed.is_set() and time.monotonic() < deadline, "the room never emptied"
+        finally:
+            client.close()
+    assert "result" in answer, answer
