@@ -90,6 +90,7 @@ def run_latency_bench(engine, runs: int = 20, steps: int = DecodeSettings().step
         variants.update({steps_: growing for steps_ in layouts_of_steps if steps_})
         variants.update({f"_steps_{n}": replace(growing, steps=n) for n in also_steps})
         samples: dict[str, list[float]] = {suffix_: [] for suffix_ in variants}
+        passes: dict[str, list[int]] = {suffix_: [] for suffix_ in variants}   # sampled runs' steps vary
         last = {}
 
         def infill(suffix_: str, settings: DecodeSettings):
@@ -102,10 +103,12 @@ def run_latency_bench(engine, runs: int = 20, steps: int = DecodeSettings().step
             for suffix_, settings in variants.items():
                 result = infill(suffix_, replace(settings, seed=run))
                 samples[suffix_].append(result.latency_ms)
+                passes[suffix_].append(result.steps)
                 last[suffix_] = result
         for suffix_, result in last.items():
             cases[name + suffix_] = {
                 **percentiles(samples[suffix_]), "span_tokens": tokens, "steps": result.steps,
+                "mean_steps": round(sum(passes[suffix_]) / len(passes[suffix_]), 2),
                 "tokens_committed": result.tokens_committed, "slot_width_decoded": result.slot_widths[0],
                 "completion": result.text,
             }

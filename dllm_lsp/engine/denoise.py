@@ -255,6 +255,18 @@ class FixedLengthRun:
     slot widths drawn uniformly above the span's length, exactly full 15% of the time, so a
     narrow slot is in its training distribution, and filling it to the end is its way of saying
     "longer than this" (DreamOn's expansion, decided by the engine at the slot's end).
+
+    Several candidates (alternatives, `DecodeSettings.n`): candidate 0, the one the editor shows
+    first, leads, and the others cost it at most one pass. A slot grows only where candidate 0
+    filled it (a candidate still deciding it gets the room too, its undecided positions carried
+    into the new window), and once candidate 0 has decided a window without growing, the next
+    pass is the greedy fill of what the others left undecided, and the run ends. Why: the batch
+    runs until every row is done, and sampled candidates commit less confidently (more steps) and
+    fill slots candidate 0 does not (a fresh window per growth): with the shipped CPU model, four
+    candidates took up to five times the passes of the first alone (32 against 6), which waited
+    for them. Candidate 0's rows read only its own canvas, which the others no longer widen, so
+    its text is the one it has alone. An alternative cut short by the fill or by a slot it filled
+    is post-processing's to refuse.
     """
 
     writes_starts = True     # applies a request's SpanStarts (engine/span_starts.py)
@@ -324,8 +336,20 @@ class FixedLengthRun:
     @property
     def needs_greedy_fill(self) -> bool:
         """The step budget ran out with holes left (remasking, or ends held back), and no slot
-        is still writing a typed start (that takes its steps, StartGate)."""
-        return self.step_index >= self.settings.steps and bool(self.masked.any()) and not self._writing_start
+        is still writing a typed start (that takes its steps, StartGate); or, with several
+        candidates, candidate 0 has decided its window and the others have holes left, whatever
+        their budget or typed start (the class docstring says why)."""
+        if not self.masked.any():
+            return False
+        if self._leader_done:
+            return True
+        return self.step_index >= self.settings.steps and not self._writing_start
+
+    @property
+    def _leader_done(self) -> bool:
+        """Several candidates, and candidate 0 has nothing left to decide in this window (the class
+        docstring says why the others then stop)."""
+        return self.batch > 1 and not bool(self.masked[0].any())
 
     @property
     def _writing_start(self) -> bool:
@@ -338,19 +362,23 @@ class FixedLengthRun:
         first step after a slot grew)."""
         if self.filled:
             return False
-        if (self.step_index < self.settings.steps or self._writing_start) and self.masked.any():
+        if self._leader_done:
+            # Candidate 0 decides what happens next (class docstring): a slot it filled grows, the
+            # others' undecided positions carried into the new window; else their greedy fill.
+            if self._widen_full_slots() or self.needs_greedy_fill:
+                return True
+        elif (self.step_index < self.settings.steps or self._writing_start) and self.masked.any():
             return True
-        if self.needs_greedy_fill:
-            return True
-        if self._widen_full_slots():
+        elif self.needs_greedy_fill or self._widen_full_slots():
             return True
         self.filled = True
         return False
 
     def _widen_full_slots(self) -> bool:
-        """Double every slot that can grow and that some candidate filled to its last position
-        with a real token; True when one grew. The new positions are masks in the candidates
-        whose slot was full and ends in the others (their slot had already ended)."""
+        """Double every slot that can grow and that candidate 0 filled to its last position with a
+        real token (the class docstring says why not any candidate's); True when one grew. The new
+        positions are masks in the candidates whose slot was full or still undecided, and ends in
+        the others (their slot had already ended); undecided positions stay so."""
         canvas, special = self.canvas, self.special
         if not canvas.max_widths or not special.end_ids:
             return False
@@ -360,16 +388,17 @@ class FixedLengthRun:
         for width, cap in zip(widths, canvas.capacity):
             last = span[:, offset + width - 1]
             full = ~torch.isin(last, self.end_ids) & (last != special.mask_id)     # [B]
-            grows = width < cap and bool(full.any())
+            grows = width < cap and bool(full[0])
             new_widths.append(min(2 * width, cap) if grows else width)
-            full_rows.append(full)
+            # A candidate still deciding the slot (carried past candidate 0's window) may need the room too.
+            full_rows.append(full | self.masked[:, offset:offset + width].any(-1))
             offset += width
         if tuple(new_widths) == widths:
             return False
         wide = canvas.widened(tuple(new_widths), self.pad_fill)
         new_span = relayout(span, widths, new_widths, self.pad_fill)
         conf = relayout(self.committed_conf, widths, new_widths, 0.0)
-        masked = torch.zeros_like(new_span, dtype=torch.bool)
+        masked = relayout(self.masked, widths, new_widths, False)
         start = 0
         for width, new_width, full in zip(widths, new_widths, full_rows):
             masked[full, start + width:start + new_width] = True

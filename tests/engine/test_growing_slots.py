@@ -124,21 +124,21 @@ def test_only_the_slot_that_filled_grows():
 
 
 def test_candidates_whose_slot_had_ended_get_ends_not_masks():
-    # Candidate 0 ends after 3 tokens, candidate 1 needs 10: the slot grows for both, but
-    # only candidate 1 has anything left to decide.
-    denoiser = TargetDenoiser([[words(3)], [words(10, first=30)]])
+    # Candidate 0 needs 10 tokens, candidate 1 ends after 3: the slot grows for both (candidate
+    # 0 filled it: test_alternatives_passes.py), but only candidate 0 has anything left to decide.
+    denoiser = TargetDenoiser([[words(10, first=30)], [words(3)]])
     run = FixedLengthRun(denoiser, canvas_of([16], start=8), DecodeSettings(steps=4, threshold=0.9, n=2))
     run.advance(run.session.logits(run.ids, run.rows()))
     assert run.wants_logits()                                   # grew
     assert run.canvas.widths == (16,)
-    assert run.masked[0].tolist() == [False] * 16
-    assert run.masked[1].tolist() == [False] * 8 + [True] * 8
-    assert run.ids[0, run.span_pos].tolist()[8:] == [PAD] * 8
+    assert run.masked[0].tolist() == [False] * 8 + [True] * 8
+    assert run.masked[1].tolist() == [False] * 16
+    assert run.ids[1, run.span_pos].tolist()[8:] == [PAD] * 8
     while run.wants_logits():
         run.advance(run.session.logits(run.ids, run.rows()))
     outcome = run.outcome()
-    assert span_tokens(outcome, 0, row=0) == words(3)
-    assert span_tokens(outcome, 0, row=1) == words(10, first=30)
+    assert span_tokens(outcome, 0, row=0) == words(10, first=30)
+    assert span_tokens(outcome, 0, row=1) == words(3)
 
 
 def test_a_full_width_canvas_never_grows():
