@@ -31,6 +31,10 @@ from dllm_lsp.syntax.languages import normalize_language_id
 # tokenizing), the engine cuts the canvas by tokens; code runs 3-4 characters per token, so a
 # character budget of ~6 per token never cuts more than the token budget would.
 CHARS_PER_TOKEN = 6
+# The most context tokens a client may ask for: 2^20, above the positions of every checkpoint
+# family the loader takes (docs/models.md), which cap the budget anyway. Unbounded, 10^12 was
+# taken and reported by dllm/status as the budget.
+MAX_CONTEXT_TOKENS = 1_048_576
 
 
 class SettingsError(ValueError):
@@ -71,9 +75,10 @@ class PlannerOptions:
                                        metadata=doc("longest multi-line span (block bodies, new lines)"))
     max_line_tokens: int = attrs.field(default=32, validator=_in(1, 512),
                                        metadata=doc("longest one-line span (line tails, arguments)"))
-    context_tokens: int = attrs.field(default=1024, validator=_in(16),
+    context_tokens: int = attrs.field(default=1024, validator=_in(16, MAX_CONTEXT_TOKENS),
                                       metadata=doc("context budget around the cursor, in tokens: the planner's "
-                                                   "text window, the companion slot and the canvas all derive from it"))
+                                                   "text window, the companion slot and the canvas all derive from "
+                                                   f"it; 16..{MAX_CONTEXT_TOKENS:,}, capped by the model's positions"))
     companion_edits: bool = attrs.field(default=False, metadata=doc(
         "fill one more slot after the imports in the same run; a valid new import that the completion "
         "uses comes back as `additionalTextEdits` / an accept command. Off by default: on the shipped "

@@ -18,9 +18,9 @@ from dataclasses import dataclass, replace
 from dllm_lsp.engine.engine import CancelToken, Engine
 from dllm_lsp.engine.types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState, TokenConfidence
 from dllm_lsp.multisite.companion import (COMPANION_TOKENS, MAX_BETWEEN_CHARS, CompanionEdit, CompanionSlot, import_edit,
-                                          with_companion_slot)
+                                          imported_names, with_companion_slot)
 from dllm_lsp.options import CHARS_PER_TOKEN, Options
-from dllm_lsp.planner.lines import line_break_near
+from dllm_lsp.planner.lines import line_bounds, line_break_near
 from dllm_lsp.planner.spans import plan_span
 from dllm_lsp.planner.types import PlanError, SpanPlan
 from dllm_lsp.postprocess import finish, unheal
@@ -87,6 +87,25 @@ class Completion:
         file has it by now): an edit above the imports would have left the old offset mid-line."""
         companion = None if self.companion is None else import_edit(self.companion.statement, snapshot)
         return replace(self, start=start, end=end, snapshot=snapshot, alternatives=(), companion=companion)
+
+    def passes_finish(self) -> bool:
+        """Whether post-processing, run at this completion's range of its own snapshot as for a
+        fresh completion there (the typed word, the mid-line rules, the parse check), lets its
+        text through unchanged. A completion moved onto a newer version (typed through) was
+        checked on the older one, whose errors may be gone: Lua's `retur‸` kept its one error with
+        `return .core.mark.mark.parametrize(`, and at `return‸`, which parses, the same text adds
+        one. Reads the snapshot's tree: for a big document, off the event loop."""
+        lines = self.snapshot.line_view      # post-processing reads lines as LSP counts them
+        text = lines.text
+        cursor = self.end - self.span.after_cursor
+        span = replace(self.span, snapshot=lines, replace_start=self.start, replace_end=self.end,
+                       typed_prefix=text[self.start:cursor], healed="",   # the text is already past the blanks
+                       line_rest=text[self.end:line_bounds(text, cursor)[1]])
+        newline = line_break_near(self.snapshot.text, cursor)
+        provided = (frozenset() if self.companion is None
+                    else frozenset(imported_names(self.companion.statement, self.snapshot.language)))
+        written = self.text.replace("\r", "\n") if newline == "\r" else self.text
+        return _finished(span, written, provided, newline) == self.text
 
     @property
     def typed_prefix(self) -> str:
@@ -164,11 +183,9 @@ class CompletionPlan:
         """Candidate `index` of `result` (cursor slot first) post-processed and gated, or None;
         `provided`: the names the companion import shown with it brings in."""
         raw = result.candidates[index][0]
-        text = finish(self.span, raw, provided)
+        text = _finished(self.span, raw, provided, self.newline)
         if text is None:
             return None
-        if self.newline == "\r":   # finished on the lines LSP counts (a lone CR read as LF)
-            text = text.replace("\n", "\r")
         confidence = None
         if result.confidences:
             confidence = shown_confidence(text, raw, result.confidences[index][0])
@@ -177,6 +194,15 @@ class CompletionPlan:
             return None
         return Completion(text, self.span.replace_start, self.span.replace_end, self.snapshot, self.span, result,
                           None, confidence)
+
+
+def _finished(span: SpanPlan, raw: str, provided: frozenset[str], newline: str) -> str | None:
+    """postprocess.finish, its line breaks the file's: it works on the lines LSP counts, where a
+    lone CR reads as LF."""
+    text = finish(span, raw, provided)
+    if text is not None and newline == "\r":
+        text = text.replace("\n", "\r")
+    return text
 
 
 def plan(snapshot: Snapshot, offset: int, options: Options = Options(),

@@ -281,7 +281,7 @@ async def streamed_inline_completion(ls: DllmLanguageServer, raw: Any) -> types.
 
 
 def status(ls: DllmLanguageServer, params: Any) -> dict:
-    # typedThroughHits / prefetch* / rebased / dropped: this connection's (docs/protocol.md)
+    # the typing counters (typedThrough*, prefetch*, rebased, dropped, heldBack): this connection's (docs/protocol.md)
     return {**ls.host.status(), "contextTokens": ls.options.planner.context_tokens, **ls.completions.counters}
 
 

@@ -8,7 +8,8 @@ Typing is the workload, so three things keep the model out of the way:
   asked for; if the document changed while the model denoised, it is moved onto the current
   version when that is exact (rebase.py) and dropped otherwise, never shown misplaced;
 - **typed-through reuse**: while the user types the characters the last suggestion goes on
-  with, the next request is answered from it, without a model call;
+  with, the next request is answered from it, without a model call, when post-processing on
+  the current version lets it through as it would a fresh completion there;
 - **prefetch after accept**: an edit that inserts the last suggestion (the editor accepted it)
   starts the next completion at the new cursor at once, and the request that follows waits
   for that run instead of starting another.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 from collections.abc import Callable
 from urllib.parse import unquote
 
@@ -33,7 +35,7 @@ from dllm_lsp.rebase import rebase
 from dllm_lsp.syntax.document import SYNC_PARSE_BYTES
 from dllm_lsp.syntax.snapshot import Snapshot
 
-from .documents import DocumentTrees, tree_pending, tree_ready, with_tree
+from .documents import DocumentTrees, tree_ready, with_tree
 from .model_host import ModelHost
 from .positions import offset_in_text
 
@@ -63,8 +65,12 @@ class CompletionService:
         self._closed_tokens: set[CancelToken] = set()   # cancelled because their document closed
         self._shown: dict[str, Completion] = {}       # the last completion answered, per document
         self._prefetch: dict[str, Prefetch] = {}
-        self.counters = {"typedThroughHits": 0, "prefetchStarted": 0, "prefetchHits": 0, "rebased": 0,
-                         "dropped": 0, "heldBack": 0}
+        # The latest plain request per document, by ticket: one whose typed-through check ran in a
+        # thread (a big document) answers only if no newer plain request came meanwhile.
+        self._asked: dict[str, int] = {}
+        self._tickets = itertools.count()
+        self.counters = {"typedThroughHits": 0, "typedThroughRefused": 0, "prefetchStarted": 0, "prefetchHits": 0,
+                         "rebased": 0, "dropped": 0, "heldBack": 0}
 
     async def complete(self, uri: str, position: types.Position, workspace: Workspace, options: Options,
                        on_step: StepCallback | None = None) -> Completion | None:
@@ -75,11 +81,16 @@ class CompletionService:
         offset = offset_in_text(snapshot.text, position, document.position_codec)
         key = (uri, on_step is not None)
         if on_step is None:   # a streamed request wants to watch the model: never typed-through
-            reused = self._typed_through(uri, snapshot, offset)
+            self._asked[uri] = ticket = next(self._tickets)
+            reused = await self._typed_through(uri, snapshot, offset)
+            if self._asked.get(uri, ticket) != ticket:
+                # A newer request came while a big document's check ran: it answers (and its own
+                # reuse or run must not be cancelled by this one's).
+                raise Superseded("superseded by a newer request for the same document")
             if reused is not None:
                 self._cancel_running(key)     # an older request must not answer after this one
                 self.counters["typedThroughHits"] += 1
-                return reused
+                return await self._settle(uri, reused, workspace)
         prefetched = self._prefetch.get(uri)
         if prefetched is not None:
             if prefetched.text == snapshot.text and prefetched.offset == offset:
@@ -135,6 +146,7 @@ class CompletionService:
                 self._closed_tokens.add(token)
                 token.cancel()
         self._shown.pop(uri, None)
+        self._asked.pop(uri, None)
         prefetched = self._prefetch.pop(uri, None)
         if prefetched is not None:
             prefetched.task.cancel()
@@ -185,21 +197,21 @@ class CompletionService:
             self.counters["heldBack"] += 1       # shown but for the confidence gate
         return completion
 
-    def _typed_through(self, uri: str, snapshot: Snapshot, offset: int) -> Completion | None:
+    async def _typed_through(self, uri: str, snapshot: Snapshot, offset: int) -> Completion | None:
+        """The last suggestion, moved over what the user typed of it, or None. It was checked on
+        the version it was made on: it is checked again here as a fresh completion at this place
+        would be (Completion.passes_finish), or the model runs (`typedThroughRefused`). Moving it
+        (its import is placed in this version's tree) and the check read the tree: for a big
+        document in a thread (documents.with_tree), never on the loop."""
         shown = self._shown.get(uri)
         if shown is None:
-            return None
-        if shown.companion is not None and tree_pending(snapshot):
-            # Moving it places its import in this version's tree (Completion.moved), which is
-            # still parsing: on the loop, every client's messages waited for the parse. The model
-            # runs instead, waiting for the tree off the loop; awaiting it here would let this
-            # request cancel a newer one's run when it reused the suggestion.
             return None
         moved = rebase(shown.text, shown.start, shown.end, shown.snapshot.text, snapshot.text)
         if moved is None or moved.typed_through == 0 or moved.end != offset:
             return None
-        completion = shown.moved(moved.start, moved.end, snapshot)
-        self._shown[uri] = completion
+        completion = await with_tree(snapshot, _moved_if_it_passes, shown, moved.start, moved.end, snapshot)
+        if completion is None:
+            self.counters["typedThroughRefused"] += 1
         return completion
 
     async def _settle(self, uri: str, completion: Completion | None, workspace: Workspace) -> Completion | None:
@@ -240,6 +252,11 @@ async def moved_onto(completion: Completion, start: int, end: int, snapshot: Sna
     if completion.companion is None:
         return completion.moved(start, end, snapshot)
     return await with_tree(snapshot, completion.moved, start, end, snapshot)
+
+
+def _moved_if_it_passes(shown: Completion, start: int, end: int, snapshot: Snapshot) -> Completion | None:
+    completion = shown.moved(start, end, snapshot)
+    return completion if completion.passes_finish() else None
 
 
 def _finish(completion_plan: CompletionPlan, result) -> tuple[Completion | None, bool]:

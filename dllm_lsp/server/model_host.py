@@ -37,6 +37,9 @@ class LoadKey:
     model: str
     device: str
     resolved: bool = field(default=True, compare=False)   # False: the pair names no folder or device
+    # What dllm/status calls the model until it is loaded: its folder's name, as the loaded model
+    # calls itself, even when the device does not resolve (empty: `model`)
+    name: str = field(default="", compare=False)
 
     @classmethod
     def of(cls, model: str, device: str) -> "LoadKey":
@@ -46,12 +49,26 @@ class LoadKey:
         and says why)."""
         try:
             dev = resolve_device(device)
-            folder = resolve_model_path(model, dev.type).resolve()
+        except ModelLoadError:
+            dev = None
+        try:
+            folder = resolve_model_path(model, dev.type if dev is not None else _device_type(device)).resolve()
         except (ModelLoadError, OSError):
-            return cls(model, device, resolved=False)
+            folder = None
+        if dev is None or folder is None:
+            return cls(model, device, resolved=False, name=folder.name if folder is not None else model)
         if dev.type == "cuda" and dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
-        return cls(str(folder), str(dev))
+        return cls(str(folder), str(dev), name=folder.name)
+
+
+def _device_type(device: str) -> str | None:
+    """The kind of device the words name (`cuda` of a `cuda:7` this machine lacks), for the model
+    `default` means there; None when they name none (the default of CPUs, then)."""
+    try:
+        return torch.device(device).type
+    except (RuntimeError, TypeError):
+        return None
 
 
 def local_engine(model: str, device: str, batching: bool = True, prefix_cache: int | None = None,
@@ -481,7 +498,10 @@ class ModelHost:
     def status(self, user: int = 0) -> dict:
         slot = self._slot(user)
         engine = slot.engine if slot is not None else None
-        info = engine.denoiser.describe() if engine else {"name": slot.key.model if slot else None}
+        # Not loaded (loading, or the load failed): the model and device it was asked for, named as
+        # a loaded one would be; a bad device left `model: "default"`, not which model that means
+        info = engine.denoiser.describe() if engine else (
+            {"name": slot.key.name or slot.key.model, "device": slot.key.device} if slot else {})
         local = engine if isinstance(engine, Engine) else None   # a remote (Ray) engine keeps its counters
         return {
             "model": info.get("name"),

@@ -82,7 +82,9 @@ async def fill_holes(ls, *args: Any) -> dict:
                 "edit": None, "sites": []}
     edit = workspace_edit(ls, uri, version, [o for o in report.outcomes if o.changes_text], document)
     applied, reason = False, None
-    if edit is not None and fill.apply:
+    if edit is None:
+        reason = nothing_filled(report.outcomes)
+    elif fill.apply:
         applied, reason = await ask_to_apply(ls, edit, "Fill holes")
     return {
         "applied": applied,
@@ -108,6 +110,16 @@ async def apply_companion_edit(ls, *args: Any) -> dict:
     edit = workspace_edit_from(ls, uri, version, [types.TextEdit(range=position, new_text=found.text)])
     applied, reason = await ask_to_apply(ls, edit, "Add import")
     return {"applied": applied, **({"reason": reason} if reason else {}), "edit": _converter.unstructure(edit)}
+
+
+def nothing_filled(outcomes: list[Outcome]) -> str:
+    """Why a fill changed nothing, for the client to show: every site kept its text (the sites
+    say why, one by one), or the range held no hole. It answered `applied: false` without a
+    reason, which a client could not tell from a fill it had asked not to apply."""
+    if not outcomes:
+        return "no hole could be filled: the range holds no hole"
+    reasons = list(dict.fromkeys(o.reason for o in outcomes if o.reason))   # each once, in document order
+    return "no hole could be filled: " + ("; ".join(reasons) if reasons else "every site kept its text")
 
 
 def language_off(language_id: str) -> str:

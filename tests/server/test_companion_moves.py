@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from dataclasses import replace
 
 from lsprotocol import types
 
+from dllm_lsp.engine.types import InfillResult
 from dllm_lsp.multisite.companion import import_edit
-from dllm_lsp.pipeline import Completion
+from dllm_lsp.options import Options
+from dllm_lsp.pipeline import Completion, plan
 from dllm_lsp.server.completions import CompletionService
 from dllm_lsp.server.documents import DocumentTrees, LspWorkspace, tree_ready
 from dllm_lsp.server.model_host import ModelHost
@@ -64,29 +67,34 @@ async def test_a_suggestion_with_an_import_is_moved_onto_a_big_document_off_the_
     assert settled.start == end + 2 and settled.companion.offset == len("#\nimport os\n")
 
 
-def test_a_suggestion_with_an_import_is_typed_through_only_once_the_big_documents_tree_is_there():
-    """Typed through while the tree parses, the request runs the model instead (which waits for the
-    tree off the loop) rather than wait for the parse on the loop."""
+async def test_a_suggestion_with_an_import_is_typed_through_off_the_loop_while_the_big_documents_tree_parses():
+    """Typed through while the tree parses: the move and the check (Completion.passes_finish),
+    which read the tree, run in a thread, and the loop goes on meanwhile. (Before the check,
+    the model ran instead, rather than wait for the parse on the loop.)"""
     text = "import os\n\n\n" + MEDIUM_PY
     trees, workspace = opened(text)
     asked_on = trees.get(URI, workspace)[0]
     assert asked_on.tree is not None
     end = len(text)
+    fresh = plan(asked_on, end, Options()).finish(InfillResult([["pass\n"]], steps=1, tokens_committed=1, latency_ms=0.0))
+    assert fresh is not None and fresh.text == "pass", fresh
     service = CompletionService(ModelHost(), trees)
-    service._shown[URI] = Completion(text="pass\n", start=end, end=end, snapshot=asked_on, span=None, result=None,
-                                     companion=import_edit("import sys", asked_on))
+    service._shown[URI] = replace(fresh, companion=import_edit("import sys", asked_on))
     lock = trees._parsed[URI]._lock
     lock.acquire()
-    safety = threading.Timer(30, lock.release)     # without the fix this thread blocks on the lock: freed
+    safety = threading.Timer(30, lock.release)     # were it read on the loop, the loop would block on the lock: freed
     safety.start()
     try:
         type_in(trees, workspace, "p", 2, line=text.count("\n"))
         typed = trees.get(URI, workspace)[0]
-        assert service._typed_through(URI, typed, end + 1) is None, "the move waited for the parse"
+        reusing = asyncio.ensure_future(service._typed_through(URI, typed, end + 1))
+        for _ in range(20):
+            await asyncio.sleep(0)                 # the loop goes on while the parse is held
+        assert not reusing.done(), "the typed-through check read the tree on the event loop"
     finally:
         safety.cancel()
         if lock.locked():
             lock.release()
-    assert typed.tree is not None
-    reused = service._typed_through(URI, typed, end + 1)
+    reused = await reusing
     assert reused is not None and reused.companion.offset == len("import os\n")
+    assert (reused.start, reused.end, reused.text) == (end, end + 1, "pass")
