@@ -32,8 +32,9 @@ def test_a_data_line_that_is_not_an_object_names_the_file_and_line(tmp_path, cap
 
 
 @pytest.mark.parametrize("extra, expected", [
-    (["--context", "0"], "--context must be >= 16, not 0"),
-    (["--context", "-5"], "--context must be >= 16, not -5"),
+    (["--context", "0"], "--context must be within 16..1048576, not 0"),
+    (["--context", "-5"], "--context must be within 16..1048576, not -5"),
+    (["--context", "2000000"], "--context must be within 16..1048576, not 2000000"),
     (["--threads", "-1"], "--threads must be at least 1, not -1"),
     (["--timeout", "0"], "--timeout must be more than 0 seconds, not 0"),
     (["--workers", "0"], "--workers must be at least 1, not 0"),

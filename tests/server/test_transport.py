@@ -530,14 +530,21 @@ def test_a_client_that_reads_no_answers_stops_being_read(tmp_path, tiny_model_di
         sock.sendall(frame({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"capabilities": {}}}))
         request = frame({"jsonrpc": "2.0", "id": 1, "method": "dllm/status"})
         sock.settimeout(5)
+        # The server stops reading once 16 MiB of answers wait (~0.5 KB each: ~35,000 requests,
+        # plus what the kernel holds of them). The flood must also outgrow what the kernel takes
+        # in while the server reads nothing: its receive buffer, which Linux grows up to
+        # tcp_rmem's maximum (32 MiB here) for a reader that was fast, and this socket's send
+        # buffer. 200,000 requests (~14 MB) fitted there now and then, and the sends all went
+        # through though the server had stopped reading; a million (~70 MB) do not.
+        flood = 1_000_000
         sent = 0
         try:
-            while sent < 200_000:           # ~1 KB answers: 16 MiB of them is ~16,000 requests
+            while sent < flood:
                 sock.sendall(request * 100)
                 sent += 100
         except (socket.timeout, OSError):
             pass
-        assert sent < 200_000, "the server read every request of a client that reads nothing"
+        assert sent < flood, "the server read every request of a client that reads nothing"
         sock.close()
         client = RawClient.tcp(port)     # the others are still served
         try:
