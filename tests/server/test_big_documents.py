@@ -50,15 +50,24 @@ def tree_ready_logged(log_path, uri: str) -> bool:
     return any(f"the tree of {uri} " in line for line in log_path.read_text().splitlines())
 
 
+SMALL = "file:///project/small.py"
+
+
+def ready_with_a_small_document(client: RawClient) -> str:
+    """Initialize, load the model and complete once in a small document (the model's first run,
+    with its warm-up, done before the test's own requests); its uri."""
+    assert "result" in client.initialize(OPTIONS)
+    assert client.wait_loaded()["loaded"]
+    client.open(SMALL)
+    assert "result" in client.response(client.inline(SMALL, 1, 11))
+    return SMALL
+
+
 def test_a_small_document_is_answered_while_a_big_one_parses(tmp_path, tiny_model_dir):
     client, proc = RawClient.stdio(tmp_path, "--model", str(tiny_model_dir), "--device", "cpu")
     log_path = tmp_path / "server.log"
     try:
-        assert "result" in client.initialize(OPTIONS)
-        assert client.wait_loaded()["loaded"]
-        small = "file:///project/small.py"
-        client.open(small)
-        assert "result" in client.response(client.inline(small, 1, 11))   # the model's first run done
+        small = ready_with_a_small_document(client)
         big = big_python()
         # Two parse at once; the last of six starts when four are done.
         uris = [f"file:///project/generated{n}.py" for n in range(6)]
@@ -188,11 +197,7 @@ def test_a_small_documents_completion_waits_for_no_big_documents_parse(tcp_port)
     big documents parsing, a small document's completion was answered only after their parses."""
     client = RawClient.tcp(tcp_port)
     try:
-        assert "result" in client.initialize(OPTIONS)
-        assert client.wait_loaded()["loaded"]
-        small = "file:///project/small.py"
-        client.open(small)
-        assert "result" in client.response(client.inline(small, 1, 11))   # the model's first run done
+        small = ready_with_a_small_document(client)
         uris = [f"file:///project/big{n}.py" for n in range(min(32, (os.cpu_count() or 1) + 4) + 1)]
         for n, uri in enumerate(uris):
             client.open(uri, MEDIUM_PY.replace("def f0(", f"def g{n}("))

@@ -6,7 +6,6 @@ is held by taking the document's parse lock (TreeSlot), as tests/server/test_big
 from __future__ import annotations
 
 import asyncio
-import threading
 from dataclasses import replace
 
 from lsprotocol import types
@@ -19,6 +18,7 @@ from dllm_lsp.server.completions import CompletionService
 from dllm_lsp.server.documents import DocumentTrees, LspWorkspace, tree_ready
 from dllm_lsp.server.model_host import ModelHost
 
+from .held_parse import assert_still_waiting, parse_held
 from .test_big_documents import MEDIUM_PY
 
 URI = "file:///project/moved.py"
@@ -49,20 +49,10 @@ async def test_a_suggestion_with_an_import_is_moved_onto_a_big_document_off_the_
     shown = Completion(text="    pass\n", start=end, end=end, snapshot=asked_on, span=None, result=None,
                        companion=import_edit("import sys", asked_on))
     service = CompletionService(ModelHost(), trees)
-    lock = trees._parsed[URI]._lock
-    lock.acquire()
-    safety = threading.Timer(30, lock.release)     # without the fix the loop blocks on the lock: freed
-    safety.start()
-    try:
+    with parse_held(trees, URI):
         type_in(trees, workspace, "#\n", 2)        # answered after an edit: its tree is to parse
         settling = asyncio.ensure_future(service._settle(URI, shown, workspace))
-        for _ in range(20):
-            await asyncio.sleep(0)                 # the loop goes on while the parse is held
-        assert not settling.done(), "the move read the tree on the event loop"
-    finally:
-        safety.cancel()
-        if lock.locked():
-            lock.release()
+        await assert_still_waiting(settling, "the move")
     settled = await settling
     assert settled.start == end + 2 and settled.companion.offset == len("#\nimport os\n")
 
@@ -80,21 +70,11 @@ async def test_a_suggestion_with_an_import_is_typed_through_off_the_loop_while_t
     assert fresh is not None and fresh.text == "pass", fresh
     service = CompletionService(ModelHost(), trees)
     service._shown[URI] = replace(fresh, companion=import_edit("import sys", asked_on))
-    lock = trees._parsed[URI]._lock
-    lock.acquire()
-    safety = threading.Timer(30, lock.release)     # were it read on the loop, the loop would block on the lock: freed
-    safety.start()
-    try:
+    with parse_held(trees, URI):
         type_in(trees, workspace, "p", 2, line=text.count("\n"))
         typed = trees.get(URI, workspace)[0]
         reusing = asyncio.ensure_future(service._typed_through(URI, typed, end + 1))
-        for _ in range(20):
-            await asyncio.sleep(0)                 # the loop goes on while the parse is held
-        assert not reusing.done(), "the typed-through check read the tree on the event loop"
-    finally:
-        safety.cancel()
-        if lock.locked():
-            lock.release()
+        await assert_still_waiting(reusing, "the typed-through check")
     reused = await reusing
     assert reused is not None and reused.companion.offset == len("import os\n")
     assert (reused.start, reused.end, reused.text) == (end, end + 1, "pass")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import random
 import sysconfig
-import threading
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from dllm_lsp.server.model_host import ModelHost
 from dllm_lsp.syntax.document import SYNC_PARSE_BYTES
 from dllm_lsp.syntax.snapshot import Snapshot, parse_errors
 
+from .held_parse import assert_still_waiting, parse_held
 from .lsp_harness import inline_params, open_doc, start_server, stop_server, wait_loaded
 
 pytestmark = pytest.mark.timeout(300)
@@ -108,22 +108,12 @@ async def test_in_a_big_document_the_check_runs_off_the_loop_and_refuses_the_sam
     service._shown[uri] = shown
     at = types.Position(line=text.count("\n"), character=len(TYPED))
     change = types.TextDocumentContentChangePartial(range=types.Range(start=at, end=at), text="n")
-    lock = trees._parsed[uri]._lock
-    lock.acquire()
-    safety = threading.Timer(30, lock.release)     # were it read on the loop, the loop would block on the lock: freed
-    safety.start()
-    try:
+    with parse_held(trees, uri):
         workspace.update_text_document(types.VersionedTextDocumentIdentifier(uri=uri, version=2), change)
         assert trees.change(uri, [change], workspace.get_text_document(uri)) is None
         typed = trees.get(uri, workspace)[0]
         checking = asyncio.ensure_future(service._typed_through(uri, typed, len(text) + 1))
-        for _ in range(20):
-            await asyncio.sleep(0)                 # the loop goes on while the parse is held
-        assert not checking.done(), "the typed-through check read the tree on the event loop"
-    finally:
-        safety.cancel()
-        if lock.locked():
-            lock.release()
+        await assert_still_waiting(checking, "the typed-through check")
     assert await checking is None
     assert service.counters["typedThroughRefused"] == 1 and service.counters["typedThroughHits"] == 0
 
