@@ -32,7 +32,6 @@ from dllm_lsp.engine.types import StepState
 from dllm_lsp.options import Options
 from dllm_lsp.pipeline import Completion, CompletionPlan, plan
 from dllm_lsp.rebase import rebase
-from dllm_lsp.syntax.document import SYNC_PARSE_BYTES
 from dllm_lsp.syntax.snapshot import Snapshot
 
 from .documents import DocumentTrees, tree_ready, with_tree
@@ -186,13 +185,10 @@ class CompletionService:
             self._closed_tokens.discard(token)
             if self._running.get(key) is token:
                 del self._running[key]
-        if len(snapshot.text) > SYNC_PARSE_BYTES:
-            # Post-processing reparses the edited document (incrementally, from its tree: 10-45 ms
-            # at 1.3 M characters), which every client's messages waited for on the loop; below
-            # this size it costs less than the hop to a thread.
-            completion, held_back = await asyncio.to_thread(_finish, completion_plan, result)
-        else:
-            completion, held_back = _finish(completion_plan, result)
+        # Post-processing reparses the edited document (incrementally, from its tree: 10-45 ms at
+        # 1.3 M characters), which every client's messages waited for on the loop: in a thread above
+        # SYNC_PARSE_BYTES, where it costs more than the hop (documents.with_tree)
+        completion, held_back = await with_tree(snapshot, _finish, completion_plan, result)
         if held_back:
             self.counters["heldBack"] += 1       # shown but for the confidence gate
         return completion

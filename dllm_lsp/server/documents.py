@@ -192,18 +192,13 @@ class DocumentTrees:
         return [(u, p.text) for u, p in reversed(self._parsed.items()) if u != uri]
 
 
-def tree_pending(snapshot: Snapshot) -> bool:
-    """Whether reading `snapshot.tree` now would parse it, or wait for its parse (a big document)."""
-    source = snapshot.source
-    return isinstance(source, TreeSlot) and not source.done
-
-
 async def tree_ready(snapshot: Snapshot) -> None:
     """Return once the snapshot's tree is parsed (at once for a small document, parsed where it
     was edited), the parse or the wait for it done in a _TREE_WAITS thread: whatever reads
     `snapshot.tree` afterwards, in asyncio's default pool or on the loop, no longer waits."""
-    if tree_pending(snapshot):
-        await asyncio.wrap_future(_TREE_WAITS.submit(snapshot.source.resolve))
+    source = snapshot.source
+    if isinstance(source, TreeSlot) and not source.done:
+        await asyncio.wrap_future(_TREE_WAITS.submit(source.resolve))
 
 
 async def with_tree(snapshot: Snapshot, work: Callable[..., T], *args: Any) -> T:

@@ -15,9 +15,8 @@ from lsprotocol.converters import get_converter
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 
 from dllm_lsp.multisite.companion import APPLY_COMMAND, import_edit
-from dllm_lsp.multisite.holes import HoleScope, find_holes
+from dllm_lsp.multisite.holes import find_holes
 from dllm_lsp.multisite.sites import Outcome
-from dllm_lsp.syntax.snapshot import Snapshot
 
 from .documents import tree_ready, with_tree
 from .errors import answered
@@ -45,7 +44,9 @@ async def code_action(ls, params: types.CodeActionParams) -> list[types.CodeActi
         raise JsonRpcInvalidParams("the range ends before it starts")
     if not ls.options.planner.language_enabled(language_id):
         return []
-    holes = (await holes_in(snapshot, start, end, ls.options.planner.hole_marker)).holes
+    # off the event loop for a big document: an editor asks for code actions at every cursor
+    # move, and each waited on the loop for the document's parse
+    holes = (await with_tree(snapshot, find_holes, snapshot, start, end, ls.options.planner.hole_marker)).holes
     if not holes:
         return []
     title = f"Fill {len(holes)} hole{'s' if len(holes) != 1 else ''} with dllm"
@@ -55,12 +56,6 @@ async def code_action(ls, params: types.CodeActionParams) -> list[types.CodeActi
         kind=types.CodeActionKind.RefactorRewrite,
         command=types.Command(title=title, command=FILL_COMMAND, arguments=arguments),
     )]
-
-
-async def holes_in(snapshot: Snapshot, start: int, end: int, marker: str) -> HoleScope:
-    """find_holes, off the event loop for a big document: an editor asks for code actions at every
-    cursor move, and each waited on the loop for the document's parse."""
-    return await with_tree(snapshot, find_holes, snapshot, start, end, marker)
 
 
 async def fill_holes(ls, *args: Any) -> dict:
