@@ -109,8 +109,9 @@ def capped_blocks(request: InfillRequest, settings: DecodeSettings, block: int) 
         return next((steps for steps in range(settings.steps, 0, -1)
                      if block_passes(request, steps, block, n, width) <= MAX_REQUEST_PASSES), 0)
 
-    if fitting_steps(settings.n):
-        return request, replace(settings, steps=fitting_steps(settings.n))
+    steps = fitting_steps(settings.n)
+    if steps:
+        return request, replace(settings, steps=steps)
     n = next((n for n in range(settings.n - 1, 0, -1) if fitting_steps(n)), 1)
     widest = max(slot.max_tokens for slot in request.slots)
     width = next((width for width in range(widest, 0, -1) if fitting_steps(n, width)), 1)

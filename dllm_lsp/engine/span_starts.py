@@ -135,25 +135,25 @@ class TokenIndex:
     def going_on(self, device: torch.device | str) -> torch.Tensor:
         """[size] bool on `device`: the tokens that write text on the line (something besides
         blanks, and no line break before it): what may follow a start the line cannot end after."""
-        cached = self._going_on.get(str(device))
-        if cached is None:
-            flags = torch.zeros(self.size, dtype=torch.bool)
-            on = [token for token, text in self._text_of.items()
-                  if text.strip() and "\n" not in text[:len(text) - len(text.lstrip())]]
-            if on:
-                flags[torch.tensor(on)] = True
-            cached = self._going_on[str(device)] = flags.to(device)
-        return cached
+        return self._mask(self._going_on, device, lambda: [
+            token for token, text in self._text_of.items()
+            if text.strip() and "\n" not in text[:len(text) - len(text.lstrip())]])
 
     def line_breaks(self, device: torch.device | str) -> torch.Tensor:
         """[size] bool on `device`: the tokens whose text holds a line break (special tokens
         hold none): where the block-wise loop ends a one-line slot."""
-        cached = self._line_breaks.get(str(device))
+        return self._mask(self._line_breaks, device, lambda: self._breaks)
+
+    def _mask(self, cache: dict[str, torch.Tensor], device: torch.device | str,
+              tokens: Callable[[], list[int]]) -> torch.Tensor:
+        """[size] bool on `device`, True at `tokens()`: built once per device into `cache`."""
+        cached = cache.get(str(device))
         if cached is None:
             flags = torch.zeros(self.size, dtype=torch.bool)
-            if self._breaks:
-                flags[torch.tensor(self._breaks)] = True
-            cached = self._line_breaks[str(device)] = flags.to(device)
+            chosen = tokens()
+            if chosen:
+                flags[torch.tensor(chosen)] = True
+            cached = cache[str(device)] = flags.to(device)
         return cached
 
     def text(self, token: int) -> str:
