@@ -6,7 +6,8 @@ the same document cancels an older one still denoising.
 Typing is the workload, so three things keep the model out of the way:
 - **one version per request**: a completion is planned and finished on the snapshot it was
   asked for; if the document changed while the model denoised, it is moved onto the current
-  version when that is exact (rebase.py) and dropped otherwise, never shown misplaced;
+  version when that is exact (rebase.py) and post-processing there lets it through unchanged,
+  and dropped otherwise, never shown misplaced;
 - **typed-through reuse**: while the user types the characters the last suggestion goes on
   with, the next request is answered from it, without a model call, when post-processing on
   the current version lets it through as it would a fresh completion there;
@@ -69,7 +70,7 @@ class CompletionService:
         self._asked: dict[str, int] = {}
         self._tickets = itertools.count()
         self.counters = {"typedThroughHits": 0, "typedThroughRefused": 0, "prefetchStarted": 0, "prefetchHits": 0,
-                         "rebased": 0, "dropped": 0, "heldBack": 0}
+                         "rebased": 0, "dropped": 0, "rebasedRefused": 0, "heldBack": 0}
 
     async def complete(self, uri: str, position: types.Position, workspace: Workspace, options: Options,
                        on_step: StepCallback | None = None) -> Completion | None:
@@ -226,8 +227,16 @@ class CompletionService:
                 self.counters["dropped"] += 1
                 self._shown.pop(uri, None)
                 return None
+            # Checked again where it lands, as typed-through reuse is: the edit may have made the
+            # text wrong there though it moved exactly (a name it calls renamed above, a bracket
+            # it closes now closed by the user).
+            completion = await with_tree(current, _moved_if_it_passes, completion, moved.start, moved.end, current)
+            if completion is None:
+                self.counters["dropped"] += 1
+                self.counters["rebasedRefused"] += 1
+                self._shown.pop(uri, None)
+                return None
             self.counters["rebased"] += 1
-            completion = await moved_onto(completion, moved.start, moved.end, current)
         self._shown[uri] = completion
         return completion
 
@@ -240,14 +249,6 @@ class CompletionService:
         previous = self._running.pop(key, None)
         if previous is not None:
             previous.cancel()
-
-
-async def moved_onto(completion: Completion, start: int, end: int, snapshot: Snapshot) -> Completion:
-    """`completion.moved(...)`; its import is placed afresh in the snapshot's tree, for a big
-    document off the loop (documents.with_tree)."""
-    if completion.companion is None:
-        return completion.moved(start, end, snapshot)
-    return await with_tree(snapshot, completion.moved, start, end, snapshot)
 
 
 def _moved_if_it_passes(shown: Completion, start: int, end: int, snapshot: Snapshot) -> Completion | None:

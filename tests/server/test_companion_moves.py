@@ -13,7 +13,7 @@ from lsprotocol import types
 from dllm_lsp.engine.types import InfillResult
 from dllm_lsp.multisite.companion import import_edit
 from dllm_lsp.options import Options
-from dllm_lsp.pipeline import Completion, plan
+from dllm_lsp.pipeline import plan
 from dllm_lsp.server.completions import CompletionService
 from dllm_lsp.server.documents import DocumentTrees, LspWorkspace, tree_ready
 from dllm_lsp.server.model_host import ModelHost
@@ -46,8 +46,9 @@ async def test_a_suggestion_with_an_import_is_moved_onto_a_big_document_off_the_
     asked_on = trees.get(URI, workspace)[0]
     await tree_ready(asked_on)
     end = len(text)
-    shown = Completion(text="    pass\n", start=end, end=end, snapshot=asked_on, span=None, result=None,
-                       companion=import_edit("import sys", asked_on))
+    fresh = plan(asked_on, end, Options()).finish(InfillResult([["pass\n"]], steps=1, tokens_committed=1, latency_ms=0.0))
+    assert fresh is not None and fresh.text == "pass", fresh
+    shown = replace(fresh, companion=import_edit("import sys", asked_on))
     service = CompletionService(ModelHost(), trees)
     with parse_held(trees, URI):
         type_in(trees, workspace, "#\n", 2)        # answered after an edit: its tree is to parse
