@@ -1,11 +1,19 @@
 """A Ray cluster on this machine (loopback), for the tests and `dllm-lsp bench typing --ray-replicas`.
 
-`ray start --head --block` on a free port, in the foreground of a child process: ending that
-child stops exactly the Ray processes it started (never another cluster of the same user). The
-child ends with the process that started the cluster, a SIGKILL of it included (an OOM kill of a
-benchmark left the raylet, the GCS and the workers running, with their memory and ports): it asks
-the kernel for SIGTERM when its parent dies (dllm_lsp/lifetime.py), and `ray start --block` stops
-its processes on SIGTERM. Ray's own processes end with `ray start` (Ray's kernel fate sharing).
+`ray start --head --block` on a free port, under a small watcher process (this module's main): ending
+that watcher stops exactly the Ray processes it started (never another cluster of the same user).
+The cluster ends with the process that started it, a SIGKILL of it included (an OOM kill of a
+benchmark left the raylet, the GCS and the workers running, with their memory and ports), and
+only then: the watcher checks that the starting process is still its parent and SIGTERMs `ray start`
+when it is not, and `ray start --block` stops its processes on SIGTERM. The kernel's signal on the
+parent's death (dllm_lsp/lifetime.py) would follow the *thread* that started the watcher: a
+cluster started from a thread pool died with that thread. `ray start` itself asks for that signal
+on the watcher's death (the watcher has one thread), and Ray's own processes end with `ray start`
+(Ray's kernel fate sharing).
+
+Ready means what a client needs: `ray.init` connects and an alive node has the cluster's CPUs. The
+GCS answers `ray status` seconds before the raylet registers, and a deployment made in between
+failed or waited.
 
 Token authentication stays on (recent Ray, 2.60 here, turns it on by default, and a cluster on loopback
 still runs code for anyone who can reach its port): the cluster gets its own token in its own folder,
@@ -14,6 +22,8 @@ there by another cluster neither leaks in nor gets overwritten.
 """
 from __future__ import annotations
 
+import json
+import logging
 import os
 import secrets
 import signal
@@ -31,11 +41,33 @@ from dllm_lsp.net import free_port
 # components"): a test run lost its Ray tests to that once.
 RAY_DEFAULT_PORTS = frozenset({6379, 8265, 10001, 52365})
 START_TRIES = 3     # a port freed here may be taken by another process before Ray binds it
+WATCH_S = 0.25      # how often the watcher looks whether the process that started the cluster lives
+
+log = logging.getLogger(__name__)
+
+# Run with the cluster's environment (its token); its last line is a JSON verdict. `ray.init` is a
+# client's own way in: it waits (60 s at most) for a raylet of this GCS on this machine.
+READY_PROBE = """
+import json, sys
+import ray
+try:
+    ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+except Exception as exc:
+    print(json.dumps({"missing": f"a driver connection (ray.init: {exc!r:.1500})"}))
+    sys.exit(1)
+alive = [node for node in ray.nodes() if node["Alive"]]
+cpus = sum(node["Resources"].get("CPU", 0) for node in alive)
+if not alive:
+    print(json.dumps({"missing": "an alive node in the GCS node table (no raylet registered)"}))
+elif cpus < float(sys.argv[2]):
+    print(json.dumps({"missing": f"the CPUs: the alive nodes have {cpus:g} of {sys.argv[2]}"}))
+else:
+    print(json.dumps({"nodes": len(alive), "cpus": cpus}))
+"""
 
 
 class RayCluster:
-    """Enter it on a thread that outlives the cluster (the main thread): the kernel's signal on the
-    parent's death follows the thread that started the child, not the process."""
+    """Enter it on any thread: the cluster lives as long as this process (or until `stop`)."""
 
     def __init__(self, root: Path, cpus: int = 4) -> None:
         self.root, self.cpus = Path(root), cpus
@@ -59,7 +91,7 @@ class RayCluster:
         self.token_path.chmod(0o600)
         for attempt in range(START_TRIES):
             self.log = open(self.root / "ray-start.log", "w")
-            # Through this module's main, which asks to end with this process, then runs `ray`.
+            # Through this module's main, which runs `ray` while this process lives.
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", __name__, "ray", "start", "--head", "--block", f"--port={self.port}",
                  f"--num-cpus={self.cpus}", "--num-gpus=0", f"--dashboard-agent-listen-port={self.agent_port}",
@@ -69,29 +101,44 @@ class RayCluster:
             try:
                 self.wait_ready()
                 return self
-            except RuntimeError as exc:
-                self.log.close()
-                if attempt + 1 == START_TRIES or "port" not in str(exc):
+            except BaseException as exc:
+                self.stop()           # a head that never got ready (or a Ctrl-C) takes its processes along
+                if not isinstance(exc, RuntimeError) or attempt + 1 == START_TRIES or "port" not in str(exc):
                     raise
                 self._draw_ports()        # another process took a port between the draw and the bind
         return self
 
     def wait_ready(self, timeout: float = 180.0) -> None:
-        deadline, said = time.monotonic() + timeout, ""
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"ray start exited with {self.proc.returncode}: "
-                                   f"{(self.root / 'ray-start.log').read_text()[-2000:]}")
-            done = subprocess.run(["ray", "status", f"--address={self.address}"], env=self.env,
-                                  capture_output=True, text=True, timeout=60)
-            if done.returncode == 0:
-                return
-            said = (done.stderr or done.stdout)[-1500:]
-            time.sleep(1.0)
-        # Say why: the last `ray status` answer and the end of `ray start`'s log.
-        raise TimeoutError(f"the Ray head at {self.address} did not come up in {timeout:.0f} s; "
-                           f"`ray status` said: {said}\n"
-                           f"ray start log: {(self.root / 'ray-start.log').read_text()[-1500:]}")
+        """Return once a client can use the cluster: `ray.init` connects and the alive nodes have
+        the CPUs asked for (READY_PROBE). Raise RuntimeError if `ray start` exits, TimeoutError
+        naming what did not come up after `timeout` seconds."""
+        deadline, missing = time.monotonic() + timeout, "a driver connection (ray.init had not returned)"
+        probe_log = self.root / "ready-probe.log"
+        probe: subprocess.Popen | None = None
+        try:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"ray start exited with {self.proc.returncode}: "
+                                       f"{(self.root / 'ray-start.log').read_text()[-2000:]}")
+                if probe is None:
+                    with open(probe_log, "w") as out:
+                        probe = subprocess.Popen([sys.executable, "-c", READY_PROBE, self.address, str(self.cpus)],
+                                                 env=self.env, stdout=out, stderr=subprocess.STDOUT)
+                elif probe.poll() is not None:
+                    said = probe_log.read_text()
+                    verdict = _last_json(said) or {"missing": f"a probe that answers: {said[-1500:]}"}
+                    if probe.returncode == 0 and "missing" not in verdict:
+                        return
+                    missing, probe = verdict["missing"], None
+                    time.sleep(1.0)
+                    continue
+                time.sleep(0.2)
+        finally:
+            if probe is not None and probe.poll() is None:
+                probe.kill()
+                probe.wait()
+        raise TimeoutError(f"the Ray head at {self.address} was not ready in {timeout:.0f} s: missing "
+                           f"{missing}\nray start log: {(self.root / 'ray-start.log').read_text()[-1500:]}")
 
     def __exit__(self, *exc) -> None:
         self.stop()
@@ -99,7 +146,7 @@ class RayCluster:
     def stop(self) -> None:
         """Stop the cluster (again: nothing)."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)   # `ray start --block` stops its own processes
+            self.proc.send_signal(signal.SIGTERM)   # passed on to `ray start --block`, which stops its processes
             try:
                 self.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
@@ -112,13 +159,56 @@ class RayCluster:
                               text=True, timeout=timeout)
 
 
-def main(command: list[str]) -> None:
-    """Run `command` (`ray start ...`) in this process, SIGTERMed when the parent process dies.
-    The request survives exec; the parent's pid is not passed on to Ray's processes."""
-    end_with_parent()
-    os.environ.pop(PARENT_ENV, None)
-    os.execvp(command[0], command)
+def _last_json(text: str) -> dict | None:
+    """The JSON object on the last line of `text` that holds one."""
+    for line in reversed(text.splitlines()):
+        try:
+            found = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(found, dict):
+            return found
+    return None
+
+
+def main(command: list[str]) -> int:
+    """Run `command` (`ray start ...`) as this process's child while the process that started this
+    one (PARENT_ENV) lives, whichever of its threads did; SIGTERM, SIGHUP or SIGINT here is passed
+    on as SIGTERM. Returns the command's exit status. The owner's pid is not passed on to Ray."""
+    owner = os.environ.pop(PARENT_ENV, "")
+    if not owner.isdecimal():           # started by hand: nothing to watch
+        os.execvp(command[0], command)
+    # `ray start` ends with this process, even if it is SIGKILLed (this process has one thread).
+    env = dict(os.environ)
+    os.environ[PARENT_ENV] = str(os.getpid())   # read by end_with_parent in the forked child
+    if os.getppid() != int(owner):
+        log.warning("the process that started the cluster (%s) has gone: not starting it", owner)
+        return 128 + signal.SIGTERM
+    child = subprocess.Popen(command, env=env, preexec_fn=end_with_parent)
+
+    def stop(signum, frame) -> None:
+        child.send_signal(signal.SIGTERM)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, stop)
+    while os.getppid() == int(owner):   # reparented (to init or a subreaper) when the owner dies
+        try:
+            return _status(child.wait(timeout=WATCH_S))
+        except subprocess.TimeoutExpired:
+            continue
+    log.warning("the process that started the cluster (%s) has gone: stopping it", owner)
+    child.send_signal(signal.SIGTERM)
+    try:
+        return _status(child.wait(timeout=60))
+    except subprocess.TimeoutExpired:   # nobody is left to stop it otherwise
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+        raise
+
+
+def _status(returncode: int) -> int:
+    """An exit status for `returncode` (a signal's number as a shell reports it)."""
+    return returncode if returncode >= 0 else 128 - returncode
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))
