@@ -180,7 +180,8 @@ class DecodeOptions:
         "decoded together in one batch; the distinct ones that post-processing lets through are offered "
         "for the editor to cycle through (VS Code: Alt+]). Each costs about one more request's span rows a "
         "step (little on a GPU, about that much on a CPU), and the first suggestion takes at most one model "
-        "pass more than alone ([protocol.md](protocol.md#alternatives))"))
+        "pass more than alone (twice its passes with DreamOn-style checkpoints: "
+        "[protocol.md](protocol.md#alternatives))"))
     temperature: float = attrs.field(default=0.8, validator=_in(0.05, 5.0), metadata=doc(
         "sampling temperature of the alternatives (the first suggestion is always the greedy one)"))
 

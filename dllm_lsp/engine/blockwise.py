@@ -21,6 +21,22 @@ built from the tokenizer like the rest of it, not the model port's); the span's 
 Several slots are filled one after another, left to right: slot k sees the text before it
 (earlier slots filled) as prefix and the text after it, without the later holes, as suffix.
 
+Several candidates (alternatives, `DecodeSettings.n`): candidate 0, the one the editor shows
+first, leads, and the others cost it no pass, as in the fixed-length loop (denoise.FixedLengthRun).
+They are decoded in one batch, and a (sub-)block's steps end when candidate 0 has decided its
+part of it: the others' undecided positions there take the tokens that same pass proposed for
+them (their last step, as a step budget's last commits everything), and once candidate 0's span
+is done (an end, a line break, its width) the others' end too, where they stand. Why: the batch
+ran while any candidate had an undecided position, and sampled candidates commit less surely
+(more steps a block) and write on past the first's end (more blocks), which it waited for. Only
+the last slot has alternatives: the slots before it are candidate 0's, decoded once, alone, and
+every candidate's last slot reads them. Why: a candidate's later slot reads its own earlier ones,
+so each was decoded alone, once per candidate (n times the passes); in a request of several slots
+the last is the cursor's (a companion slot goes first: multisite/companion.py), the one the
+alternatives are for. Candidate 0's rows read only its own tokens, and its steps and blocks run
+as they do alone, so its text is the one it has alone (n=1). An alternative cut short is
+post-processing's to refuse.
+
 `BlockwiseRun` holds one request's loop state and advances one model call at a time, like the
 masked-diffusion loop's `FixedLengthRun`, so the step scheduler (engine/batching.py) can give
 the steps of several requests one forward pass (`Denoiser.batch_logits` over their `BlockStep`s).
@@ -41,8 +57,8 @@ from typing import Any
 import torch
 
 from .denoise import (
-    CallRun, DenoiseOutcome, EndGate, ModelCall, StepCallback, StepRows, collapse_after_pad, commit_step, constrain,
-    greedy_rows, propose_greedy, run_alone, state_device,
+    CallRun, Commits, DenoiseOutcome, EndGate, ModelCall, StepCallback, StepRows, collapse_after_pad, commit_step,
+    constrain, greedy_rows, propose_greedy, run_alone, state_device,
 )
 from .denoiser import BlockDiffusionPort, BlockStep, Canvas, SpecialTokens
 from .span_ends import SpanEnds
@@ -71,11 +87,12 @@ class BlockwiseRun(CallRun):
     @staticmethod
     def planned_rows(port: BlockDiffusionPort, canvas: Canvas, settings: DecodeSettings) -> StepRows:
         """What the first call will carry, before the run exists (the scheduler's group choice):
-        the first slot's context blocks and its first block, for each candidate."""
+        the first slot's context blocks and its first block, for each candidate that decodes it
+        (every one when it is the only slot, else candidate 0 alone: the module docstring)."""
         ids, ranges = canvas.ids.tolist(), canvas.slot_ranges
         context = port.context_ids(ids[:ranges[0][0]], _suffix(ids, ranges, 0)) if ranges else []
-        bs = port.block_size
-        return StepRows(settings.n * bs, settings.n * (len(context) // bs) * bs)
+        bs, rows = port.block_size, settings.n if len(ranges) == 1 else 1
+        return StepRows(rows * bs, rows * (len(context) // bs) * bs)
 
 
 @torch.no_grad()
@@ -159,26 +176,20 @@ class _Loop:
             suffix = _suffix(ids, ranges, k)
             seg = slice(offsets[k], offsets[k] + widths[k])
 
-            def report(part: torch.Tensor, part_masked: torch.Tensor, conf: float, rows=None) -> None:
-                rows = slice(None) if rows is None else rows
-                span[rows, seg], masked[rows, seg] = part, part_masked
+            def report(part: torch.Tensor, part_masked: torch.Tensor, conf: float) -> None:
+                span[:, seg], masked[:, seg] = part, part_masked    # one row (candidate 0's) fills them all
                 if on_step is not None:
                     on_step(self.steps, span, masked.clone(), conf, self.budget)
 
             gate = EndGate.for_run(self.ends, self.settings, port, only_slot=k)
-            if k == 0 or batch == 1:
-                prefix = _prefix(ids, ranges, k, span[0], offsets, widths, special)
-                out, conf = yield from self.fill(prefix, suffix, widths[k], batch, single_line[k], report, gate,
-                                                 starts=StartGate.for_run(self.starts, batch, only_slot=k))
-                span[:, seg], masked[:, seg], confidence[:, seg] = out, False, conf
-                continue
-            for row in range(batch):    # earlier slots differ between candidates: their prefixes do too
-                prefix = _prefix(ids, ranges, k, span[row], offsets, widths, special)
-                out, conf = yield from self.fill(prefix, suffix, widths[k], 1, single_line[k],
-                                                 lambda p, m, c, r=row: report(p, m, c, rows=slice(r, r + 1)), gate,
-                                                 first_candidate=row == 0,
-                                                 starts=StartGate.for_run(self.starts, 1, only_slot=k))
-                span[row, seg], masked[row, seg], confidence[row, seg] = out[0], False, conf[0]
+            # Only the last slot has alternatives (the module docstring says why): the ones before
+            # it are candidate 0's, decoded once, and every candidate reads them.
+            rows = batch if k == len(ranges) - 1 else 1
+            prefix = _prefix(ids, ranges, k, span[0], offsets, widths, special)
+            out, conf = yield from self.fill(prefix, suffix, widths[k], rows, single_line[k], report, gate,
+                                             first_candidate=rows < batch,
+                                             starts=StartGate.for_run(self.starts, rows, only_slot=k))
+            span[:, seg], masked[:, seg], confidence[:, seg] = out, False, conf
         full = canvas.ids.to(self.host)[None].repeat(batch, 1)
         full[:, canvas.span_positions().to(self.host)] = span
         return DenoiseOutcome(full, span, self.steps, canvas, confidence)
@@ -187,9 +198,10 @@ class _Loop:
              report: Callable[..., None], gate: EndGate | None = None, first_candidate: bool = False,
              starts: StartGate | None = None) -> Generator[ModelCall, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """Decode one span of `width` tokens after `context_ids(prefix, suffix)` -> (tokens [batch,
-        width], the confidence each was committed with [batch, width]). `first_candidate`: the
-        rows are candidate 0's alone (a later slot decoded row by row), greedy under `greedy_first`.
-        `starts`: the slot must begin with a typed word (span_starts.py)."""
+        width], the confidence each was committed with [batch, width]). Row 0 is candidate 0, which
+        the others follow (the module docstring). `first_candidate`: the one row is candidate 0 of
+        several (a slot before the last), greedy under `greedy_first`. `starts`: the slot must
+        begin with a typed word (span_starts.py)."""
         port, settings, host = self.port, self.settings, self.host
         special = port.special
         context = port.context_ids(prefix, suffix)
@@ -208,11 +220,14 @@ class _Loop:
         start = (t0 // bs) * bs
         state = _Block(port, port.new_cache(batch), 0)
         index = torch.arange(width, device=host)
-        while start < total and masked.any():
+        # Candidate 0's span decides when the loop ends: the others stop with it (module docstring).
+        while start < total and masked[0].any():
             state.start = start
             sub = port.sub_block_size or bs
             for sub_start in range(start, start + bs, sub):
                 lo, hi = max(sub_start, t0) - t0, min(sub_start + sub, total) - t0
+                if not masked[0].any():
+                    break           # candidate 0 ended in an earlier sub-block of this block
                 if hi <= lo:
                     continue
                 active = (index >= lo) & (index < hi)
@@ -225,7 +240,7 @@ class _Loop:
                                           settings.steps - step, report, gate, first_candidate, starts)
                 # A typed start still being written takes one step a token, past the budget if need
                 # be (at most one per character typed): the greedy fill would guess what follows it blind.
-                while starts is not None and starts.pending and (masked & active).any():
+                while starts is not None and _leader_writes_start(starts) and (masked & active).any():
                     yield from self._step(state, seq, t0, masked & active, masked, committed, slot_of, collapse,
                                           1, report, gate, first_candidate, starts)
                 left = masked & active
@@ -251,7 +266,10 @@ class _Loop:
                 masked &= ~after
             # No pass of its own for the finished block: it joins the cache in the next block's first call.
             start += bs
-        return seq[:, t0:total], committed
+        span = seq[:, t0:total]
+        # Candidate 0 is done: the others end where they stand (their text up to here).
+        span[masked] = self.pad_fill
+        return span, committed
 
     def _block_rows(self, todo: torch.Tensor, start: int, t0: int) -> torch.Tensor:
         """[B, width] span positions -> [B, block_size] rows of the block at `start`."""
@@ -280,9 +298,37 @@ class _Loop:
         span, still = collapse_after_pad(span, masked, commit, conf, slot_of, self.end_ids, self.pad_fill, collapse,
                                          n_slots=1)
         masked.copy_(still)
+        left = todo & masked
+        if left.shape[0] > 1 and not bool(left[0].any()) and bool(left.any()):
+            span = self._fill_others(span, left, masked, committed, decided, slot_of, collapse, starts)
         seq[:, t0:t0 + width] = span
         finite = conf[commit]
         report(span, masked.clone(), float(finite.mean()) if finite.numel() else 0.0)
+
+    def _fill_others(self, span: torch.Tensor, left: torch.Tensor, masked: torch.Tensor, committed: torch.Tensor,
+                     decided: Commits, slot_of: torch.Tensor, collapse: float, starts: StartGate | None) -> torch.Tensor:
+        """Candidate 0 has decided its part of the (sub-)block: what the others left undecided there
+        (`left` [B, width]) takes the tokens this step proposed for it, with their confidence, as a
+        step budget's last step commits everything (no pass of its own; the module docstring says
+        why). A filled end closes its candidate's span; a candidate still writing a typed start
+        gives it up, as the rule does where it cannot go on (StartGate.restrict). -> the span."""
+        span = torch.where(left, decided.proposal, span)
+        committed[left] = decided.score[left]
+        masked &= ~left
+        span, still = collapse_after_pad(span, masked, left, decided.score, slot_of, self.end_ids, self.pad_fill,
+                                         collapse, n_slots=1)
+        masked.copy_(still)
+        if starts is not None:
+            for row in left.any(-1).nonzero().flatten().tolist():
+                starts.rest[row] = [""] * len(starts.rest[row])
+        return span
+
+
+def _leader_writes_start(starts: StartGate) -> bool:
+    """Whether candidate 0 is still writing its typed start (a step a token past the budget): the
+    others' starts never hold it up, nor make its steps differ from its steps alone (a greedy fill
+    where it has none to write)."""
+    return any(starts.rest[0])
 
 
 class _Block:

@@ -539,6 +539,9 @@ class Commits:
     proposal: torch.Tensor            # the token proposed at each undecided position (mask id elsewhere)
     conf: torch.Tensor                # its confidence (-inf elsewhere, and where it was held back)
     forced: torch.Tensor | None       # bool: a typed start's frontiers, committed whatever their confidence
+    # Each proposal's own confidence, where `conf` holds back what follows an unfinished typed
+    # start (-inf elsewhere): what a fill that takes every proposal records (blockwise._fill_others).
+    score: torch.Tensor
 
 
 def commit_step(logits: torch.Tensor, span: torch.Tensor, todo: torch.Tensor, slot_of: torch.Tensor,
@@ -562,6 +565,7 @@ def commit_step(logits: torch.Tensor, span: torch.Tensor, todo: torch.Tensor, sl
     conf[todo] = score
     proposal = torch.full(todo.shape, mask_id, dtype=torch.long, device=todo.device)
     proposal[todo] = token
+    own = conf      # hold_back returns a copy: this stays each proposal's own confidence
     if starts is not None:
         conf = starts.hold_back(conf, proposal, slot_of)    # a slot writing its typed start: in order
     if settings.ends_in_order:
@@ -579,7 +583,7 @@ def commit_step(logits: torch.Tensor, span: torch.Tensor, todo: torch.Tensor, sl
     if forced is not None:
         commit |= forced
         starts.record(proposal)
-    return Commits(commit, proposal, conf, forced)
+    return Commits(commit, proposal, conf, forced, own)
 
 
 def relayout(x: torch.Tensor, widths: tuple[int, ...], new_widths, fill) -> torch.Tensor:

@@ -44,10 +44,11 @@ DEFAULT_CONTEXT_TOKENS = 1024
 # hours of a CPU, for one request the step scheduler shares with everyone's). 256 is the largest
 # step budget the options allow: one window at any budget is always allowed, so the cap only
 # takes away growth (the slots start at full width instead) and sampled alternatives of the
-# variable-length loop (its candidates run one after another). A default completion plans at most
-# 51 (one 64-token slot growing from 16 tokens: three windows of 16 steps and a greedy fill). The
-# block-wise loop spends a step budget per block: there the cap takes steps per block, then
-# alternatives, then width (capped_blocks); a default completion keeps all three.
+# variable-length loop (its candidates run one after another: variable_length_passes). A default
+# completion plans at most 51 (one 64-token slot growing from 16 tokens: three windows of 16 steps
+# and a greedy fill). The block-wise loop spends a step budget per block: there the cap takes
+# steps per block, then width (capped_blocks); a default completion keeps both. Its alternatives
+# cost no pass (candidate 0 paces the batch: blockwise.py), so they are never what goes.
 MAX_REQUEST_PASSES = 256
 
 # Denoiser.decoding -> the run (one request's loop, one model call at a time) that fills its
@@ -77,46 +78,52 @@ def growing_passes(request: InfillRequest, start: int, steps: int) -> int:
     return windows * (steps + 1) + sum(len(slot.starts_with) for slot in request.slots)
 
 
-def block_passes(request: InfillRequest, steps: int, block: int, n: int, width: int | None = None) -> int:
+def variable_length_passes(steps: int, n: int) -> int:
+    """The most forward passes VariableLengthRun takes at `steps` steps and `n` candidates:
+    candidate 0 its steps and a greedy fill, and the alternatives after it the calls it took, or
+    two each (a step and a fill) where it took fewer (variable_length.py)."""
+    first = steps + 1
+    return first + (max(first, 2 * (n - 1)) if n > 1 else 0)
+
+
+def block_passes(request: InfillRequest, steps: int, block: int, width: int | None = None) -> int:
     """The most forward passes BlockwiseRun takes on `request` at `steps` steps per sub-block of
-    `block` tokens and `n` candidates, no slot wider than `width`. Each sub-block a slot's span
+    `block` tokens, no slot wider than `width`, whatever its candidates (candidate 0 paces them,
+    and the slots before the last are decoded once: blockwise.py). Each sub-block a slot's span
     touches (a span may start anywhere in one) takes at most `block` passes, a step commits at
     least a token of each row (`choose_commits`' floor), and at most its steps and a greedy fill;
-    a typed start adds a step per character; with several candidates, a slot after the first is
-    decoded once per candidate (their prefixes differ: blockwise._Loop.decode)."""
+    a typed start adds a step per character."""
     total = 0
-    for k, slot in enumerate(request.slots):
+    for slot in request.slots:
         tokens = slot.max_tokens if width is None else min(slot.max_tokens, width)
         touched = (tokens + 2 * block - 2) // block
-        fills = n if k > 0 and n > 1 else 1
-        total += fills * (touched * min(steps + 1, block) + len(slot.starts_with))
+        total += touched * min(steps + 1, block) + len(slot.starts_with)
     return total
 
 
 def capped_blocks(request: InfillRequest, settings: DecodeSettings, block: int) -> tuple[InfillRequest, DecodeSettings]:
     """`request` and `settings` planned within MAX_REQUEST_PASSES for the block-wise loop, giving
-    up first steps per sub-block, then alternatives, then slot width.
+    up first steps per sub-block, then slot width.
 
     Steps first: a sub-block of `block` tokens never takes more than `block` passes, so fewer
     steps change nothing until they drop below that (a default completion keeps its steps); below
     it, a block commits more tokens a pass, but the answer keeps its length. Fewer blocks
     (narrower slots) would cut the answer short, and blocks finished sooner are not known up
     front. Only when one step per sub-block is still too many (a span of hundreds of tokens, or
-    many slots decoded once per candidate) do the alternatives go (the first candidate is the one
-    shown), then the slots narrow, the widest first. Past that (hundreds of slots) the plan
-    stays at one step per sub-block, one candidate and one token per slot, over the cap."""
-    def fitting_steps(n: int, width: int | None = None) -> int:
+    many slots) do the slots narrow, the widest first. Past that (hundreds of slots) the plan
+    stays at one step per sub-block and one token per slot, over the cap. Alternatives cost no
+    pass here, so they stay."""
+    def fitting_steps(width: int | None = None) -> int:
         return next((steps for steps in range(settings.steps, 0, -1)
-                     if block_passes(request, steps, block, n, width) <= MAX_REQUEST_PASSES), 0)
+                     if block_passes(request, steps, block, width) <= MAX_REQUEST_PASSES), 0)
 
-    steps = fitting_steps(settings.n)
+    steps = fitting_steps()
     if steps:
         return request, replace(settings, steps=steps)
-    n = next((n for n in range(settings.n - 1, 0, -1) if fitting_steps(n)), 1)
     widest = max(slot.max_tokens for slot in request.slots)
-    width = next((width for width in range(widest, 0, -1) if fitting_steps(n, width)), 1)
+    width = next((width for width in range(widest, 0, -1) if fitting_steps(width)), 1)
     narrowed = replace(request, slots=[replace(slot, max_tokens=min(slot.max_tokens, width)) for slot in request.slots])
-    return narrowed, replace(settings, n=n, steps=max(1, fitting_steps(n, width)))
+    return narrowed, replace(settings, steps=max(1, fitting_steps(width)))
 
 
 class CancelToken:
@@ -222,9 +229,10 @@ class Engine:
                    if run.writes_starts and any(slot.heal_before for slot in request.slots) else None)
         if healing is not None:
             request = healing.request
-        if run is VariableLengthRun and settings.n * settings.steps > MAX_REQUEST_PASSES:
+        if run is VariableLengthRun and variable_length_passes(settings.steps, settings.n) > MAX_REQUEST_PASSES:
             # its candidates run one after another: the alternatives beyond the cap are dropped
-            settings = replace(settings, n=max(1, MAX_REQUEST_PASSES // settings.steps))
+            settings = replace(settings, n=next((n for n in range(settings.n - 1, 0, -1)
+                                                 if variable_length_passes(settings.steps, n) <= MAX_REQUEST_PASSES), 1))
         if run is BlockwiseRun:
             request, settings = capped_blocks(request, settings,
                                               self.denoiser.sub_block_size or self.denoiser.block_size)

@@ -14,6 +14,17 @@ still ends within `settings.steps` forward passes.
 Because a resize moves every later position, the model's cached context is refreshed after it
 (a new session); steps without a resize use the session's cache as usual. The model itself is
 only asked for logits: the rules above are decoding, so they live here, in the engine.
+
+Several candidates (alternatives, `DecodeSettings.n`) run one after another, each in its own
+layout (their resizes differ, so they share no pass): candidate 0 first, as it runs alone (n=1,
+its text the same), then the alternatives, which share among them the model calls candidate 0
+took: each gets a step budget of an equal share of what is left (at least one step; a budget's
+last step commits every mask left and may not expand, so a candidate takes at most its budget).
+The alternatives thus take at most as many calls as candidate 0, or one each where it took fewer
+(two with a commit cap, `max_per_step`, whose masks left take a greedy fill). Why: each ran a
+whole decode of `settings.steps` steps, so the first suggestion, which comes back with them,
+waited for n whole decodes. An alternative on a small budget has fewer steps to grow in and
+commits more tokens a step: post-processing refuses what it cannot use.
 """
 from __future__ import annotations
 
@@ -75,7 +86,7 @@ class VariableLengthRun(CallRun):
     """One request's variable-length decoding, one model call at a time (`CallRun`): the step
     scheduler (engine/batching.py) gives concurrent requests' cached steps one forward pass
     (`Denoiser.batch_logits`), as for `FixedLengthRun`. Candidates run one after another
-    (their layouts diverge)."""
+    (their layouts diverge), the alternatives within the calls candidate 0 took (module docstring)."""
 
     writes_starts = False    # no frontier to write a start at (below): no token healing either
 
@@ -101,20 +112,33 @@ Calls = Generator[ModelCall, torch.Tensor, Any]
 
 
 def _candidates(denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings, on_step, cache: CacheSettings) -> Calls:
-    finals = []
-    steps = 0
-    for candidate in range(settings.n):
-        one = replace(settings, n=1, seed=settings.seed + candidate)
-        if candidate == 0 and settings.greedy_first:
-            one = replace(one, temperature=0.0)      # the alternatives are sampled, the first is greedy
-        layout, used = yield from _run_one(denoiser, canvas, one, on_step if candidate == 0 else None, cache)
+    first = replace(settings, n=1)
+    if settings.greedy_first:
+        first = replace(first, temperature=0.0)      # the alternatives are sampled, the first is greedy
+    layout, calls = yield from _run_one(denoiser, canvas, first, on_step, cache)
+    finals = [layout]
+    left = calls            # the alternatives' calls: what candidate 0 took (module docstring)
+    for candidate in range(1, settings.n):
+        share = max(1, left // (settings.n - candidate))
+        one = replace(settings, n=1, seed=settings.seed + candidate, steps=_steps_within(share, settings))
+        layout, used = yield from _run_one(denoiser, canvas, one, None, cache)
         finals.append(layout)
-        steps = max(steps, used)      # denoising steps per candidate
-    return _outcome(finals, steps, denoiser.special, state_device(denoiser.device))
+        calls += used
+        left -= used
+    return _outcome(finals, calls, denoiser.special, state_device(denoiser.device))
+
+
+def _steps_within(calls: int, settings: DecodeSettings) -> int:
+    """The step budget of a candidate allowed `calls` model calls (at least one step, at most
+    `settings.steps`): one less with a commit cap (`max_per_step`), whose masks left at the last
+    step take a greedy fill (`_fill_left`)."""
+    fill = 1 if settings.max_per_step is not None else 0
+    return max(1, min(settings.steps, calls - fill))
 
 
 def _run_one(denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings, on_step,
              cache: CacheSettings) -> Calls:
+    """One candidate's decode -> (its final layout, the model calls it took)."""
     # The layout is host lists; the step's masks, proposals and commits are on the run's own device
     # (state_device: the host by default), the model's inputs copied to its device and the chosen
     # tokens and confidences copied back, one sync a step.
@@ -150,17 +174,18 @@ def _run_one(denoiser: Denoiser, canvas: Canvas, settings: DecodeSettings, on_st
             span, still = _project(layout, special)
             done = conf[commit]
             on_step(steps, span, still, float(done.mean()) if done.numel() else 0.0, settings.steps)
-    yield from _fill_left(denoiser, layout, cache)
-    return layout, steps
+    filled = yield from _fill_left(denoiser, layout, cache)
+    return layout, steps + filled
 
 
 def _fill_left(denoiser: Denoiser, layout: Layout, cache: CacheSettings) -> Calls:
-    """Masks left when the step budget ran out (only if a step was skipped): the argmax, no resizing."""
+    """Masks left when the step budget ran out (only if a step was skipped): the argmax, no
+    resizing. -> the model calls it took (0 or 1)."""
     special = denoiser.special
     flat = [t for slot in layout.slots for t in slot]
     masked = torch.tensor([t == special.mask_id for t in flat])
     if not masked.any():
-        return
+        return 0
     now, device = layout.canvas(), denoiser.device
     session = denoiser.open_session(now, 1, cache)
     logits = yield ModelCall(session, now.ids[None].to(device), masked[None].to(device), greedy=True)
@@ -169,6 +194,7 @@ def _fill_left(denoiser: Denoiser, layout: Layout, cache: CacheSettings) -> Call
     best = iter(logits.argmax(-1).tolist())
     filled = [next(best) if t == special.mask_id else t for t in flat]
     apply_resizes(layout, filled, masked.tolist(), special)
+    return 1
 
 
 def no_expansion(layout: Layout, steps_left: int) -> torch.Tensor:

@@ -28,7 +28,7 @@ def many_slots(count: int, width: int) -> InfillRequest:
 
 def test_a_default_block_completion_keeps_its_steps():
     one = InfillRequest.single(PREFIX, "\n", 64)
-    assert block_passes(one, 16, 4, 1) <= MAX_REQUEST_PASSES
+    assert block_passes(one, 16, 4) <= MAX_REQUEST_PASSES
     assert capped_blocks(one, DecodeSettings(), 4) == (one, DecodeSettings())
 
 
@@ -50,10 +50,15 @@ def test_only_the_steps_per_block_go_while_they_are_enough(engine):
     assert result.slot_widths == (32,) * 12                     # nothing narrowed
 
 
-def test_alternatives_go_before_width(engine):
+def test_alternatives_stay_as_they_cost_no_pass(engine):
+    """Candidate 0 paces the batch and the slots before the last are decoded once (blockwise.py),
+    so the cap takes steps and width, never the alternatives; the run keeps within it with them."""
     request = many_slots(6, 64)
-    _, capped = capped_blocks(request, DecodeSettings(steps=16, n=4, temperature=0.5), 4)
-    assert capped.n < 4 and block_passes(request, capped.steps, 4, capped.n) <= MAX_REQUEST_PASSES
+    settings = DecodeSettings(steps=16, n=4, temperature=0.5, threshold=1.0)
+    capped_request, capped = capped_blocks(request, settings, 4)
+    assert capped.n == 4 and block_passes(capped_request, capped.steps, 4) <= MAX_REQUEST_PASSES
+    result = engine.infill(request, settings)
+    assert result.steps <= MAX_REQUEST_PASSES and len(result.candidates) == 4, result.steps
 
 
 def test_a_span_too_wide_for_one_step_a_block_is_narrowed(engine):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dllm_lsp.engine import engine as engine_module
-from dllm_lsp.engine.engine import MAX_REQUEST_PASSES, Engine, growing_passes
+from dllm_lsp.engine.engine import MAX_REQUEST_PASSES, Engine, growing_passes, variable_length_passes
 from dllm_lsp.engine.types import GROWING_SLOT_START, DecodeSettings, InfillRequest, Slot
 from dllm_lsp.engine.variable_length import VariableLengthRun
 from dllm_lsp.loader import load_model
@@ -51,6 +51,10 @@ def test_variable_length_alternatives_beyond_the_cap_are_dropped(engine, monkeyp
 
     monkeypatch.setattr(VariableLengthRun, "__init__", recording)
     monkeypatch.setitem(engine_module.RUNS, engine.denoiser.decoding, VariableLengthRun)
-    result = engine.infill(InfillRequest.single(PREFIX, "\n", 8),
-                           DecodeSettings(steps=128, n=8, temperature=0.5))
-    assert seen == [MAX_REQUEST_PASSES // 128] and len(result.candidates) == 2
+    request = InfillRequest.single(PREFIX, "\n", 8)
+    # candidate 0 takes up to 129 calls and the alternatives as many again: over the cap
+    assert variable_length_passes(128, 2) > MAX_REQUEST_PASSES >= variable_length_passes(96, 8)
+    result = engine.infill(request, DecodeSettings(steps=128, n=8, temperature=0.5))
+    assert seen == [1] and len(result.candidates) == 1
+    result = engine.infill(request, DecodeSettings(steps=96, n=8, temperature=0.5, threshold=1.0))
+    assert seen == [1, 8] and len(result.candidates) == 8 and result.steps <= MAX_REQUEST_PASSES, result.steps
