@@ -10,7 +10,10 @@ finish() runs, in order:
      body ends it);
   4. overlap with the suffix is trimmed: closers the line already has (`)`, `"`, `);`) and trailing
      lines the suffix already has (`}`), but never a bracket the completion itself opened;
-  5. trailing whitespace and empty results are dropped;
+  5. trailing whitespace and empty results are dropped; mid-line, a one-line completion may not
+     leave a bracket or string open that the rest of the line does not close, and at a line's end
+     (outside Python) its closers must close what the file leaves open and its `'` not open a
+     char literal it leaves open;
   6. the file's tree-sitter parse must not get worse (more ERROR/MISSING nodes) than without the
      completion; a worse one is cut back line by line, or dropped. Only the enclosing statement is
      reparsed (see planner.syntax.check_region), which keeps this step well under a millisecond;
@@ -35,7 +38,7 @@ from dataclasses import dataclass
 from dllm_lsp.syntax.languages import facts_for
 from dllm_lsp.planner.lines import (block_steps, indent_width, leading_ws, line_break_near, line_bounds,
                                     previous_nonblank_line, render_indent, usual_step)
-from dllm_lsp.planner.syntax import REGION_LIMIT_BYTES, check_region
+from dllm_lsp.planner.syntax import REGION_LIMIT_BYTES, check_region, in_comment_or_string
 from dllm_lsp.syntax.snapshot import Snapshot, end_point, parse_errors, point
 from dllm_lsp.planner.types import SpanPlan
 
@@ -119,6 +122,8 @@ def _finish_line(plan: SpanPlan, doc_text: str, text: str, provided: frozenset[s
         # closers, so the count alone stayed the same (`if self.‸}` + `get_name == "`).
         if after.unbalanced > before.unbalanced or (after.quote is not None and before.quote is None):
             return None
+    elif _breaks_line_end(plan, doc_text, text):
+        return None
     return text if _ParseCheck(plan, provided)(text) else None
 
 
@@ -219,6 +224,227 @@ def _removable(kept: str, removed: str, quotes: str = "") -> bool:
             elif left.open:
                 return False
     return not (quotes and left.quote is not None and left.quote in removed)
+
+
+# --- one-line spans at a line's end (languages other than Python) ---------------------------------
+#
+# At the end of a line the user is still typing, the file already has an error there, and the
+# parse check only refuses a completion that adds one: a completion that trades the line's error
+# for another (`foo(a, b))`, `x := y}`, `c := 'a`) was shown (a probe typing Go, Lua, Java and
+# JavaScript with the shipped model). What the completion writes is judged on its own instead:
+# each closer must close a bracket the file leaves open, and a `'` must not open a character
+# literal it leaves open. Python has the interpreter's parser for that (the _ParseCheck).
+
+_CHAR_QUOTE_LANGUAGES = frozenset({"c", "cpp", "go", "java", "rust"})   # `'` opens a char literal
+# Tree nodes read for the brackets open around the cursor's line; a file broken wider than this
+# (an ERROR node holding most of it) is not judged: reading it costs more than the rule is worth.
+_TREE_NODES_LOOKED_AT = 4000
+_TREE_BYTES_LOOKED_AT = 4000
+_RUST_CHAR = re.compile(r"'(?:[^'\\\n]|\\(?:x[0-9a-fA-F]{2}|u\{[0-9a-fA-F_]{1,8}\}|.))'")
+_RUST_LIFETIME = re.compile(r"'[^\W\d]\w*")   # `'a`, `'static`, a loop label `'outer`
+
+
+def _breaks_line_end(plan: SpanPlan, doc_text: str, text: str) -> bool:
+    """Does a one-line completion at the end of its line (the rest of the line is blank) close a
+    bracket that nothing leaves open, or leave open a character literal it opens? Only in the
+    languages with a tree other than Python; False where it cannot tell (no tree, the line starts
+    or ends inside a comment or string, a C preprocessor line, a line longer than
+    _LINE_LOOKED_AT before the cursor)."""
+    name = facts_for(plan.snapshot.language_id).name
+    if name in ("python", "text") or not any(ch in _CLOSERS or ch == "'" for ch in text):
+        return False   # (most completions: the tree is not read)
+    if plan.snapshot.tree is None:
+        return False
+    line_start = line_bounds(doc_text, plan.replace_start)[0]
+    head = doc_text[line_start:plan.replace_start]
+    if len(head) > _LINE_LOOKED_AT or (name in ("c", "cpp") and head.lstrip().startswith("#")):
+        return False   # a macro's body may hold any bracket (`#define END_NS }`)
+    around = _brackets_around_line(plan.snapshot, line_start, plan.replace_end)
+    if around is None:
+        return False
+    open_before, closed_after = around
+    marks, quote, quote_at = _line_code(head + text, name)
+    stack = list(open_before)
+    for at, ch in marks:
+        if at >= len(head):
+            break
+        _pair(stack, ch)
+    stack = _left_open(stack, closed_after)
+    for at, ch in marks:
+        if at >= len(head) and not _pair(stack, ch):
+            return True   # a closer of the completion's that closes nothing left open
+    return quote == "'" and quote_at >= len(head) and name in _CHAR_QUOTE_LANGUAGES
+
+
+def _pair(stack: list[str], ch: str) -> bool:
+    """Read bracket `ch` onto the openers `stack`: False for a closer that does not close its top."""
+    if ch in _OPENERS:
+        stack.append(ch)
+    elif stack and stack[-1] == _CLOSERS[ch]:
+        stack.pop()
+    else:
+        return False
+    return True
+
+
+def _left_open(stack: list[str], closers: list[str]) -> list[str]:
+    """The openers of `stack` that `closers` (read after them, in order) leave open: each closer
+    closes the innermost opener of its kind (the ones it skips are left open: `foo(a,` over a
+    function's `}`)."""
+    stack = list(stack)
+    for ch in closers:
+        opener = _CLOSERS[ch]
+        for at in range(len(stack) - 1, -1, -1):
+            if stack[at] == opener:
+                del stack[at]
+                break
+    return stack
+
+
+def _brackets_around_line(snapshot: Snapshot, line_start: int, cursor: int) -> tuple[list[str], list[str]] | None:
+    """The file's brackets outside the line up to the cursor, as its tree has their tokens: the
+    openers left open before `line_start` (outermost first), and the closers after `cursor` that
+    close nothing after it (in order), which close what is open before. None where the line starts
+    or the cursor ends inside a token (a comment, a string, a macro continued over lines) or the
+    tree is broken wider than _TREE_NODES_LOOKED_AT nodes.
+
+    A subtree without errors has its brackets paired (its grammar pairs them) and is not read; an
+    ERROR node holds its tokens. Of a node's children only those within _TREE_BYTES_LOOKED_AT of
+    the line are read, and its first and last (a block's `{` and `}`, however long the block): a
+    file's hundreds of functions cost a millisecond or more to walk, and a bracket left open
+    further above in a node without its own (a wide ERROR) is left out."""
+    lo, hi = snapshot.byte(line_start), snapshot.byte(cursor)
+    window_lo, window_hi = max(0, lo - _TREE_BYTES_LOOKED_AT), hi + _TREE_BYTES_LOOKED_AT
+    before: list[str] = []
+    after: list[str] = []     # openers after the cursor, waiting for their own closers
+    closing: list[str] = []
+    pending = [_children_near(snapshot.tree.root_node, window_lo, window_hi)]
+    budget = _TREE_NODES_LOOKED_AT
+    while pending:
+        node = next(pending[-1], None)
+        if node is None:
+            pending.pop()
+            continue
+        budget -= 1
+        if budget < 0:
+            return None
+        start, end = node.start_byte, node.end_byte
+        if lo <= start and end <= hi:
+            continue          # the line up to the cursor: read as text (the user may be typing a string)
+        if end <= lo or start >= hi:
+            if node.child_count:
+                if node.has_error:
+                    pending.append(_children_near(node, window_lo, window_hi))
+            elif not node.is_named and not node.is_missing:
+                for ch in node.type:
+                    if ch in _OPENERS or ch in _CLOSERS:
+                        if end <= lo:
+                            _pair(before, ch)
+                        elif not _pair(after, ch):
+                            closing.append(ch)
+            continue
+        if node.child_count == 0:
+            if node.is_named:
+                return None   # a comment, string or macro body over the line's start or end
+            continue          # a line break token (Go's, a CRLF's)
+        if in_comment_or_string(node, 1):
+            return None
+        pending.append(_children_near(node, window_lo, window_hi))
+    return before, closing
+
+
+def _children_near(node, lo: int, hi: int):
+    """`node`'s children that overlap [lo, hi), with its first and last child, in order."""
+    count = node.child_count
+    if not count:
+        return
+    first, last = node.child(0), node.child(count - 1)
+    if lo <= first.start_byte:
+        child = first
+    elif lo < last.end_byte:
+        child = node.first_child_for_byte(lo)
+    else:
+        # (py-tree-sitter 0.26 hands back an unusable node, and a read of it crashes the process,
+        # where no child ends after `lo`)
+        child = None
+    if child is None or child.start_byte >= hi:
+        yield first
+        if last.id != first.id:
+            yield last
+        return
+    if child.id != first.id:
+        yield first
+    while child is not None and child.start_byte < hi:
+        yield child
+        if child.id == last.id:
+            return
+        child = child.next_sibling
+    yield last
+
+
+def _line_code(line: str, name: str) -> tuple[list[tuple[int, str]], str | None, int]:
+    """The brackets of one line of code in language `name` (canonical grammar name) with their
+    indices, outside its strings, character literals and comments, and the quote of a string or
+    character literal open at its end with its index (None, -1: none). Rust's `'a` is a lifetime;
+    a `'` inside a C / C++ number is a digit separator (`1'000'000`)."""
+    quotes = _line_quotes(name)
+    comment = facts_for(name).line_comment
+    block_comments = name != "lua"
+    marks: list[tuple[int, str]] = []
+    quote, quote_at = None, -1
+    at, size = 0, len(line)
+    while at < size:
+        ch = line[at]
+        if quote is not None:
+            if ch == "\\":
+                at += 2
+                continue
+            if ch == quote:
+                quote = None
+        elif comment and line.startswith(comment, at):
+            break
+        elif block_comments and line.startswith("/*", at):
+            close = line.find("*/", at + 2)
+            if close < 0:
+                break
+            at = close + 2
+            continue
+        elif ch == "'" and name == "rust":
+            literal = _RUST_CHAR.match(line, at) or (_rust_lifetime(line, at) and _RUST_LIFETIME.match(line, at))
+            if literal:
+                at = literal.end()
+                continue
+            quote, quote_at = ch, at
+        elif ch == "'" and name in ("c", "cpp") and _digit_separator(line, at):
+            pass
+        elif ch in quotes:
+            quote, quote_at = ch, at
+        elif ch in _OPENERS or ch in _CLOSERS:
+            marks.append((at, ch))
+        at += 1
+    return marks, quote, (quote_at if quote is not None else -1)
+
+
+def _rust_lifetime(line: str, at: int) -> bool:
+    """Can the `'` at `at` in Rust start a lifetime or a loop label (`&'a`, `<'a>`, `T: 'a`,
+    `break 'outer`) rather than a char literal? Not right after a word (`b'a`: a byte literal), nor
+    after what a value follows (`= 'a`, `('a`, `!'a`, `=> 'a`, `{ 'a`)."""
+    if at and _word_char(line[at - 1]):
+        return False
+    before = line[max(0, at - 64):at].rstrip(" \t")
+    return not (before.endswith(_RUST_VALUE_BEFORE) or before.endswith("=>"))
+
+
+_RUST_VALUE_BEFORE = tuple("=([{!|^%*/;")
+
+
+def _digit_separator(line: str, at: int) -> bool:
+    """Is the `'` at `at` inside a number (`1'000`, `0xFF'FF`), not the start of a char literal
+    (`u8'a'` starts with a letter)? Looks back at most 64 characters."""
+    start = at
+    while start > max(0, at - 64) and (line[start - 1].isalnum() or line[start - 1] in "_.'"):
+        start -= 1
+    return line[start:start + 1].isdigit() and line[at + 1:at + 2].isalnum()
 
 
 # --- multi-line spans ------------------------------------------------------------------------------
