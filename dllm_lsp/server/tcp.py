@@ -53,7 +53,9 @@ log = logging.getLogger(__name__)
 
 # Before a connection has presented its token, its frames are an initialize (a few kB): a stranger
 # announcing 60 MB frames and stalling held hundreds of MB of the server's memory for as long as
-# it liked.
+# it liked. The same holds before a token-less connection's `initialize` (64 waiting connections
+# each sending most of a 64 MiB frame held ~4 GiB for their 10 s): a frame above it is refused
+# with -32700 and read past a line at a time, never held, as a too-big frame anywhere is.
 PRE_AUTH_MAX_FRAME = 256 * 1024
 # How long a connection has to send its `initialize` (with a token: one carrying it), token or
 # not. A client opens the connection to send it: an editor does so at once, and a slow machine
@@ -168,6 +170,8 @@ class Greeter:
         after it stay in `frames`), or None when it ended or sent `exit` first."""
         greeting = Greeting(self.gate, self.converter, writer)
         await Connection(greeting, frames, greeting.done).run()
+        if greeting.initialize is not None:
+            frames.max_frame = MAX_FRAME_BYTES      # initialized: a document may be big now
         return greeting.initialize
 
 
@@ -302,7 +306,7 @@ async def serve_tcp(host: str, port: int, settings: Options, token: str | None =
             writer.transport.abort()
             return
         keep_alive(writer.get_extra_info("socket"))
-        frames = FrameReader(lambda: reader.read(CHUNK), max_frame=PRE_AUTH_MAX_FRAME if token else MAX_FRAME_BYTES)
+        frames = FrameReader(lambda: reader.read(CHUNK), max_frame=PRE_AUTH_MAX_FRAME)
         server = None
         try:
             with room.waiting(writer, peer, address):

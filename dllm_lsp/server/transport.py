@@ -7,7 +7,8 @@ and every later request goes unanswered while the server stays alive. Here:
 - header names are case-insensitive and `\\n` line ends are accepted;
 - a frame without a usable Content-Length (missing, not a number, negative) or above
   MAX_FRAME_BYTES is refused with one log line and a -32700 error (id null), and the reader
-  resynchronises on the next `Content-Length` header, discarding what lies between;
+  resynchronises on the next `Content-Length` header, discarding what lies between; a header
+  block keeps only its Content-Length (any other header is read and forgotten);
 - a body that is not UTF-8 or not JSON gets -32700 (id null), never an "Error in server" popup;
   a body shorter than its Content-Length is split at the next frame's header read into it, or,
   when nothing more comes for BODY_STALL_S and what came is a whole JSON message, served as is;
@@ -206,7 +207,10 @@ class FrameReader:
                     headers = None
                     continue
                 return FramingError(f"malformed header line {line[:80]!r}; skipping to the next header")
-            headers[match.group(1).lower()] = match.group(2)
+            if match.group(1).lower() == _CONTENT_LENGTH:
+                # Only this one is read: a block of endless distinct headers grew the dict (and
+                # the memory of the connection) for as long as the block went on.
+                headers[_CONTENT_LENGTH] = match.group(2)
 
     async def _body(self, headers: dict[bytes, bytes]) -> bytes | FramingError | None:
         raw = headers.get(_CONTENT_LENGTH)
