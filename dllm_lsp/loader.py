@@ -8,10 +8,14 @@ from importlib import resources
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 
-from .arch.embedded import MODEL_TYPE
+from .arch.embedded import MODEL_TYPE, EmbeddedConfig
 from .arch.embedded_denoiser import EmbeddedDenoiser
+from .arch.weight_storage import weight_shapes
 from .checkpoints import load_checkpoint
+from .checkpoints.config_values import MAX_LAYERS, MAX_SIZE
+from .checkpoints.tokenizer_files import check_vocabulary, read_tokenizer_json
 from .engine.denoiser import Denoiser
 from .cli_errors import one_line
 from .model_folder import ModelLoadError, load_json_file
@@ -143,7 +147,7 @@ def load_model(spec: str | Path | None = None, device: str | None = "auto") -> D
     config = read_config(folder)
     try:
         if config.get("model_type") == MODEL_TYPE:
-            return load_embedded(folder, dev)
+            return load_embedded(folder, config, dev)
         return load_checkpoint(folder, config, dev)
     except ModelLoadError:
         raise
@@ -154,9 +158,33 @@ def load_model(spec: str | Path | None = None, device: str | None = "auto") -> D
         raise ModelLoadError(f"could not load {folder}: {type(exc).__name__}: {one_line(exc)}") from exc
 
 
-def load_embedded(folder: Path, device: torch.device) -> Denoiser:
+def load_embedded(folder: Path, config: dict, device: torch.device) -> Denoiser:
     for name in ("model.safetensors", "tokenizer.json"):
         if not (folder / name).is_file():
             raise ModelLoadError(f"{folder} has no {name}")
+    cfg = embedded_config(folder, config)
+    try:
+        weight_shapes(folder / "model.safetensors")
+    except SafetensorError as exc:   # it said "SafetensorError: ...", naming no file
+        raise ModelLoadError(f"could not load {folder}: model.safetensors is not a readable safetensors file: "
+                             f"{exc}") from exc
+    # A tokenizer with more tokens than the embedding has rows loaded, and the first text using one
+    # failed its completion with IndexError.
+    check_vocabulary(read_tokenizer_json(folder / "tokenizer.json"), cfg.vocab_size)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     return EmbeddedDenoiser.load(folder, device, dtype)
+
+
+def embedded_config(folder: Path, config: dict) -> EmbeddedConfig:
+    """The embedded model's config.json, its sizes bounded as the open checkpoints' are
+    (checkpoints/config_values.py) before anything is built: 10^9 layers hung the load (each built
+    on the meta device, a minute and more), and a 10^9 width took 4 GB for its rotary table."""
+    for key in ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "max_positions"):
+        value, high = config.get(key), MAX_LAYERS if key == "n_layers" else MAX_SIZE
+        # Only the upper bound here: EmbeddedConfig refuses a size below 1 or not an integer itself.
+        if isinstance(value, int) and not isinstance(value, bool) and value > high:
+            raise ModelLoadError(f"config.json {key!r} is {value}: it must be within 1..{high}")
+    try:
+        return EmbeddedConfig.from_json(config)
+    except (TypeError, ValueError) as exc:
+        raise ModelLoadError(f"could not load {folder}: its config.json is invalid: {exc}") from exc

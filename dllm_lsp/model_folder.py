@@ -15,8 +15,25 @@ class ModelLoadError(Exception):
     """The model folder is missing, incomplete, corrupt or of an unsupported family."""
 
 
+# The largest JSON or tokenizer file a model folder may hold. Published ones stay far below it (a
+# config.json is a few KB; a 150k-token tokenizer.json about 10 MB; the index of a 100B MoE model's
+# shards a few MB), and they are read whole: a 3 GB config.json (a sparse file of nothing) took 6.3
+# GB of memory and a minute before "not valid JSON".
+MAX_TEXT_FILE_BYTES = 64 << 20
+
+
+def check_text_file_size(path: Path) -> None:
+    """ModelLoadError naming `path` when it is larger than a model's JSON or tokenizer file can be."""
+    size = path.stat().st_size
+    if size > MAX_TEXT_FILE_BYTES:
+        raise ModelLoadError(f"{path} is {size / (1 << 20):,.0f} MiB, too large for a model's JSON or tokenizer "
+                             f"file (at most {MAX_TEXT_FILE_BYTES >> 20} MiB): a damaged or misplaced file?")
+
+
 def load_json_file(path: Path):
-    """The parsed JSON in `path`; ModelLoadError naming the file when it is not valid JSON."""
+    """The parsed JSON in `path`; ModelLoadError naming the file when it is not valid JSON or too
+    large to be a model's."""
+    check_text_file_size(path)
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -24,6 +24,7 @@ STORAGE_KEY = "dllm_lsp_storage"
 INT8 = "int8-rowwise"
 MIN_INT8_ELEMENTS = 4096
 STORAGE_DTYPES = ("bfloat16", "float32", "int8")
+FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)   # what a float weight may be read from
 
 
 def quantize_rowwise(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,6 +96,9 @@ def load_weights(path: Path, device: str | torch.device = "cpu",
             state[name] = dequantize_rowwise(tensor, scale, dtype)
         elif tensor.dtype == torch.int8:
             raise ValueError(f"{path.name}: {name} is int8 without {name}{SCALE_SUFFIX}")
+        elif tensor.dtype not in FLOAT_DTYPES:   # an int32 weight was cast to float: a model of junk
+            raise ValueError(f"{path.name}: {name} is stored as {str(tensor.dtype).removeprefix('torch.')}, "
+                             "not as bfloat16, float16, float32 or int8 with scales")
         else:
             state[name] = tensor.to(dtype)
     return state

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from dllm_lsp.model_folder import ModelLoadError
 
 from .block_model import BlockConfig, MoEConfig
-from .config_values import MAX_LAYERS, check_shape, flag, need, optional
+from .config_values import MAX_LAYERS, MAX_SIZE, check_shape, flag, need, optional
 
 BLOCK, BIDIRECTIONAL = "block", "bidirectional"
 
@@ -76,6 +76,14 @@ def detect_block_family(config: dict) -> BlockFamily | None:
 
 
 
+def _layer_list(c: dict, key: str) -> list[int]:
+    """A list of layer indices (Qwen3-MoE's `mlp_only_layers`), each a JSON integer."""
+    value = c.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value):
+        raise ModelLoadError(f"config.json {key!r} must be a list of layer numbers, not {value!r}")
+    return value
+
+
 def _first(config: dict, keys: tuple[str, ...], default=None):
     for key in keys:
         if config.get(key) is not None:
@@ -101,7 +109,7 @@ def block_config(family: BlockFamily, c: dict) -> BlockConfig:
     common = dict(
         vocab_size=need(c, "vocab_size", f), dim=dim, n_layers=layers, n_heads=heads,
         n_kv_heads=optional(c, "num_key_value_heads", heads), head_dim=head_dim,
-        ffn_dim=optional(c, "intermediate_size", 0) if c.get("intermediate_size") else 0,   # none: all MoE
+        ffn_dim=optional(c, "intermediate_size", 0, low=0),   # none: all MoE
         rope_theta=optional(c, "rope_theta", 10000.0, float), norm_eps=optional(c, "rms_norm_eps", 1e-6, float),
         tied_embeddings=flag(c, "tie_word_embeddings", False),
     )
@@ -122,14 +130,14 @@ def block_config(family: BlockFamily, c: dict) -> BlockConfig:
     else:   # llada2_moe; the defaults are LLaDA2MoeConfig's (a key config.json leaves out means them)
         if c.get("norm_head"):
             raise ModelLoadError("LLaDA2.0 with a normalised LM head (norm_head: true) is not supported")
-        factor = float(c.get("partial_rotary_factor", 0.5))
+        factor = optional(c, "partial_rotary_factor", 0.5, float, high=1)
         attn = dict(qkv_bias=flag(c, "use_qkv_bias", False), out_bias=flag(c, "use_bias", True),
                     qk_norm=flag(c, "use_qk_norm", True), rotary_dim=int(head_dim * factor))
     if layout == "qwen3_moe":
         moe = MoEConfig(n_experts=need(c, "num_experts", f), top_k=need(c, "num_experts_per_tok", f),
                         ffn_dim=need(c, "moe_intermediate_size", f), norm_topk=flag(c, "norm_topk_prob", False))
-        step = int(c.get("decoder_sparse_step") or 1)
-        only = {int(i) for i in (c.get("mlp_only_layers") or [])}
+        step = optional(c, "decoder_sparse_step", 1, high=MAX_LAYERS)
+        only = set(_layer_list(c, "mlp_only_layers"))
         dense = tuple(i for i in range(layers) if i in only or (i + 1) % step != 0)
     elif layout == "llada_moe":
         for key in ("num_shared_experts", "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size"):
@@ -148,14 +156,20 @@ def block_config(family: BlockFamily, c: dict) -> BlockConfig:
         if score != "sigmoid":
             raise ModelLoadError(f"LLaDA2.0 with a {score!r} router is not supported (sigmoid only)")
         expert_ffn = need(c, "moe_intermediate_size", f)
-        shared = int(c.get("num_shared_experts") or 0)
+        # Read strictly like the sizes: `int("64")`, `int(1.5)` and `float(true)` had passed, a NaN
+        # scaling factor loaded and wrote NaN logits, and a null partial_rotary_factor failed in
+        # float() with a message that named no key.
+        shared = optional(c, "num_shared_experts", 0, low=0)
         moe = MoEConfig(n_experts=need(c, "num_experts", f), top_k=need(c, "num_experts_per_tok", f),
-                        ffn_dim=expert_ffn, router="sigmoid", n_group=int(c.get("n_group") or 8),
-                        topk_group=int(c.get("topk_group") or 4),
-                        routed_scaling=float(c.get("routed_scaling_factor") or 2.5), expert_bias=True,
+                        ffn_dim=expert_ffn, router="sigmoid", n_group=optional(c, "n_group", 8),
+                        topk_group=optional(c, "topk_group", 4),
+                        routed_scaling=optional(c, "routed_scaling_factor", 2.5, float), expert_bias=True,
                         shared_ffn_dim=expert_ffn * shared)
-        dense = tuple(range(min(int(c.get("first_k_dense_replace") or 0), layers)))
+        dense = tuple(range(min(optional(c, "first_k_dense_replace", 0, low=0, high=MAX_LAYERS), layers)))
     if (moe is None or dense) and not common["ffn_dim"]:
+        if c.get("intermediate_size") is not None:   # 0: said "lacks" of a key that is there
+            raise ModelLoadError(f"config.json 'intermediate_size' is 0: the {family.key} family's dense MLP "
+                                 f"needs it within 1..{MAX_SIZE}")
         raise ModelLoadError(f"config.json lacks 'intermediate_size', which the {family.key} family needs")
     try:
         return BlockConfig(**common, **attn, moe=moe, dense_layers=dense)
@@ -163,26 +177,37 @@ def block_config(family: BlockFamily, c: dict) -> BlockConfig:
         raise ModelLoadError(f"config.json describes an impossible shape: {exc}") from exc
 
 
+def _named_size(config: dict, generation: dict, keys: tuple[str, ...], default: int, high: int, what: str) -> int:
+    """The first of `keys` set in config.json, else in generation_config.json, else `default`: a
+    JSON integer within 1..high. A block of 1.5, `true` or "64" had been read by int() as 1, 1 and 64,
+    and a 0 as the family's default."""
+    for source, file in ((config, "config.json"), (generation, "generation_config.json")):
+        key = next((k for k in keys if source.get(k) is not None), None)
+        if key is None:
+            continue
+        size = source[key]
+        if isinstance(size, bool) or not isinstance(size, int):
+            raise ModelLoadError(f"{file} {key!r} must be an integer, not {size!r}")
+        if not 1 <= size <= high:
+            raise ModelLoadError(f"{what} {size} must be within 1..{high} ({file} {key!r})")
+        return size
+    return default
+
+
 def block_size(family: BlockFamily, config: dict, generation: dict) -> int:
-    keys = ("block_size", "bd_size", "block_length")
-    size = _first(config, keys) or _first(generation, keys) or family.block_size
-    try:
-        size = int(size)
-    except (TypeError, ValueError) as exc:
-        raise ModelLoadError(f"block size {size!r} in config.json is not a number") from exc
-    if not 1 <= size <= max_context(config):   # a billion-token block ran the first request out of memory
-        raise ModelLoadError(f"block size {size} must be within 1..{max_context(config)} (the model's positions)")
-    return size
+    # At most the model's positions: a billion-token block ran the first request out of memory.
+    return _named_size(config, generation, ("block_size", "bd_size", "block_length"), family.block_size,
+                       max_context(config), "block size")
 
 
 def sub_block_size(family: BlockFamily, config: dict, generation: dict, block: int) -> int | None:
     """Fast-dLLM v2's sub-block (`small_block_size`, a generate() argument: 8 unless a config names one);
-    None where a block is decoded whole."""
+    None where a block is decoded whole (a sub-block as long as the block, or longer)."""
     if family.sub_block_size is None:
         return None
-    keys = ("small_block_size", "sub_block_size")
-    size = int(_first(config, keys) or _first(generation, keys) or family.sub_block_size)
-    return size if 0 < size < block else None
+    size = _named_size(config, generation, ("small_block_size", "sub_block_size"), family.sub_block_size, MAX_SIZE,
+                       "sub-block size")
+    return size if size < block else None
 
 
 def max_context(config: dict) -> int:

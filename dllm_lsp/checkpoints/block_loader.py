@@ -35,6 +35,7 @@ def load_block_checkpoint(folder: Path, config: dict, family: BlockFamily, devic
     cfg = block_config(family, config)
     context = max_context(config)
     block = block_size(family, config, generation) if family.attention != BIDIRECTIONAL else None
+    sub_block = sub_block_size(family, config, generation, block) if block is not None else None   # checked before loading
     tokens = load_tokenizer(folder)
     files = WeightFiles.open(folder)
     files.check_layers(cfg.n_layers)
@@ -42,12 +43,17 @@ def load_block_checkpoint(folder: Path, config: dict, family: BlockFamily, devic
     files.require({name: shape for groups, _ in plan.values() for group in groups for name, shape in group})
     special = special_tokens(config, generation, tokens, cfg.vocab_size, mask_texts=MASK_TEXTS,
                              default_mask=family.default_mask)
+    fim = find_fim(tokens.tokenizer) if block is not None else None   # block-wise prompts only
+    if fim is not None and max(fim.prefix_id, fim.suffix_id, fim.middle_id) >= cfg.vocab_size:
+        # The prompt of every block-wise completion starts with them: each would fail with IndexError.
+        raise ModelLoadError(f"the tokenizer's fill-in-the-middle tokens ({fim.prefix_id}, {fim.suffix_id}, "
+                             f"{fim.middle_id}) are outside the {cfg.vocab_size}-row embedding")
     model = load_weights(cfg, plan, files, device, dtype or default_dtype(device))
     if family.attention == BIDIRECTIONAL:
         spec = Family(family.key, family.title, family.layout, family.shift, False)
         return CheckpointDenoiser(model, tokens.tokenizer, special, spec, folder.name, context)
     return BlockDenoiser(model, tokens.tokenizer, special, family, folder.name, context, block,
-                         sub_block_size(family, config, generation, block), find_fim(tokens.tokenizer))
+                         sub_block, fim)
 
 
 def load_weights(cfg, plan: Plan, files: WeightFiles, device: torch.device, dtype: torch.dtype) -> BlockLM:

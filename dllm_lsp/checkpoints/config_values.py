@@ -5,7 +5,8 @@ Hugging Face configs write sizes as JSON integers and switches as JSON booleans.
 zero, a negative one or a billion is a broken folder: it is refused at load with one line, before
 anything is built or allocated for it (a billion layers hung the load building them; a zero layer
 count loaded and failed every request; a billion-token block ran the machine out of memory at the
-first request).
+first request). `optional(..., low=0)` for counts that may be zero, `file=` for
+generation_config.json; floats may have an upper bound too (LLaDA2's partial_rotary_factor).
 """
 from __future__ import annotations
 
@@ -18,19 +19,22 @@ MAX_LAYERS = 1024
 MAX_SIZE = 1 << 22     # any width, head count, expert count or vocabulary
 
 
-def need(config: dict, key: str, family: str, kind: type = int, high: int = MAX_SIZE) -> int | float:
-    """`config[key]`, which the family needs: a positive JSON integer up to `high` (kind=int) or
-    a positive finite number (kind=float: RoPE's base, a norm's epsilon)."""
+def need(config: dict, key: str, family: str, kind: type = int, high: float | None = None) -> int | float:
+    """`config[key]`, which the family needs: a positive JSON integer up to `high` (kind=int;
+    default MAX_SIZE) or a positive finite number up to `high` (kind=float: RoPE's base, a norm's
+    epsilon)."""
     if config.get(key) is None:
         raise ModelLoadError(f"config.json lacks {key!r}, which the {family} family needs")
     return _checked(config, key, kind, high)
 
 
-def optional(config: dict, key: str, default, kind: type = int, high: int = MAX_SIZE):
-    """`config[key]` when it is there and not null, else `default`; checked as `need` checks."""
+def optional(config: dict, key: str, default, kind: type = int, high: float | None = None, low: int = 1,
+             file: str = "config.json"):
+    """`config[key]` when it is there and not null, else `default`; checked as `need` checks.
+    `low=0` for counts that may be zero (shared experts, leading dense layers)."""
     if config.get(key) is None:
         return default
-    return _checked(config, key, kind, high)
+    return _checked(config, key, kind, high, low, file)
 
 
 def flag(config: dict, key: str, default: bool) -> bool:
@@ -43,16 +47,19 @@ def flag(config: dict, key: str, default: bool) -> bool:
     return value
 
 
-def _checked(config: dict, key: str, kind: type, high: int):
+def _checked(config: dict, key: str, kind: type, high: float | None, low: int = 1, file: str = "config.json"):
     value = config[key]
     if kind is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-            raise ModelLoadError(f"config.json {key!r} must be a positive number, not {value!r}")
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not (number and 0 < value < float("inf") and (high is None or value <= high)):   # NaN fails too
+            within = "a positive number" if high is None else f"a number in (0, {high}]"
+            raise ModelLoadError(f"{file} {key!r} must be {within}, not {value!r}")
         return float(value)
+    high = MAX_SIZE if high is None else high
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ModelLoadError(f"config.json {key!r} must be an integer, not {value!r}")
-    if not 1 <= value <= high:
-        raise ModelLoadError(f"config.json {key!r} is {value}: it must be within 1..{high}")
+        raise ModelLoadError(f"{file} {key!r} must be an integer, not {value!r}")
+    if not low <= value <= high:
+        raise ModelLoadError(f"{file} {key!r} is {value}: it must be within {low}..{high}")
     return value
 
 

@@ -22,7 +22,7 @@ from dllm_lsp.model_folder import ModelLoadError, load_json_file
 from .architecture import BiConfig
 from .block_families import BLOCK_FAMILIES
 from .config_values import MAX_LAYERS, check_shape, flag, need, optional
-from .tokenizer_files import TokenizerFiles
+from .tokenizer_files import TokenizerFiles, check_vocabulary
 
 EXPAND_TOKEN = "<|expand|>"
 DELETE_TOKEN = "<|delete|>"
@@ -207,11 +207,13 @@ def special_tokens(config: dict, generation: dict, tokens: TokenizerFiles, vocab
     the tokenizer's pad token (DiffuCoder pads spans with <|dlm_pad|> while its config.json says
     <|endoftext|>). BOS where the tokenizer adds one or `prepend_bos` (the family's reference
     infilling starts the canvas with it). `expand`: the family grows slots (DreamOn): its expand
-    token is required, and so is an EOS (its delete token).
+    token is required, and so is an EOS (its delete token). First, every id the tokenizer can give
+    text must have an embedding row (`check_vocabulary`).
     """
     def from_configs(key: str) -> int | None:
         return config_token_id(key, config, generation)
 
+    check_vocabulary(tokens.tokenizer, vocab_rows)
     mask = from_configs("mask_token_id")
     declared = tokens.id_of("mask_token")
     if mask is None:

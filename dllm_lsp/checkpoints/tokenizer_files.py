@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from dllm_lsp.model_folder import ModelLoadError, load_json_file
+from dllm_lsp.model_folder import ModelLoadError, check_text_file_size, load_json_file
 
 ROLES = ("mask_token", "pad_token", "eos_token", "bos_token")
 
@@ -36,11 +36,10 @@ def load_tokenizer(folder: Path) -> TokenizerFiles:
     config = _read_optional_json(folder / "tokenizer_config.json")
     special_map = _read_optional_json(folder / "special_tokens_map.json")
     if (folder / "tokenizer.json").is_file():
-        try:
-            tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        except Exception as exc:  # the tokenizers library raises a bare Exception for malformed files
-            raise ModelLoadError(f"{folder / 'tokenizer.json'} is not a valid tokenizer file: {exc}") from exc
+        tokenizer = read_tokenizer_json(folder / "tokenizer.json")
     elif (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
+        check_text_file_size(folder / "vocab.json")
+        check_text_file_size(folder / "merges.txt")
         tokenizer = _qwen2_bpe(folder)
     else:
         raise ModelLoadError(f"{folder} has no tokenizer: expected tokenizer.json, or vocab.json with merges.txt")
@@ -51,6 +50,33 @@ def load_tokenizer(folder: Path) -> TokenizerFiles:
             if text:
                 special[role] = text
     return TokenizerFiles(tokenizer, special, bool(config.get("add_bos_token", False)))
+
+
+def read_tokenizer_json(path: Path) -> Tokenizer:
+    """A `tokenizer.json`, or ModelLoadError naming it (too large to be one, or malformed)."""
+    check_text_file_size(path)
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # the tokenizers library raises a bare Exception for malformed files
+        raise ModelLoadError(f"{path} is not a valid tokenizer file: {exc}") from exc
+
+
+def highest_text_id(tokenizer: Tokenizer) -> int:
+    """The highest id the tokenizer can give a user's text: its vocabulary's and its non-special
+    added tokens' (special ones are encoded as plain text, `plain_text_tokenizer`)."""
+    ids = list(tokenizer.get_vocab(with_added_tokens=False).values())
+    ids += [i for i, token in tokenizer.get_added_tokens_decoder().items() if not token.special]
+    return max(ids, default=-1)
+
+
+def check_vocabulary(tokenizer: Tokenizer, rows: int) -> None:
+    """ModelLoadError when the tokenizer can give text an id the embedding has no row for: such a
+    folder loaded, and then a completion whose text held one of those tokens failed with
+    IndexError (with a bigger vocabulary: every completion)."""
+    top = highest_text_id(tokenizer)
+    if top >= rows:
+        raise ModelLoadError(f"the tokenizer has token ids up to {top}, but the model's embedding has {rows} rows: "
+                             "the folder's tokenizer and weights do not belong together")
 
 
 def _qwen2_bpe(folder: Path) -> Tokenizer:

@@ -16,11 +16,15 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from dllm_lsp.model_folder import ModelLoadError, check_finite
+from dllm_lsp.model_folder import ModelLoadError, check_finite, load_json_file
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "consolidated.00.pth")
+# The storage types a weight may have (safetensors' names). An integer or 8-bit float weight is a
+# quantized checkpoint whose scales this loader does not apply: cast to float it had loaded and
+# written junk with no error.
+FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
 
 
 @dataclass
@@ -28,26 +32,31 @@ class WeightFiles:
     folder: Path
     shard_of: dict[str, str]                 # tensor name -> shard file name
     shapes: dict[str, tuple[int, ...]]       # tensor name -> shape, read from the shard headers
+    dtypes: dict[str, str]                   # tensor name -> safetensors dtype (F32, BF16, I32, ...)
 
     @classmethod
     def open(cls, folder: Path) -> "WeightFiles":
         shard_of = _tensor_to_shard(folder)
         shapes: dict[str, tuple[int, ...]] = {}
+        dtypes: dict[str, str] = {}
         by_shard: dict[str, list[str]] = {}
         for name, shard in shard_of.items():
             by_shard.setdefault(shard, []).append(name)
         for shard, names in sorted(by_shard.items()):
             path = folder / shard
+            if path.exists() and not path.is_file():   # a folder, a FIFO, /dev/zero: it was called missing
+                raise ModelLoadError(f"shard {shard} in {folder} is not a regular file")
             if not path.is_file():
                 raise ModelLoadError(f"{folder} is incomplete: {INDEX_FILE} names shard {shard}, which is missing")
-            found = _read_header(path)
+            found, kinds = _read_header(path)
             absent = [n for n in names if n not in found]
             if absent:
                 raise ModelLoadError(
                     f"shard {shard} in {folder} lacks {len(absent)} tensor(s) the index puts there, e.g. {absent[0]}"
                 )
             shapes.update({n: found[n] for n in names})
-        return cls(folder, shard_of, shapes)
+            dtypes.update({n: kinds[n] for n in names})
+        return cls(folder, shard_of, shapes, dtypes)
 
     def require(self, expected: dict[str, tuple[int, ...]]) -> None:
         """Every expected tensor exists with the expected shape, or a clear error naming the first that doesn't."""
@@ -60,6 +69,12 @@ class WeightFiles:
                 raise ModelLoadError(
                     f"tensor {name} in {self.folder} has shape {tuple(self.shapes[name])}, "
                     f"but config.json implies {tuple(shape)}"
+                )
+        for name in expected:
+            if self.dtypes[name] not in FLOAT_DTYPES:
+                raise ModelLoadError(
+                    f"tensor {name} in {self.folder} is stored as {self.dtypes[name]}, not as floating point "
+                    f"({', '.join(FLOAT_DTYPES)}): quantized checkpoints are not supported"
                 )
 
     def check_layers(self, n_layers: int) -> None:
@@ -97,20 +112,18 @@ _LAYER = re.compile(r"\.(?:layers|blocks)\.(\d+)\.")   # model.layers.3.…, mod
 def _tensor_to_shard(folder: Path) -> dict[str, str]:
     index = folder / INDEX_FILE
     if index.is_file():
-        try:
-            data = json.loads(index.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ModelLoadError(f"{index} is not valid JSON: {exc}") from exc
+        data = load_json_file(index)
         weight_map = data.get("weight_map") if isinstance(data, dict) else None
         if not isinstance(weight_map, dict) or not weight_map:
             raise ModelLoadError(f"{index} has no weight_map (tensor name -> shard file)")
-        bad = [s for s in weight_map.values() if not isinstance(s, str) or "/" in s or "\\" in s]
+        # A path, or a name that is the folder itself ("", ".", ".."): only a file of the folder is a shard.
+        bad = [s for s in weight_map.values() if not isinstance(s, str) or s in ("", ".", "..") or "/" in s or "\\" in s]
         if bad:
             raise ModelLoadError(f"{index} names an invalid shard file {bad[0]!r}")
         return dict(weight_map)
     single = folder / SINGLE_FILE
     if single.is_file():
-        return {name: SINGLE_FILE for name in _read_header(single)}
+        return {name: SINGLE_FILE for name in _read_header(single)[0]}
     shards = sorted(p.name for p in folder.glob("*.safetensors"))
     if shards:
         raise ModelLoadError(
@@ -125,15 +138,18 @@ def _tensor_to_shard(folder: Path) -> dict[str, str]:
     raise ModelLoadError(f"{folder} has no weights: expected {SINGLE_FILE} or {INDEX_FILE} with its shards")
 
 
-def _read_header(path: Path) -> dict[str, tuple[int, ...]]:
-    """Tensor names and shapes from a safetensors header, and a check that the file holds all their bytes."""
+def _read_header(path: Path) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
+    """Tensor names -> shapes and -> dtypes from a safetensors header, and a check that the file
+    holds all their bytes; ModelLoadError naming the file where it cannot."""
     try:
         with safe_open(str(path), framework="pt", device="cpu") as f:
-            shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+            slices = {name: f.get_slice(name) for name in f.keys()}
+            shapes = {name: tuple(s.get_shape()) for name, s in slices.items()}
+            dtypes = {name: s.get_dtype() for name, s in slices.items()}
     except (SafetensorError, OSError) as exc:
         raise ModelLoadError(f"{path.name} in {path.parent} is not a readable safetensors file: {exc}") from exc
     _check_length(path)
-    return shapes
+    return shapes, dtypes
 
 
 def _check_length(path: Path) -> None:
