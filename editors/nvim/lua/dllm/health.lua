@@ -41,7 +41,9 @@ function M.check()
 
   local clients = vim.lsp.get_clients({ name = 'dllm' })
   if #clients == 0 then
-    health.warn('no dllm client is running (open a file of a configured filetype)')
+    health.warn('no dllm client is running', {
+      'open a file of a configured filetype, or :DllmRestart when the server has exited',
+    })
     return
   end
   local client = clients[1]

@@ -139,8 +139,58 @@ function M.setup(user_opts)
       end
     end,
   })
+  if not opts.filetypes then
+    -- vim.lsp.enable starts clients on FileType, which a buffer without a filetype (an unknown
+    -- extension, a file without one, a new unnamed buffer) never gets: with `filetypes = nil`
+    -- ("every buffer") those got no suggestions. They are started here when entered.
+    vim.api.nvim_create_autocmd({ 'BufEnter', 'BufNewFile' }, {
+      group = group,
+      callback = function(ev)
+        vim.schedule(function()
+          M._start_without_filetype(ev.buf)
+        end)
+      end,
+    })
+    for _, bufnr in ipairs(vim.api.nvim_list_bufs()) do
+      M._start_without_filetype(bufnr)
+    end
+  end
   map_keys(opts.keymaps)
   M._setup_done = true
+end
+
+--- Starts (or reuses) the dllm client for a loaded file buffer that has no filetype, as
+--- vim.lsp.enable does for one that has: same config, root from `root_markers`.
+function M._start_without_filetype(bufnr)
+  if not vim.api.nvim_buf_is_valid(bufnr) or not vim.api.nvim_buf_is_loaded(bufnr) then
+    return
+  end
+  -- Unlisted ones are other plugins' scratch buffers, not files the user edits.
+  if vim.bo[bufnr].buftype ~= '' or vim.bo[bufnr].filetype ~= '' or not vim.bo[bufnr].buflisted then
+    return
+  end
+  if util.client(bufnr) then
+    return
+  end
+  if config.options.filetypes or not vim.lsp.is_enabled('dllm') then
+    return
+  end
+  local cfg = vim.deepcopy(vim.lsp.config.dllm)
+  if cfg.root_dir == nil and cfg.root_markers then
+    cfg.root_dir = vim.fs.root(bufnr, cfg.root_markers)
+  end
+  vim.lsp.start(cfg, { bufnr = bufnr })
+end
+
+--- Stops the dllm clients and starts them again for the open buffers they apply to, with the
+--- options of the last setup() (the server died or was killed, or settings changed): Neovim does
+--- not restart a server that exits, and re-opening a buffer with unsaved changes (`:e`) is refused.
+function M.restart()
+  vim.lsp.enable('dllm', false)
+  vim.lsp.enable('dllm')
+  for _, bufnr in ipairs(vim.api.nvim_list_bufs()) do
+    M._start_without_filetype(bufnr)
+  end
 end
 
 --- Accepts the whole suggestion. Returns false when none is shown.

@@ -54,6 +54,18 @@ function M.wrap_client(client)
       return request(self, method, params, handler, bufnr)
     end
     bufnr = vim._resolve_bufnr(bufnr)
+    local uri = type(params) == 'table' and type(params.textDocument) == 'table' and params.textDocument.uri
+    if uri and uri ~= vim.uri_from_bufnr(bufnr) then
+      -- Neovim 0.12-dev's per-buffer completors listen to CursorMovedI in every buffer and ask
+      -- without a bufnr (the current one is assumed above), at the current window's cursor: typing
+      -- with a second file open sent a request for that file too, at a position of this one, and
+      -- it took this buffer's place (cancelling its request: no ghost text, or an error answer).
+      -- Such a request is answered empty, unsent.
+      vim.schedule(function()
+        handler(nil, { items = {} }, { method = method, client_id = self.id, params = params })
+      end)
+      return true, nil
+    end
     if not config.options.auto_trigger and not M.asked[bufnr] then
       -- Neovim asks on every keystroke; with auto_trigger off only trigger() gets an answer
       vim.schedule(function()
