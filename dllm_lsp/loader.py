@@ -14,7 +14,6 @@ from .arch.embedded import MODEL_TYPE, EmbeddedConfig
 from .arch.embedded_denoiser import EmbeddedDenoiser
 from .arch.weight_storage import weight_shapes
 from .checkpoints import load_checkpoint
-from .checkpoints.config_values import MAX_LAYERS, MAX_SIZE
 from .checkpoints.tokenizer_files import check_vocabulary, read_tokenizer_json
 from .engine.denoiser import Denoiser
 from .cli_errors import one_line
@@ -176,14 +175,8 @@ def load_embedded(folder: Path, config: dict, device: torch.device) -> Denoiser:
 
 
 def embedded_config(folder: Path, config: dict) -> EmbeddedConfig:
-    """The embedded model's config.json, its sizes bounded as the open checkpoints' are
-    (checkpoints/config_values.py) before anything is built: 10^9 layers hung the load (each built
-    on the meta device, a minute and more), and a 10^9 width took 4 GB for its rotary table."""
-    for key in ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "max_positions"):
-        value, high = config.get(key), MAX_LAYERS if key == "n_layers" else MAX_SIZE
-        # Only the upper bound here: EmbeddedConfig refuses a size below 1 or not an integer itself.
-        if isinstance(value, int) and not isinstance(value, bool) and value > high:
-            raise ModelLoadError(f"config.json {key!r} is {value}: it must be within 1..{high}")
+    """The embedded model's config.json, checked (its sizes bounded: EmbeddedConfig) before
+    anything is built or its other files are read."""
     try:
         return EmbeddedConfig.from_json(config)
     except (TypeError, ValueError) as exc:

@@ -15,6 +15,15 @@ class ModelLoadError(Exception):
     """The model folder is missing, incomplete, corrupt or of an unsupported family."""
 
 
+# The largest sizes a config.json may give any family, the embedded model's included (its
+# EmbeddedConfig, the open checkpoints' checkpoints/config_values.py). Far above every published
+# diffusion coder (Dream-7B: 28 layers, 3,584 wide, 152k tokens; the MoE layouts stay well below
+# too), and low enough that nothing built for a value up to them costs memory before the weights
+# are compared with the config.
+MAX_LAYERS = 1024
+MAX_SIZE = 1 << 22     # any width, head count, expert count, vocabulary or position count
+
+
 # The largest JSON or tokenizer file a model folder may hold. Published ones stay far below it (a
 # config.json is a few KB; a 150k-token tokenizer.json about 10 MB; the index of a 100B MoE model's
 # shards a few MB), and they are read whole: a 3 GB config.json (a sparse file of nothing) took 6.3

@@ -22,6 +22,7 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 from dllm_lsp.kernels.rmsnorm import add_rms_norm
 from dllm_lsp.kernels.span_attention import span_attention, span_attention_ragged
+from dllm_lsp.model_folder import MAX_LAYERS, MAX_SIZE
 
 from .layers import AttentionProjections, RMSNorm, Rotary, SwiGLU, fuse_blocks
 
@@ -55,8 +56,13 @@ class EmbeddedConfig:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "max_positions"):
-            if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer, not {getattr(self, name)!r}")
+            value, high = getattr(self, name), MAX_LAYERS if name == "n_layers" else MAX_SIZE
+            if not _is_int(value) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, not {value!r}")
+            # Before anything is built: 10^9 layers hung a load building them, and a 10^9 width
+            # took 4 GB for its rotary table.
+            if value > high:
+                raise ValueError(f"{name} is {value}: it must be within 1..{high}")
         if self.max_positions < MIN_POSITIONS:
             raise ValueError(f"max_positions {self.max_positions} leaves no room for a completion "
                              f"(at least {MIN_POSITIONS})")

@@ -10,13 +10,8 @@ generation_config.json; floats may have an upper bound too (LLaDA2's partial_rot
 """
 from __future__ import annotations
 
-from dllm_lsp.model_folder import ModelLoadError
+from dllm_lsp.model_folder import MAX_LAYERS, MAX_SIZE, ModelLoadError
 
-# Far above every published diffusion coder (Dream-7B: 28 layers, 3,584 wide, 152k tokens; the
-# MoE layouts stay well below too), and low enough that nothing built for a value up to them
-# costs memory before the weights are compared with the config.
-MAX_LAYERS = 1024
-MAX_SIZE = 1 << 22     # any width, head count, expert count or vocabulary
 
 
 def need(config: dict, key: str, family: str, kind: type = int, high: float | None = None) -> int | float:

@@ -129,10 +129,10 @@ def test_block_family_values_left_out_or_zero_where_zero_means_none_still_load(d
 # -- the embedded model's config.json: sizes bounded before the model is built ------------------------
 
 @pytest.mark.parametrize("key, value, fragment", [
-    ("n_layers", 10**9, "config.json 'n_layers' is 1000000000: it must be within 1..1024"),   # hung building them
-    ("dim", 10**9, "config.json 'dim' is 1000000000: it must be within 1..4194304"),          # 4 GB, 30 s first
-    ("max_positions", 10**9, "config.json 'max_positions' is 1000000000"),                     # loaded
-    ("vocab_size", 10**9, "config.json 'vocab_size' is 1000000000"),
+    ("n_layers", 10**9, "config.json is invalid: n_layers is 1000000000: it must be within 1..1024"),   # hung building them
+    ("dim", 10**9, "config.json is invalid: dim is 1000000000: it must be within 1..4194304"),          # 4 GB, 30 s first
+    ("max_positions", 10**9, "config.json is invalid: max_positions is 1000000000"),                     # loaded
+    ("vocab_size", 10**9, "config.json is invalid: vocab_size is 1000000000"),
 ])
 def test_an_embedded_config_size_is_bounded_before_anything_is_built(damaged, key, value, fragment):
     folder = damaged("embedded")
