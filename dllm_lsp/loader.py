@@ -8,11 +8,9 @@ from importlib import resources
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
 
 from .arch.embedded import MODEL_TYPE, EmbeddedConfig
 from .arch.embedded_denoiser import EmbeddedDenoiser
-from .arch.weight_storage import weight_shapes
 from .checkpoints import load_checkpoint
 from .checkpoints.tokenizer_files import check_vocabulary, read_tokenizer_json
 from .engine.denoiser import Denoiser
@@ -162,11 +160,6 @@ def load_embedded(folder: Path, config: dict, device: torch.device) -> Denoiser:
         if not (folder / name).is_file():
             raise ModelLoadError(f"{folder} has no {name}")
     cfg = embedded_config(folder, config)
-    try:
-        weight_shapes(folder / "model.safetensors")
-    except SafetensorError as exc:   # it said "SafetensorError: ...", naming no file
-        raise ModelLoadError(f"could not load {folder}: model.safetensors is not a readable safetensors file: "
-                             f"{exc}") from exc
     # A tokenizer with more tokens than the embedding has rows loaded, and the first text using one
     # failed its completion with IndexError.
     check_vocabulary(read_tokenizer_json(folder / "tokenizer.json"), cfg.vocab_size)

@@ -11,12 +11,13 @@ Only safetensors are read; the file's metadata says which storage it holds.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 SCALE_SUFFIX = ".int8_scale"
@@ -71,10 +72,21 @@ def save_weights(state: dict[str, torch.Tensor], path: Path, storage: str = "bfl
     tmp.replace(path)
 
 
+@contextlib.contextmanager
+def _opened(path: Path, device: str | torch.device = "cpu"):
+    """`safe_open(path)`, its errors naming the file (safetensors' own said only "SafetensorError:
+    Error while deserializing header", naming no file)."""
+    try:
+        with safe_open(str(path), framework="pt", device=str(device)) as fh:
+            yield fh
+    except SafetensorError as exc:
+        raise ValueError(f"{path.name} is not a readable safetensors file: {exc}") from exc
+
+
 def weight_shapes(path: Path) -> dict[str, tuple[int, ...]]:
     """Each weight's shape as load_weights returns it, read from the file's header alone (int8
     scales are no weights of their own)."""
-    with safe_open(str(path), framework="pt", device="cpu") as fh:
+    with _opened(path) as fh:
         return {name: tuple(fh.get_slice(name).get_shape()) for name in fh.keys()
                 if not name.endswith(SCALE_SUFFIX)}
 
@@ -82,7 +94,7 @@ def weight_shapes(path: Path) -> dict[str, tuple[int, ...]]:
 def load_weights(path: Path, device: str | torch.device = "cpu",
                  dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
     """A float state dict of `dtype` on `device`, whatever the storage on disk."""
-    with safe_open(str(path), framework="pt", device=str(device)) as fh:
+    with _opened(path, device) as fh:
         names = list(fh.keys())
         raw = {name: fh.get_tensor(name) for name in names}
     state: dict[str, torch.Tensor] = {}

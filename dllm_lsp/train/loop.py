@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
 from tokenizers import Tokenizer
 
 from dllm_lsp.arch.embedded import EmbeddedConfig, EmbeddedModel
@@ -240,7 +239,7 @@ def train(opts: TrainOptions, log=print) -> dict:
             state = load_weights(Path(opts.init_from) / "model.safetensors", device)
             check_finite(state, Path(opts.init_from))
             model.load_state_dict(state, strict=True)
-        except (ModelLoadError, SafetensorError, RuntimeError) as exc:
+        except (ModelLoadError, ValueError, RuntimeError) as exc:   # ValueError: an unreadable or odd weights file
             raise ValueError(f"--init-from {opts.init_from}: {' '.join(str(exc).split())[:300]}") from None
         log(f"continuing {opts.init_from}: {previous['steps']} steps, {previous['tokens']} tokens so far")
     model.training_attention = training_attention(opts, device)
