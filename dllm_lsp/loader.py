@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from .arch.embedded import MODEL_TYPE, EmbeddedConfig
-from .arch.embedded_denoiser import EmbeddedDenoiser
+from .arch.embedded_denoiser import EmbeddedDenoiser, trained_max_slot
 from .checkpoints import load_checkpoint
 from .checkpoints.tokenizer_files import check_vocabulary, read_tokenizer_json
 from .engine.denoiser import Denoiser
@@ -162,9 +162,10 @@ def load_embedded(folder: Path, config: dict, device: torch.device) -> Denoiser:
     cfg = embedded_config(folder, config)
     # A tokenizer with more tokens than the embedding has rows loaded, and the first text using one
     # failed its completion with IndexError.
-    check_vocabulary(read_tokenizer_json(folder / "tokenizer.json"), cfg.vocab_size)
+    tokenizer = read_tokenizer_json(folder / "tokenizer.json")
+    check_vocabulary(tokenizer, cfg.vocab_size)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    return EmbeddedDenoiser.load(folder, device, dtype)
+    return EmbeddedDenoiser.load(folder, cfg, tokenizer, device, dtype, max_slot=trained_max_slot(config))
 
 
 def embedded_config(folder: Path, config: dict) -> EmbeddedConfig:

@@ -14,7 +14,6 @@ context that no longer changes) from a CUDA graph captured on the first of them
 """
 from __future__ import annotations
 
-import json
 import threading
 import time
 from dataclasses import dataclass
@@ -165,12 +164,9 @@ class EmbeddedSession:
         return self.graphed.first
 
 
-def trained_max_slot(folder: Path) -> int | None:
-    """The widest slot the folder's model was trained on (config.json `training.max_slot`)."""
-    try:
-        training = json.loads((folder / "config.json").read_text()).get("training")
-    except (OSError, ValueError, AttributeError):
-        return None
+def trained_max_slot(config: dict) -> int | None:
+    """The widest slot the model was trained on (its config.json's `training.max_slot`)."""
+    training = config.get("training")
     slot = training.get("max_slot") if isinstance(training, dict) else None
     return slot if isinstance(slot, int) and not isinstance(slot, bool) and slot > 0 else None
 
@@ -198,8 +194,11 @@ class EmbeddedDenoiser(Denoiser):
         self.last_reused_tokens = 0
 
     @classmethod
-    def load(cls, folder: Path, device: torch.device, dtype: torch.dtype = torch.float32) -> "EmbeddedDenoiser":
-        cfg = EmbeddedConfig.load(folder)
+    def load(cls, folder: Path, cfg: EmbeddedConfig, tokenizer: Tokenizer, device: torch.device,
+             dtype: torch.dtype = torch.float32, max_slot: int | None = None) -> "EmbeddedDenoiser":
+        """The weights of `folder` built into a model of `cfg`; the loader has read and checked
+        the config and the tokenizer already (each file is read once: the tokenizer of a 150k
+        vocabulary takes ~10 MB of JSON to parse)."""
         with torch.device("meta"):
             model = EmbeddedModel(cfg)
         check_weights_match({name: tuple(t.shape) for name, t in model.state_dict().items()},
@@ -207,9 +206,8 @@ class EmbeddedDenoiser(Denoiser):
         state = load_weights(folder / "model.safetensors", device, dtype)   # bf16, fp32 or int8 on disk
         check_finite(state, folder)
         model.load_state_dict(state, strict=True, assign=True)
-        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         denoiser = cls(model.fuse_projections().to(device), tokenizer, folder.name)
-        denoiser.max_slot = trained_max_slot(folder)
+        denoiser.max_slot = max_slot
         return denoiser
 
     def session(self, canvas: Canvas, batch: int, cache: CacheSettings = CacheSettings()) -> EmbeddedSession:
