@@ -31,6 +31,9 @@ MAX_HOLES = 16
 SCOPE_TYPES = FUNCTION_TYPES | frozenset({
     "class_definition", "class_declaration", "class", "impl_item", "trait_item", "mod_item",
     "interface_declaration", "struct_item",
+    # a Python function or class with its decorators: a cursor on `@cache` is in that function
+    # (it was in none, and got every hole of the file)
+    "decorated_definition",
 })
 BLOCK_TYPES = frozenset({
     "block", "statement_block", "module", "program", "source_file", "declaration_list",
@@ -49,6 +52,14 @@ NAMING_PARENTS = ("import", "enum")   # within two levels: `from s import TODO` 
 HOLE_WORDS = (("pass", True), ("...", False), ("NotImplementedError", True), ("todo", True),
               ("unimplemented", True), ("throw", True), ("panic", True))
 HOLE_DEPTH = 3
+# Python bodies where `...`, `pass` and `raise NotImplementedError` are what the code means, not
+# a placeholder: an @overload variant (only its signature counts; PEP 484 writes `...`), an
+# abstract method (the subclasses implement it) and a Protocol's members. They were holes: a
+# cursor in an overload stub offered to fill it, and a fill wrote a body there. (A marker
+# comment, `# TODO`, is still a hole there: the user wrote it.)
+STUB_DECORATORS = frozenset({"overload", "abstractmethod", "abstractproperty", "abstractclassmethod",
+                             "abstractstaticmethod"})
+STUB_BASES = frozenset({"Protocol"})
 
 
 @dataclass(frozen=True)
@@ -143,15 +154,17 @@ class _Finder:
     def is_hole(self, node: tree_sitter.Node) -> bool:
         kind = node.type
         if kind == "pass_statement":
-            return True
+            return not self.in_stub(node)
         if kind == "expression_statement" and node.named_child_count == 1 and node.named_children[0].type == "ellipsis":
-            return True
+            return not self.in_stub(node)
         if kind == "raise_statement":
             raised = node.named_children[0] if node.named_child_count else None
-            return raised is not None and self.source.node_text(raised).startswith("NotImplementedError")
+            return raised is not None and self.source.node_text(raised).startswith("NotImplementedError") \
+                and not self.in_stub(node)
         if kind == "macro_invocation":
             name = node.child_by_field_name("macro")
-            return name is not None and self.source.node_text(name) in PLACEHOLDER_MACROS
+            # `std::todo!()`, `core::unimplemented!()`: the path's last segment names the macro
+            return name is not None and self.source.node_text(name).rsplit("::", 1)[-1] in PLACEHOLDER_MACROS
         if kind == "throw_statement" or (kind in CALL_TYPES and self.callee_text(node) == "panic"):
             return bool(self.placeholder_message.search(self.source.node_text(node)))
         if kind in COMMENT_TYPES:
@@ -160,6 +173,29 @@ class _Finder:
             return self.source.node_text(node) == self.marker and not names_something(node) \
                 and not self.marker_is_a_name()
         return False
+
+    def in_stub(self, node: tree_sitter.Node) -> bool:
+        """Whether the Python placeholder `node` is the body of an @overload variant or an
+        abstract method, or stands in a Protocol class (STUB_DECORATORS, STUB_BASES)."""
+        function = next((a for a in ancestors(node) if a.type in ("function_definition", "class_definition")), None)
+        if function is not None and function.type == "function_definition":
+            wrapper = function.parent
+            if wrapper is not None and wrapper.type == "decorated_definition" and any(
+                    self.last_name(d.named_children[0]) in STUB_DECORATORS
+                    for d in wrapper.named_children if d.type == "decorator" and d.named_child_count):
+                return True
+        for scope in ancestors(node):
+            if scope.type == "class_definition":
+                bases = scope.child_by_field_name("superclasses")
+                return bases is not None and any(self.last_name(b) in STUB_BASES for b in bases.named_children)
+        return False
+
+    def last_name(self, node: tree_sitter.Node) -> str:
+        """`overload` for `overload`, `typing.overload`, `typing.Protocol[T]` (its subscripted
+        value) and `overload(...)`: the name a decorator or a base class ends in."""
+        while node.type in ("subscript", "call", "generic_type") and node.named_child_count:
+            node = node.named_children[0]
+        return self.source.node_text(node).rsplit(".", 1)[-1].strip()
 
     def marker_is_a_name(self) -> bool:
         """Whether the file defines or imports a name spelled like the marker somewhere (then its

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import weakref
+from collections.abc import AsyncIterator
 from typing import Any
 
 from lsprotocol import types
@@ -17,6 +20,7 @@ from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from dllm_lsp.multisite.companion import APPLY_COMMAND, import_edit
 from dllm_lsp.multisite.holes import find_holes
 from dllm_lsp.multisite.sites import Outcome
+from dllm_lsp.syntax.snapshot import Snapshot
 
 from .documents import tree_ready, with_tree
 from .errors import answered
@@ -71,16 +75,17 @@ async def fill_holes(ls, *args: Any) -> dict:
     marker = fill.marker or ls.options.planner.hole_marker
     await tree_ready(snapshot)      # not in asyncio's default pool, where the search for holes runs
     report = await answered(ls.multisite.fill_holes(snapshot, start, end, ls.options, marker))
-    document = ls.workspace.get_text_document(uri)
-    if document.version != version or document.source != snapshot.text:
-        return {"applied": False, "reason": "the document changed while the holes were being filled",
-                "edit": None, "sites": []}
-    edit = workspace_edit(ls, uri, version, [o for o in report.outcomes if o.changes_text], document)
-    applied, reason = False, None
-    if edit is None:
-        reason = nothing_filled(report.outcomes)
-    elif fill.apply:
-        applied, reason = await ask_to_apply(ls, edit, "Fill holes")
+    async with edit_turn(ls, uri):
+        stale = why_stale(ls, uri, version, snapshot, "while the holes were being filled")
+        if stale is not None:
+            return {"applied": False, "reason": stale, "edit": None, "sites": []}
+        document = ls.workspace.get_text_document(uri)
+        edit = workspace_edit(ls, uri, version, [o for o in report.outcomes if o.changes_text], document)
+        applied, reason = False, None
+        if edit is None:
+            reason = nothing_filled(report.outcomes)
+        elif fill.apply:
+            applied, reason = await ask_to_apply(ls, edit, "Fill holes", uri, snapshot)
     return {
         "applied": applied,
         **({"reason": reason} if reason else {}),
@@ -103,8 +108,75 @@ async def apply_companion_edit(ls, *args: Any) -> dict:
     # edit is then refused by the client)
     position = range_in_text(snapshot.text, found.offset, found.offset, codec)
     edit = workspace_edit_from(ls, uri, version, [types.TextEdit(range=position, new_text=found.text)])
-    applied, reason = await ask_to_apply(ls, edit, "Add import")
+    async with edit_turn(ls, uri):
+        stale = why_stale(ls, uri, version, snapshot, "before the import was sent")
+        if stale is not None:
+            return {"applied": False, "reason": stale}
+        applied, reason = await ask_to_apply(ls, edit, "Add import", uri, snapshot)
     return {"applied": applied, **({"reason": reason} if reason else {}), "edit": _converter.unstructure(edit)}
+
+
+class _EditTurns:
+    """One connection's workspace/applyEdit requests, one document at a time.
+
+    Two commands on one document (two fills, a fill and an import) were computed on the same
+    version and sent one after the other while the client had answered neither: a client that
+    takes a plain `changes` map (no versioned documentChanges to refuse a stale edit with)
+    applied the second edit on the text the first had changed, at offsets that no longer held
+    what it replaced (`return x + TODO` became `return x + x.dtype(1, 1,)ype(1, 1,)`). A command
+    now waits for the document's previous edit to be answered, then sends its own only if it
+    was computed on the document as it is now."""
+
+    def __init__(self) -> None:
+        # per document, its lock and how many commands hold it or wait for it (the lock is
+        # dropped with the last of them, not kept for every URI ever used)
+        self.locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        # per document, the snapshot the last applied (or unanswered) edit was computed on: an
+        # edit computed on it too is stale even before the client's didChange arrives
+        self.spent: dict[str, weakref.ref[Snapshot]] = {}
+
+    def spend(self, uri: str, snapshot: Snapshot) -> None:
+        def gone(ref: weakref.ref) -> None:   # the document changed on: nothing to remember
+            if self.spent.get(uri) is ref:
+                del self.spent[uri]
+        self.spent[uri] = weakref.ref(snapshot, gone)
+
+
+_turns: weakref.WeakKeyDictionary[Any, _EditTurns] = weakref.WeakKeyDictionary()
+
+
+@contextlib.asynccontextmanager
+async def edit_turn(ls, uri: str) -> AsyncIterator[None]:
+    """Hold `uri`'s turn to send workspace/applyEdit on this connection (`ls`)."""
+    turns = _turns.setdefault(ls, _EditTurns())
+    lock, users = turns.locks.get(uri, (None, 0))
+    lock = lock or asyncio.Lock()
+    turns.locks[uri] = (lock, users + 1)
+    try:
+        async with lock:
+            yield
+    finally:
+        lock, users = turns.locks[uri]
+        if users == 1:
+            del turns.locks[uri]
+        else:
+            turns.locks[uri] = (lock, users - 1)
+
+
+def why_stale(ls, uri: str, version: int | None, snapshot: Snapshot, when: str) -> str | None:
+    """Why an edit computed on `snapshot` (document version `version`) may no longer be sent:
+    the document was closed, changed, or already took another edit computed on the same text.
+    None when it is still the document the edit was computed for."""
+    if ls.trees.text_of(uri) is None:     # closed, or no longer kept (grown past the caps)
+        return f"the document was closed {when}"
+    document = ls.workspace.get_text_document(uri)
+    if document.version != version or document.source != snapshot.text:
+        return f"the document changed {when}"
+    turns = _turns.get(ls)
+    spent = turns.spent.get(uri) if turns is not None else None
+    if spent is not None and spent() is snapshot:
+        return f"another edit was applied to this version of the document (or is still unanswered) {when}"
+    return None
 
 
 def nothing_filled(outcomes: list[Outcome]) -> str:
@@ -123,7 +195,8 @@ def language_off(language_id: str) -> str:
     return f"dllm is off for {language_id} (the `languages` option)"
 
 
-async def ask_to_apply(ls, edit: types.WorkspaceEdit, label: str) -> tuple[bool, str | None]:
+async def ask_to_apply(ls, edit: types.WorkspaceEdit, label: str, uri: str | None = None,
+                       snapshot: Snapshot | None = None) -> tuple[bool, str | None]:
     """workspace/applyEdit: (applied, why not). A client that refuses, answers with an error, or
     answers something that is no ApplyWorkspaceEditResult has not applied it (an error reply
     failed the command with InternalError; an unreadable one left it waiting for ever). A client
@@ -131,10 +204,15 @@ async def ask_to_apply(ls, edit: types.WorkspaceEdit, label: str) -> tuple[bool,
     out as unsupported, and such a client was sent the request anyway and the command waited
     APPLY_EDIT_TIMEOUT_S for an answer that a client without the feature never sends. The edit
     it gets in the answer is its to apply. An answer that does not come in
-    APPLY_EDIT_TIMEOUT_S counts as not applied."""
+    APPLY_EDIT_TIMEOUT_S counts as not applied. `uri`, `snapshot`: the document the edit was
+    computed on, marked spent when the client applied it (or may still: no answer), so that
+    another edit computed on the same text is not sent after it (the caller holds edit_turn)."""
     refused = why_edits_cannot_be_applied(ls)
     if refused is not None:
         return False, refused
+    if uri is not None and snapshot is not None:
+        # marked before the answer: a late answer may still apply it
+        _turns.setdefault(ls, _EditTurns()).spend(uri, snapshot)
     try:
         answer = await asyncio.wait_for(
             ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label=label)),
@@ -142,11 +220,21 @@ async def ask_to_apply(ls, edit: types.WorkspaceEdit, label: str) -> tuple[bool,
     except TimeoutError:
         return False, f"the client did not answer workspace/applyEdit in {APPLY_EDIT_TIMEOUT_S:g} s"
     except JsonRpcException as exc:
+        unspend(ls, uri, snapshot)
         return False, f"the client did not apply the edit: {exc.message}"
     if answer is None or answer.applied is not True:
+        unspend(ls, uri, snapshot)
         why = getattr(answer, "failure_reason", None)
         return False, f"the client did not apply the edit{': ' + why if why else ''}"
     return True, None
+
+
+def unspend(ls, uri: str | None, snapshot: Snapshot | None) -> None:
+    """The client refused the edit computed on `snapshot`: the text is still free for another."""
+    turns = _turns.get(ls)
+    spent = turns.spent.get(uri) if turns is not None and uri is not None else None
+    if spent is not None and spent() is snapshot:
+        del turns.spent[uri]
 
 
 def why_edits_cannot_be_applied(ls) -> str | None:
