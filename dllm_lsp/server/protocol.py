@@ -46,6 +46,11 @@ ORDINARY_ERRORS = {-32800, -32801, -32802, REQUEST_FAILED, -32602}
 
 
 class DllmProtocol(LanguageServerProtocol):
+    def __init__(self, server, converter) -> None:
+        super().__init__(server, converter)
+        self.initialized_seen = False   # the `initialized` notification came (it is sent once)
+        self.told_notebooks = False     # a notebook notification was dropped and logged
+
     @property
     def _workspace(self) -> Workspace | None:
         return self.__dict__.get("_lsp_workspace")
@@ -81,7 +86,8 @@ class DllmProtocol(LanguageServerProtocol):
             raise
 
     def handle_message(self, message) -> None:
-        if message is _ANSWERED or self.refuse_before_initialize(message) or self.refuse_oversized(message):
+        if (message is _ANSWERED or self.refuse_before_initialize(message) or self.refuse_unadvertised_notebook(message)
+                or self.refuse_oversized(message)):
             return
         super().handle_message(message)
         if getattr(message, "method", None) == types.TEXT_DOCUMENT_DID_CHANGE:
@@ -89,8 +95,9 @@ class DllmProtocol(LanguageServerProtocol):
 
     def refuse_before_initialize(self, message) -> bool:
         """LSP: before `initialize`, a request is answered ServerNotInitialized (-32002) and a
-        notification other than `exit` is dropped; a second `initialize` is refused (-32600).
-        (pygls served them, and its handlers failed with -32603 and a traceback: no workspace yet.)"""
+        notification other than `exit` is dropped; a second `initialize` is refused (-32600), a
+        second `initialized` dropped. (pygls served them, and its handlers failed with -32603 and
+        a traceback: no workspace yet.)"""
         method = getattr(message, "method", None)
         if method == types.INITIALIZE and self._workspace is not None:
             # LSP: initialize is sent once. A second one re-initialised the workspace, and its
@@ -98,11 +105,38 @@ class DllmProtocol(LanguageServerProtocol):
             self._send_response(message.id, error=JsonRpcException(
                 "initialize was already received: it is sent once per connection", code=-32600).to_response_error())
             return True
+        if method == types.INITIALIZED and self._workspace is not None:
+            # LSP: sent once, after initialize. A second one during the model's load started a
+            # second work-done progress (a second `window/workDoneProgress/create`, two begin/end
+            # pairs: two "loading" notifications in the editor for one load).
+            if self.initialized_seen:
+                log.warning("a second initialized notification: dropped (it is sent once per connection)")
+                return True
+            self.initialized_seen = True
         if self._workspace is not None or method is None or method in (types.INITIALIZE, types.EXIT):
             return False
         if getattr(message, "id", None) is not None:
             self._send_response(message.id, error=JsonRpcException(
                 f"{method} before initialize: send initialize first", code=SERVER_NOT_INITIALIZED).to_response_error())
+        return True
+
+    def refuse_unadvertised_notebook(self, message) -> bool:
+        """Drop the notebookDocument/* notifications while the server advertises no
+        notebookDocumentSync (LSP: a client sends them only to a server that does). pygls' built-in
+        handlers stored every cell as an open text document, past the connection's caps
+        (documents.py: MAX_OPEN_CHARS; MAX_DOCUMENT_CHARS): 27 M characters of cells were kept
+        on a connection that keeps 16 Mi, and never parsed nor completed."""
+        method = getattr(message, "method", None)
+        if not isinstance(method, str) or not method.startswith("notebookDocument/"):
+            return False
+        if getattr(message, "id", None) is not None:   # LSP has no notebook requests: pygls answers them
+            return False
+        capabilities = getattr(self, "server_capabilities", None)   # set by pygls' initialize
+        if capabilities is not None and capabilities.notebook_document_sync is not None:
+            return False
+        if not self.told_notebooks:   # one warning per connection, not one per cell edit
+            self.told_notebooks = True
+            log.warning("%s dropped: this server does not advertise notebookDocumentSync", method)
         return True
 
     @property
@@ -121,6 +155,9 @@ class DllmProtocol(LanguageServerProtocol):
             self.oversized.pop(unquote(document.uri), None)
             if len(document.text) > MAX_DOCUMENT_CHARS:
                 self.mark_oversized(document.uri, len(document.text))
+                # A didOpen of a document already open (with a smaller text) replaces it: the old
+                # text stayed, pygls' copy and its tree, as context for the other documents.
+                self.forget(document.uri)
                 return True
             return False
         uri = document_uri(getattr(message, "params", None))
@@ -140,8 +177,13 @@ class DllmProtocol(LanguageServerProtocol):
         document = self.workspace.text_documents.get(unquote(uri))
         if document is not None and len(document.source) > MAX_DOCUMENT_CHARS:
             self.mark_oversized(uri, len(document.source))
-            self.workspace.remove_text_document(uri)
-            self._server.forget_document(uri)
+            self.forget(uri)
+
+    def forget(self, uri: str) -> None:
+        """Drop every copy of the document this connection keeps (pygls' text, the tree, the edit
+        history) and stop its running requests."""
+        self.workspace.remove_text_document(uri)
+        self._server.forget_document(uri)
 
     def mark_oversized(self, uri: str, size: int) -> None:
         self.oversized[unquote(uri)] = size
