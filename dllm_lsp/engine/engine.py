@@ -62,11 +62,18 @@ RUNS: dict[str, type[FixedLengthRun] | type[BlockwiseRun] | type[VariableLengthR
 
 
 def out_of_memory(exc: BaseException) -> bool:
-    """Whether `exc` is an allocation that failed: the GPU's (torch.cuda.OutOfMemoryError) or the
-    CPU allocator's (a plain RuntimeError saying so). Callers turn it into an error that says so,
-    not a crash: the next request may be served once the failed one's tensors are gone."""
+    """Whether `exc` is an allocation that failed: the GPU's (torch.cuda.OutOfMemoryError, or
+    cuBLAS failing to allocate its workspace, a plain RuntimeError) or the CPU allocator's (a plain
+    RuntimeError saying so). Callers turn it into an error that says so, not a crash: the next
+    request may be served once the failed one's tensors are gone."""
     return isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)) or (
-        isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc))
+        isinstance(exc, RuntimeError) and any(words in str(exc) for words in OUT_OF_MEMORY_WORDS))
+
+
+# What torch's plain RuntimeErrors say when an allocation failed (the CPU allocator; cuBLAS's
+# handle or workspace on a full GPU, which torch does not raise as OutOfMemoryError).
+OUT_OF_MEMORY_WORDS = ("can't allocate memory", "CUBLAS_STATUS_ALLOC_FAILED")
+
 
 def growing_passes(request: InfillRequest, start: int, steps: int) -> int:
     """The most forward passes FixedLengthRun takes on `request` with slots starting `start`

@@ -9,6 +9,7 @@ import itertools
 import logging
 import os
 import time
+import traceback
 from pathlib import Path
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -16,8 +17,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from dllm_lsp.cli_errors import one_line
 from dllm_lsp.engine.batching import DEFAULT_MAX_BATCH, DEFAULT_SLACK
-from dllm_lsp.engine.engine import CancelToken, Engine
+from dllm_lsp.engine.engine import CancelToken, Engine, out_of_memory
 from dllm_lsp.engine.types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState
 from dllm_lsp.pipeline import CompletionPlan
 from dllm_lsp.loader import ModelLoadError, load_model, resolve_device, resolve_model_path, shipped_model_names
@@ -89,11 +91,31 @@ def local_engine(model: str, device: str, batching: bool = True, prefix_cache: i
         engine.denoiser.context_in_first_step = context_in_first_step
     use_cuda_graphs(engine, cuda_graphs)
     if warm_up:
+        cannot_run = None
         try:
             engine.prepare()
-        except Exception as exc:   # noqa: BLE001 - out of memory, say: each request then reports its own error
-            log.warning("preparing %s on %s failed (%s: %s); serving without a warm-up",
-                        engine.denoiser.name, engine.denoiser.device, type(exc).__name__, exc)
+        except Exception as exc:   # noqa: BLE001 - sorted here: out of memory, or a model that cannot run
+            if out_of_memory(exc):
+                # A smaller request may fit: served, and each request reports its own error.
+                log.warning("preparing %s on %s ran out of memory (%s: %s); serving without a warm-up",
+                            engine.denoiser.name, engine.denoiser.device, type(exc).__name__, one_line(exc))
+            else:
+                # The model itself cannot run (a shape its loaded weights agree with but its forward
+                # pass does not, say): every completion would fail the same way, so the load fails
+                # with it. It used to be served, `loaded` in dllm/status, and each request failed.
+                # The stack as text: a record holding the traceback (exc_info) holds the model too,
+                # in any handler that keeps records.
+                log.error("preparing %s on %s failed:\n%s", engine.denoiser.name, engine.denoiser.device,
+                          "".join(traceback.format_exception(exc)).rstrip())
+                cannot_run = (f"{engine.denoiser.name} cannot run on {engine.denoiser.device}: its first forward pass "
+                              f"(the warm-up) failed with {type(exc).__name__}: {one_line(exc)}")
+        if cannot_run is not None:
+            # Raised out here, from no exception and with the engine dropped: the failed load's
+            # error is kept (dllm/status) while a connection asks for the model, and the warm-up's
+            # traceback, through its frames, kept the whole model in memory with it.
+            engine.close()
+            del engine
+            raise ModelLoadError(cannot_run)
     return engine
 
 
@@ -210,6 +232,12 @@ class Slot:
     users: set[int] = field(default_factory=set)
     last_used: float = 0.0
     failed_at: float = 0.0
+    started: float = field(default_factory=time.monotonic)   # when the load began: requests wait from here
+    close_pending: bool = False   # evicted: its engine is closed once loaded, unless asked for again first
+
+    def loading_seconds(self) -> float | None:
+        """How long the load has been running; None once it has ended."""
+        return None if self.loading.done() else time.monotonic() - self.started
 
     @property
     def failed(self) -> bool:
@@ -254,6 +282,9 @@ class ModelHost:
         self._slots: dict[tuple[str, str], Slot] = {}
         self._uses: dict[int, Slot] = {}
         self._refused: dict[int, Refusal] = {}   # user -> the model that did not fit (max_models)
+        # Evicted while still loading (a client changed its mind mid-load): their loads run on, and
+        # one asked for again before it ends is taken back, not loaded a second time beside it.
+        self._retiring: dict[tuple[str, str], Slot] = {}
         self._latency: dict[int, float] = {}     # user -> its last completion's latency
         self._ids = itertools.count(1)
         self.load_wait_s = LOAD_WAIT_S
@@ -272,7 +303,17 @@ class ModelHost:
     # -- per user -------------------------------------------------------------------------------
 
     def _slot(self, user: int) -> Slot | None:
-        return self._uses.get(user)
+        """`user`'s slot. One whose load failed is left for the same model's newer load, started
+        since by another connection (the folder fixed): the user had kept the old error, every
+        request refused, while that connection used the model. Not while the user waits for room
+        for another model (its options name that one)."""
+        slot = self._uses.get(user)
+        if slot is not None and slot.failed and user not in self._refused:
+            newer = self._slots.get((slot.key.model, slot.key.device))
+            if newer is not None and newer is not slot and not newer.failed:
+                self._use(user, newer)
+                return newer
+        return slot
 
     def engine_of(self, user: int = 0) -> Engine | None:
         slot = self._slot(user)
@@ -307,12 +348,26 @@ class ModelHost:
         so it switches as soon as another connection's model is let go."""
         key = self._key_of(model, device)
         slot = self._slots.get((key.model, key.device))
+        if slot is None and (key.model, key.device) in self._retiring:
+            # Switching back and forth while the loads run (a user trying models, typing): each
+            # switch started another load of the same model beside those still running (20
+            # switches, 16 loads at once, in a server of one model).
+            try:
+                self._make_room(user)
+            except ModelUnavailable as exc:
+                self._refused[user] = Refusal(model, device, str(exc))
+                raise
+            slot = self._retiring.pop((key.model, key.device))
+            slot.users.clear()           # its users were moved off when it was evicted
+            self._slots[(key.model, key.device)] = slot
         if slot is None or slot.failed:
-            if slot is not None or not key.resolved:
-                # A load that fails at once (no such folder or device) holds no memory: it takes
-                # no one's room, and a failed slot is replaced in place.
-                self._slots.pop((key.model, key.device), None)
-            else:
+            if slot is not None:
+                del self._slots[(key.model, key.device)]    # a failed load is replaced
+            if key.resolved:
+                # A folder that failed before may load now (the user fixed it): it needs room like
+                # any other. Replaced in place, it had loaded beside max_models models in use.
+                # A pair that names no folder or device fails at once and holds no memory: it
+                # takes no one's room.
                 try:
                     self._make_room(user)
                 except ModelUnavailable as exc:
@@ -352,9 +407,10 @@ class ModelHost:
         self._uses[user] = slot
 
     def _make_room(self, user: int) -> None:
-        """Evict models no other connection uses (failed loads first, then the least recently
-        used) until one more fits. A model `user` itself is still loading may go too (a client
-        that changes its mind mid-load): its load finishes on its thread and is then let go."""
+        """Evict models no other connection uses (the least recently used first) until one more
+        fits. A model `user` itself is still loading may go too (a client that changes its mind
+        mid-load): its load finishes on its thread and is then let go. Failed loads hold no seat:
+        those no connection uses are dropped, the others keep telling their connections why."""
         mine = self._uses.get(user)
 
         def idle(slot: Slot) -> bool:
@@ -362,21 +418,27 @@ class ModelHost:
                 return False
             return not (slot.users - {user}) and (slot.loading.done() or slot is mine)
         while sum(not s.failed for s in self._slots.values()) >= self.max_models:
-            candidates = [s for s in self._slots.values() if idle(s) or s.failed]
+            # Failed loads hold no seat: evicting one made no room, and took its error away from
+            # the connection it was telling why it has no model ("not loaded yet" instead).
+            candidates = [s for s in self._slots.values() if not s.failed and idle(s)]
             if not candidates:
                 # Names only: a model's path is another client's business.
-                held = ", ".join(f"{Path(s.key.model).name} on {s.key.device}" for s in self._slots.values() if not s.failed)
+                # A load in progress is not evicted even when the connection that asked for it has
+                # gone (loads beside it would overrun the memory bound): said so, since "in use"
+                # alone sent the user looking for another client while a load ran (or hung).
+                held = ", ".join(f"{Path(s.key.model).name} on {s.key.device}"
+                                 + ("" if s.loading.done() else " (still loading)")
+                                 for s in self._slots.values() if not s.failed)
                 raise ModelUnavailable(
                     f"this server holds at most {self.max_models} model(s) ({held}), all in use by other "
-                    "connections: use one of them, or start the server with a larger --max-models"
+                    "connections or still loading: use one of them, or start the server with a larger --max-models"
                     + (f" (this connection goes on with {Path(mine.key.model).name} until one is free)"
                        if mine is not None and mine.engine is not None else ""))
-            victim = min(candidates, key=lambda s: (not s.failed, s is not mine, s.last_used))
+            victim = min(candidates, key=lambda s: (s is not mine, s.last_used))
             del self._slots[(victim.key.model, victim.key.device)]
             for u in list(victim.users):
                 self._uses.pop(u, None)
-            if not victim.failed:
-                log.info("unloading %s on %s to make room", victim.key.model, victim.key.device)
+            log.info("unloading %s on %s to make room", victim.key.model, victim.key.device)
             self._retire(victim)
         for slot in [s for s in self._slots.values() if s.failed and not s.users]:
             del self._slots[(slot.key.model, slot.key.device)]
@@ -384,8 +446,21 @@ class ModelHost:
     def _retire(self, slot: Slot) -> None:
         """Let an evicted model go: its engine is closed once its requests in hand are done (the
         step scheduler's thread holds the model; nothing else does once the slot is dropped), so
-        its memory comes back instead of staying behind every evicted model."""
+        its memory comes back instead of staying behind every evicted model. One still loading
+        waits in `_retiring` until its load ends, in case it is asked for again meanwhile."""
+        where = (slot.key.model, slot.key.device)
+        if not slot.loading.done():
+            self._retiring[where] = slot
+        if slot.close_pending:
+            return                      # evicted, taken back and evicted again while it loads
+        slot.close_pending = True
+
         def close(future: asyncio.Future) -> None:
+            slot.close_pending = False
+            if self._retiring.get(where) is slot:
+                del self._retiring[where]
+            if self._slots.get(where) is slot:
+                return                  # taken back while it loaded: in use again
             if future.cancelled() or future.exception() is not None:
                 return
             close_engine = getattr(future.result(), "close", None)   # a remote engine holds no model here
@@ -437,11 +512,18 @@ class ModelHost:
             self.start_load(*slot.asked, user)
             slot = self._slot(user)
         if slot is not None and not slot.loading.done():
+            # Counted from the load's start, not this request's: a load that hangs (a stuck disk)
+            # made every request wait the whole limit again, forever; past it they are told at once.
+            left = self.load_wait_s - (time.monotonic() - slot.started)
             try:
-                await asyncio.wait_for(asyncio.shield(slot.loading), timeout=self.load_wait_s)
+                if left <= 0:
+                    raise asyncio.TimeoutError
+                await asyncio.wait_for(asyncio.shield(slot.loading), timeout=left)
             except asyncio.TimeoutError:
-                raise ModelUnavailable(f"the model is still loading after {self.load_wait_s:.0f} s; "
-                                       "try again when dllm/status says loaded") from None
+                raise ModelUnavailable(
+                    f"the model is still loading after {time.monotonic() - slot.started:.0f} s (a request waits "
+                    f"for a load up to {self.load_wait_s:.0f} s from its start); try again when dllm/status says "
+                    "loaded, or restart the server if it never does") from None
             except Exception:
                 pass
         if slot is None or slot.engine is None:
@@ -503,12 +585,14 @@ class ModelHost:
         info = engine.denoiser.describe() if engine else (
             {"name": slot.key.name or slot.key.model, "device": slot.key.device} if slot else {})
         local = engine if isinstance(engine, Engine) else None   # a remote (Ray) engine keeps its counters
+        loading_for = slot.loading_seconds() if slot is not None else None
         return {
             "model": info.get("name"),
             "family": info.get("family"),
             "device": info.get("device"),
             "loaded": engine is not None,
             "loading": slot is not None and not slot.loading.done(),
+            "loadingSeconds": round(loading_for, 1) if loading_for is not None else None,
             "error": (slot.why if slot is not None and slot.why else
                       self._refused[user].why if user in self._refused else None),
             "lastLatencyMs": self._latency.get(user),
