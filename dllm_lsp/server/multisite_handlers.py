@@ -39,7 +39,7 @@ _converter = get_converter()
 
 async def code_action(ls, params: types.CodeActionParams) -> list[types.CodeAction]:
     only = params.context.only if params.context is not None else None
-    if only and not any(types.CodeActionKind.RefactorRewrite.value.startswith(k) for k in only):
+    if only and not any(is_kind_within(types.CodeActionKind.RefactorRewrite.value, k) for k in only):
         return []
     uri = params.text_document.uri
     snapshot, document, language_id = ls.trees.get(uri, ls.workspace)
@@ -54,7 +54,10 @@ async def code_action(ls, params: types.CodeActionParams) -> list[types.CodeActi
     if not holes:
         return []
     title = f"Fill {len(holes)} hole{'s' if len(holes) != 1 else ''} with dllm"
-    arguments = [uri, _converter.unstructure(params.range)]
+    # The version the range holds for: run after the document changed (code actions are
+    # offered and picked apart), the range covered other text (a function pasted above made the
+    # action offered for `f`'s TODO fill `g`'s `pass`).
+    arguments = [uri, _converter.unstructure(params.range), {"version": document.version}]
     return [types.CodeAction(
         title=title,
         kind=types.CodeActionKind.RefactorRewrite,
@@ -67,6 +70,9 @@ async def fill_holes(ls, *args: Any) -> dict:
     uri, lsp_range, fill = fill_arguments(args, FILL_COMMAND)
     snapshot, document, language_id = ls.trees.get(uri, ls.workspace)
     version = document.version
+    if fill.version is not None and fill.version != version:
+        return {"applied": False, "edit": None, "sites": [],
+                "reason": f"the document changed since the range was given (version {fill.version}, now {version})"}
     start, end = offset_of(document, lsp_range.start), offset_of(document, lsp_range.end)
     if end < start:
         raise JsonRpcInvalidParams("the range ends before it starts")
@@ -177,6 +183,12 @@ def why_stale(ls, uri: str, version: int | None, snapshot: Snapshot, when: str) 
     if spent is not None and spent() is snapshot:
         return f"another edit was applied to this version of the document (or is still unanswered) {when}"
     return None
+
+
+def is_kind_within(kind: str, asked: str) -> bool:
+    """Whether the code action kind `kind` is `asked` or one of its sub-kinds (LSP's kinds are
+    dot-separated hierarchies: `refactor` asks for `refactor.rewrite`; `ref` asks for nothing)."""
+    return kind == asked or kind.startswith(asked + ".")
 
 
 def nothing_filled(outcomes: list[Outcome]) -> str:

@@ -77,6 +77,9 @@ class NextEditsParams:
 class FillOptions:
     marker: str | None = attrs.field(default=None)
     apply: bool = True
+    # The document version the range was given for (the code action sets it): the fill is
+    # refused when the document is at another one, where the range may cover other text.
+    version: int | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.marker is not None and not self.marker.strip():
@@ -133,7 +136,8 @@ def describe(error: BaseException) -> str:
 
 
 def fill_arguments(args: tuple, command: str) -> tuple[str, types.Range, FillOptions]:
-    """dllm.fillHoles takes [uri, range, options?] with options {"marker": str, "apply": bool}."""
+    """dllm.fillHoles takes [uri, range, options?] with options {"marker": str, "apply": bool,
+    "version": int}."""
     args = tuple(as_plain(a) for a in args)
     if len(args) not in (2, 3) or not isinstance(args[0], str):
         raise JsonRpcInvalidParams(f"{command} takes [uri, range, options?]")
