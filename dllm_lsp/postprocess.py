@@ -9,16 +9,20 @@ finish() runs, in order:
      indentation plus one step of the file's own (body_indent; Python: a line dedented out of the
      body ends it);
   4. overlap with the suffix is trimmed: closers the line already has (`)`, `"`, `);`) and trailing
-     lines the suffix already has (`}`), but never a bracket the completion itself opened;
+     lines the suffix already has (`}`), but never a bracket the completion itself opened, nor
+     (outside Python) a closer line that closes a bracket the file leaves open;
   5. trailing whitespace and empty results are dropped; mid-line, a one-line completion may not
-     leave a bracket or string open that the rest of the line does not close, and at a line's end
-     (outside Python) its closers must close what the file leaves open and its `'` not open a
-     char literal it leaves open;
+     leave a bracket or string open that the rest of the line does not close (not read inside a
+     comment or a string begun above, and quotes are text between JSX tags), and (outside
+     Python) at a line's end, or over a multi-line completion's lines, its closers must close
+     what the file leaves open and a one-line completion's `'` not open a char literal it leaves
+     open;
   6. the file's tree-sitter parse must not get worse (more ERROR/MISSING nodes) than without the
      completion; a worse one is cut back line by line, or dropped. Only the enclosing statement is
      reparsed (see planner.syntax.check_region), which keeps this step well under a millisecond;
      in Python, from the `if` / `try` / `for` / `while` on that an `elif` / `else` / `except` /
-     `finally` of the completion continues;
+     `finally` of the completion continues. A broken file that parses whole with the completion
+     (it closes what the user left open) is not made worse, whatever its region says;
   7. Python only: the interpreter's own parser (`ast.parse`) reads the whole edited file, and its
      first syntax error must not come earlier than the file's own first error (none, if the file
      parsed). This catches what a region check cannot see (a completion that closes a docstring
@@ -38,7 +42,7 @@ from dataclasses import dataclass
 from dllm_lsp.syntax.languages import facts_for
 from dllm_lsp.planner.lines import (block_steps, indent_width, leading_ws, line_break_near, line_bounds,
                                     previous_nonblank_line, render_indent, usual_step)
-from dllm_lsp.planner.syntax import REGION_LIMIT_BYTES, check_region, in_comment_or_string
+from dllm_lsp.planner.syntax import REGION_LIMIT_BYTES, check_region, in_comment_or_string, prose_around
 from dllm_lsp.syntax.snapshot import Snapshot, end_point, parse_errors, point
 from dllm_lsp.planner.types import SpanPlan
 
@@ -98,8 +102,8 @@ def _finish_line(plan: SpanPlan, doc_text: str, text: str, provided: frozenset[s
     newline = text.find("\n")
     if newline >= 0:
         text = text[:newline]
-    quotes = _line_quotes(plan.snapshot.language_id)
-    text = trim_line_overlap(text.rstrip(), plan.line_rest, quotes)
+    name = facts_for(plan.snapshot.language_id).name
+    text = trim_line_overlap(text.rstrip(), plan.line_rest, name)
     if not text.strip() or text == plan.typed_prefix or not text.startswith(plan.typed_prefix):
         return None
     rest = plan.line_rest
@@ -115,25 +119,29 @@ def _finish_line(plan: SpanPlan, doc_text: str, text: str, provided: frozenset[s
         # the rest of its line closes (`"range": ",`, `size: {,`): on a line the user is still
         # typing, the file already has an error there and the parse count would not see it.
         line_start = line_bounds(doc_text, plan.replace_start)[0]
-        head = doc_text[max(line_start, plan.replace_start - _LINE_LOOKED_AT):plan.replace_start]
-        rest = rest[:_LINE_LOOKED_AT]
-        before, after = _brackets(head + rest, quotes), _brackets(head + text + rest, quotes)
-        # A string the completion opens and leaves open counts on its own: it swallows the rest's
-        # closers, so the count alone stayed the same (`if self.‸}` + `get_name == "`).
-        if after.unbalanced > before.unbalanced or (after.quote is not None and before.quote is None):
-            return None
-    elif _breaks_line_end(plan, doc_text, text):
+        head_start = max(line_start, plan.replace_start - _LINE_LOOKED_AT)
+        prose = prose_around(plan.snapshot, plan.replace_start, head_start)
+        # Inside a comment, or a string opened on a line above (a docstring's second line), the
+        # line's text is no code to read brackets in: a `'` there (`user's`) was read as a quote
+        # left open, and every such completion was refused. What breaks out of the comment or
+        # string (`*/`, `"""`) the parse check sees.
+        if prose not in ("comment", "string"):
+            head = doc_text[head_start:plan.replace_start]
+            rest = rest[:_LINE_LOOKED_AT]
+            strings = prose != "jsx"   # quotes between JSX tags are text (`<p>Don't ‸</p>`)
+            before = _brackets(head + rest, name, strings)
+            after = _brackets(head + text + rest, name, strings)
+            # A string the completion opens and leaves open counts on its own: it swallows the
+            # rest's closers, so the count alone stayed the same (`if self.‸}` + `get_name == "`).
+            if after.unbalanced > before.unbalanced or (after.quote is not None and before.quote is None):
+                return None
+    elif _BracketRule(plan, doc_text).breaks(text):
         return None
     return text if _ParseCheck(plan, provided)(text) else None
 
 
 def _word_char(ch: str) -> bool:
     return ch.isidentifier() or ch.isdigit()
-
-
-def _line_quotes(language_id: str) -> str:
-    # Rust's `'a` is a lifetime, not a quote
-    return "\"`" if language_id == "rust" else _QUOTES
 
 
 @dataclass(frozen=True)
@@ -152,12 +160,17 @@ class _Brackets:
         return len(self.open) + self.stray + (self.quote is not None)
 
 
-def _brackets(text: str, quotes: str = _QUOTES) -> _Brackets:
+def _brackets(text: str, name: str = "", strings: bool = True) -> _Brackets:
+    """What `text`, code in language `name` (canonical grammar name; "" for any), leaves open.
+    A `'` that _not_a_quote says opens no string is code (a C++ digit separator, a Rust lifetime).
+    `strings` False: no quote opens a string (JSX text, where `'` is an apostrophe)."""
     stack: list[str] = []
     stray = 0
     quote: str | None = None
     escaped = False
-    for ch in text:
+    at, size = 0, len(text)
+    while at < size:
+        ch = text[at]
         if ch == "\n":
             quote, escaped = None, False
         elif quote is not None:
@@ -167,7 +180,10 @@ def _brackets(text: str, quotes: str = _QUOTES) -> _Brackets:
                 escaped = True
             elif ch == quote:
                 quote = None
-        elif ch in quotes:
+        elif strings and ch == "'" and (after := _not_a_quote(text, at, name)) > at:
+            at = after
+            continue
+        elif strings and ch in _QUOTES:
             quote = ch
         elif ch in _OPENERS:
             stack.append(ch)
@@ -176,13 +192,14 @@ def _brackets(text: str, quotes: str = _QUOTES) -> _Brackets:
                 stack.pop()
             else:
                 stray += 1
+        at += 1
     return _Brackets(tuple(stack), stray, quote)
 
 
-def trim_line_overlap(text: str, rest: str, quotes: str = _QUOTES) -> str:
+def trim_line_overlap(text: str, rest: str, name: str = "") -> str:
     """Drop the end of `text` that the rest of the line already has (`foo(a)` before `)` -> `foo(a`
-    only if that `)` is not the completion's own). `quotes`: the characters that open a string in
-    the file's language."""
+    only if that `)` is not the completion's own). `name`: the file's language (canonical grammar
+    name), which says what a `'` is (_not_a_quote)."""
     rest = rest.rstrip()
     if not rest or not text:
         return text
@@ -192,7 +209,7 @@ def trim_line_overlap(text: str, rest: str, quotes: str = _QUOTES) -> str:
             continue
         if size != len(rest) and not set(tail) <= _CLOSING_PUNCTUATION:
             continue   # a partial match of real code is a coincidence, not an overlap
-        if _removable(text[:-size], tail, quotes):
+        if _removable(text[:-size], tail, name, strings=True):
             return text[:-size].rstrip()
     # The line ends in closers only (`)`, `);`): the completion may have written them and gone on
     # (`x):` before `)`), so cut at the first place it writes them that closes nothing of its own.
@@ -202,18 +219,18 @@ def trim_line_overlap(text: str, rest: str, quotes: str = _QUOTES) -> str:
     if set(closers) <= _CLOSING_PUNCTUATION:
         at = text.find(closers)
         while at >= 0:
-            kept = _brackets(text[:at], quotes)
+            kept = _brackets(text[:at], name)
             if not kept.open and kept.quote is None:   # then no closer of `closers` is its own
                 return text[:at].rstrip()
             at = text.find(closers, at + 1)
     return text
 
 
-def _removable(kept: str, removed: str, quotes: str = "") -> bool:
-    """True when no closer in `removed` closes a bracket `kept` leaves open (and, with `quotes`,
-    no quote in it closes a string `kept` leaves open): the removed text then only duplicates
-    closers the document already has."""
-    left = _brackets(kept, quotes or _QUOTES)
+def _removable(kept: str, removed: str, name: str = "", strings: bool = False) -> bool:
+    """True when no closer in `removed` closes a bracket `kept` (code in language `name`) leaves
+    open (and, with `strings`, no quote in it closes a string `kept` leaves open): the removed text
+    then only duplicates closers the document already has."""
+    left = _brackets(kept, name)
     own = 0   # openers inside `removed`, which its own closers may close
     for ch in removed:
         if ch in _OPENERS:
@@ -223,7 +240,7 @@ def _removable(kept: str, removed: str, quotes: str = "") -> bool:
                 own -= 1
             elif left.open:
                 return False
-    return not (quotes and left.quote is not None and left.quote in removed)
+    return not (strings and left.quote is not None and left.quote in removed)
 
 
 # --- one-line spans at a line's end (languages other than Python) ---------------------------------
@@ -242,38 +259,74 @@ _TREE_NODES_LOOKED_AT = 4000
 _TREE_BYTES_LOOKED_AT = 4000
 _RUST_CHAR = re.compile(r"'(?:[^'\\\n]|\\(?:x[0-9a-fA-F]{2}|u\{[0-9a-fA-F_]{1,8}\}|.))'")
 _RUST_LIFETIME = re.compile(r"'[^\W\d]\w*")   # `'a`, `'static`, a loop label `'outer`
+_LUA_LONG_COMMENT = re.compile(r"--\[(=*)\[")
+_LUA_LONG_STRING = re.compile(r"\[(=*)\[")   # `[[`, `[==[`: no escapes, no brackets inside
 
 
-def _breaks_line_end(plan: SpanPlan, doc_text: str, text: str) -> bool:
-    """Does a one-line completion at the end of its line (the rest of the line is blank) close a
-    bracket that nothing leaves open, or leave open a character literal it opens? Only in the
-    languages with a tree other than Python; False where it cannot tell (no tree, the line starts
-    or ends inside a comment or string, a C preprocessor line, a line longer than
-    _LINE_LOOKED_AT before the cursor)."""
-    name = facts_for(plan.snapshot.language_id).name
-    if name in ("python", "text") or not any(ch in _CLOSERS or ch == "'" for ch in text):
-        return False   # (most completions: the tree is not read)
-    if plan.snapshot.tree is None:
+class _BracketRule:
+    """Does a completion outside Python close a bracket that nothing leaves open, or (one line at
+    its line's end) leave open a character literal it opens? What is open is read from the file's
+    tree around the cursor's line and from that line's text up to the plan's start, then on over
+    the completion's own lines. `breaks` answers True, False, or None where it cannot tell: Python
+    or no tree; the line starts or the cursor ends inside a comment or string; a C preprocessor
+    line; a line longer than _LINE_LOOKED_AT before the cursor. A multi-line completion is read up
+    to the first line that leaves a string, char literal or block comment open (its next lines are
+    not code to read brackets in)."""
+
+    def __init__(self, plan: SpanPlan, doc_text: str) -> None:
+        self.plan, self.doc_text = plan, doc_text
+        self.name = facts_for(plan.snapshot.language_id).name
+        self.opened: tuple[str, list[str]] | None | object = _UNSET
+
+    def _open_at_start(self) -> tuple[str, list[str]] | None:
+        """(the line up to the plan's start, the openers open there that the file's closers after
+        the cursor leave open), once per plan; None where it cannot tell."""
+        if self.opened is _UNSET:
+            self.opened = None
+            plan, name = self.plan, self.name
+            line_start = line_bounds(self.doc_text, plan.replace_start)[0]
+            head = self.doc_text[line_start:plan.replace_start]
+            if plan.snapshot.tree is None or len(head) > _LINE_LOOKED_AT:
+                return None
+            if name in ("c", "cpp") and head.lstrip().startswith("#"):
+                return None   # a macro's body may hold any bracket (`#define END_NS }`)
+            around = _brackets_around_line(plan.snapshot, line_start, plan.replace_end)
+            if around is None:
+                return None
+            open_before, closed_after = around
+            stack = list(open_before)
+            for _, ch in _line_code(head, name)[0]:
+                _pair(stack, ch)
+            self.opened = head, _left_open(stack, closed_after)
+        return self.opened
+
+    def breaks(self, text: str) -> bool | None:
+        name = self.name
+        if name in ("python", "text"):
+            return None
+        if not any(ch in _CLOSERS or ch == "'" for ch in text):
+            return False   # (most completions: the tree is not read)
+        opened = self._open_at_start()
+        if opened is None:
+            return None
+        head, open_at_start = opened
+        stack = list(open_at_start)
+        lines = (head + text).split("\n")
+        marks, quote, quote_at = _line_code(lines[0], name)
+        for at, ch in marks:
+            if at >= len(head) and not _pair(stack, ch):
+                return True   # a closer of the completion's that closes nothing left open
+        if len(lines) == 1:
+            return quote == "'" and quote_at >= len(head) and name in _CHAR_QUOTE_LANGUAGES
+        for line in lines[1:]:
+            if quote is not None:
+                return False   # a string or comment goes on over lines: what follows is not read
+            if name in ("c", "cpp") and line.lstrip().startswith("#"):
+                continue
+            marks, quote, _ = _line_code(line, name)
+            if not all(_pair(stack, ch) for _, ch in marks):
+                return True
         return False
-    line_start = line_bounds(doc_text, plan.replace_start)[0]
-    head = doc_text[line_start:plan.replace_start]
-    if len(head) > _LINE_LOOKED_AT or (name in ("c", "cpp") and head.lstrip().startswith("#")):
-        return False   # a macro's body may hold any bracket (`#define END_NS }`)
-    around = _brackets_around_line(plan.snapshot, line_start, plan.replace_end)
-    if around is None:
-        return False
-    open_before, closed_after = around
-    marks, quote, quote_at = _line_code(head + text, name)
-    stack = list(open_before)
-    for at, ch in marks:
-        if at >= len(head):
-            break
-        _pair(stack, ch)
-    stack = _left_open(stack, closed_after)
-    for at, ch in marks:
-        if at >= len(head) and not _pair(stack, ch):
-            return True   # a closer of the completion's that closes nothing left open
-    return quote == "'" and quote_at >= len(head) and name in _CHAR_QUOTE_LANGUAGES
 
 
 def _pair(stack: list[str], ch: str) -> bool:
@@ -385,9 +438,9 @@ def _children_near(node, lo: int, hi: int):
 def _line_code(line: str, name: str) -> tuple[list[tuple[int, str]], str | None, int]:
     """The brackets of one line of code in language `name` (canonical grammar name) with their
     indices, outside its strings, character literals and comments, and the quote of a string or
-    character literal open at its end with its index (None, -1: none). Rust's `'a` is a lifetime;
-    a `'` inside a C / C++ number is a digit separator (`1'000'000`)."""
-    quotes = _line_quotes(name)
+    character literal open at its end with its index (None, -1: none; `/*` or `--[[` for a block
+    comment left open, `[[` for a Lua long string). Rust's `'a` is a lifetime; a `'` inside a
+    C / C++ number is a digit separator (`1'000'000`)."""
     comment = facts_for(name).line_comment
     block_comments = name != "lua"
     marks: list[tuple[int, str]] = []
@@ -402,27 +455,47 @@ def _line_code(line: str, name: str) -> tuple[list[tuple[int, str]], str | None,
             if ch == quote:
                 quote = None
         elif comment and line.startswith(comment, at):
+            if name == "lua" and (long := _LUA_LONG_COMMENT.match(line, at)) \
+                    and line.find("]" + long.group(1) + "]", long.end()) < 0:
+                quote, quote_at = "--[[", at   # a long comment goes on past the line
             break
         elif block_comments and line.startswith("/*", at):
             close = line.find("*/", at + 2)
             if close < 0:
+                quote, quote_at = "/*", at     # so does a block comment
                 break
             at = close + 2
             continue
-        elif ch == "'" and name == "rust":
-            literal = _RUST_CHAR.match(line, at) or (_rust_lifetime(line, at) and _RUST_LIFETIME.match(line, at))
-            if literal:
-                at = literal.end()
-                continue
+        elif ch == "'" and (after := _not_a_quote(line, at, name)) > at:
+            at = after
+            continue
+        elif ch in _QUOTES:
             quote, quote_at = ch, at
-        elif ch == "'" and name in ("c", "cpp") and _digit_separator(line, at):
-            pass
-        elif ch in quotes:
-            quote, quote_at = ch, at
+        elif name == "lua" and ch == "[" and (long := _LUA_LONG_STRING.match(line, at)):
+            close = line.find("]" + long.group(1) + "]", long.end())
+            if close < 0:
+                quote, quote_at = "[[", at     # a long string goes on past the line
+                break
+            at = close + len(long.group())
+            continue
         elif ch in _OPENERS or ch in _CLOSERS:
             marks.append((at, ch))
         at += 1
     return marks, quote, (quote_at if quote is not None else -1)
+
+
+def _not_a_quote(text: str, at: int, name: str) -> int:
+    """Where the code goes on after the `'` at `at` of `text` (code in language `name`, canonical
+    grammar name) when that `'` opens no string to read on: past a C / C++ digit separator
+    (`1'000'000`), past a Rust char literal (`')'`: its bracket is no bracket) or a Rust lifetime
+    or loop label (`'a`, `'outer`). `at` itself where it opens a string or char literal. The
+    mid-line bracket scan (_brackets) and the line-end rule (_line_code) both read `'` by this."""
+    if name in ("c", "cpp"):
+        return at + 1 if _digit_separator(text, at) else at
+    if name == "rust":
+        literal = _RUST_CHAR.match(text, at) or (_rust_lifetime(text, at) and _RUST_LIFETIME.match(text, at))
+        return literal.end() if literal else at
+    return at
 
 
 def _rust_lifetime(line: str, at: int) -> bool:
@@ -455,10 +528,6 @@ def _finish_block(plan: SpanPlan, doc_text: str, text: str, provided: frozenset[
     header_mode = bool(before.strip())   # the cursor ends a header line: the body starts on the next line
     cursor_ws = None if header_mode else before
     lines = reindent(text, plan, cursor_ws, body_indent(plan, doc_text, line_start, cursor_ws))
-    suffix = doc_text[plan.replace_end: plan.replace_end + _SUFFIX_LINES_LOOKED_AT]
-    lines = trim_duplicate_lines(lines, suffix if plan.closer_indent is None else suffix.lstrip(" \t"))
-    while lines and not lines[-1].strip():
-        lines.pop()
     newline = line_break_near(doc_text, line_start)
 
     def render(body: list[str]) -> str:
@@ -469,14 +538,31 @@ def _finish_block(plan: SpanPlan, doc_text: str, text: str, provided: frozenset[
                 joined += newline + plan.closer_indent
         return joined
 
+    brackets = _BracketRule(plan, doc_text)
+    suffix = doc_text[plan.replace_end: plan.replace_end + _SUFFIX_LINES_LOOKED_AT]
+    trimmed = trim_duplicate_lines(lines, suffix if plan.closer_indent is None else suffix.lstrip(" \t"))
+    # A closer line the suffix seems to repeat is the completion's own where it closes a bracket
+    # the file leaves open: the `}` of an `if x {‸` typed above a function's last `}` (cut, the
+    # completion left the `if` open and the file as broken as before).
+    cut = [line for line in lines[len(trimmed):] if line.strip()]
+    if not (cut and all(_CLOSER_LINE.fullmatch(line) for line in cut) and brackets.breaks(render(lines)) is False):
+        lines = trimmed
+    while lines and not lines[-1].strip():
+        lines.pop()
+
     parse_not_worse = _ParseCheck(plan, provided)
     for count in range(len(lines), 0, -1):   # cut back line by line until the parse is no worse
         if not lines[count - 1].strip():
             continue
         candidate = render(lines[:count])
-        if parse_not_worse(candidate):
+        # and until no closer closes what nothing leaves open: in a file broken at the cursor (a
+        # `(` typed at a line's end) the parse check sees no new error in `1, 2))`
+        if brackets.breaks(candidate) is not True and parse_not_worse(candidate):
             return candidate
     return None
+
+
+_CLOSER_LINE = re.compile(r"[ \t]*[)\]}][)\]};,]*[ \t]*")   # `}`, `})`, `];`
 
 
 def reindent(text: str, plan: SpanPlan, cursor_ws: str | None, indent: str | None = None) -> list[str]:
@@ -608,6 +694,7 @@ class _ParseCheck:
         self.python_baseline: object = _UNSET
         self.indentation_error = False
         self.star_import: bool | None = None
+        self.repair_tried = False   # _repairs_file reparsed the whole file once already
 
     def _region(self, lo: int) -> tuple[int, bool]:
         """The error count of [lo, self.hi) without the completion, and whether to judge the whole
@@ -646,7 +733,8 @@ class _ParseCheck:
             if edited_file.error_count() > 0:
                 return False
         elif parse_errors(snapshot.language_id,
-                          text[lo: plan.replace_start] + insert + text[plan.replace_end: self.hi]) > baseline:
+                          text[lo: plan.replace_start] + insert + text[plan.replace_end: self.hi]) > baseline \
+                and not self._repairs_file(insert):
             return False
         if snapshot.language_id != "python" or len(text) > PYTHON_CHECK_MAX_CHARS:
             return True
@@ -684,6 +772,23 @@ class _ParseCheck:
         elif original > plan.replace_start:
             original = plan.replace_start
         return found >= original
+
+    def _repairs_file(self, insert: str) -> bool:
+        """Does the file, broken without the completion, parse without an error with it? In a
+        broken file the region is the broken piece alone (the `a = 1,` under a Lua table's
+        `local t = {` the user has not closed yet), which a completion that closes what the file
+        leaves open (`b = 2,` + `}`) cannot fix on its own: it was refused. Only read on the way
+        to a refusal, in files of WHOLE_FILE_CHECK_MAX_CHARS or less, and once per completion (the
+        longest text the region refuses: a multi-line completion cut back line by line would
+        otherwise reparse the whole file once a line, 2-4 ms each at 120 kB)."""
+        snapshot, plan = self.snapshot, self.plan
+        text = snapshot.text
+        if self.repair_tried or snapshot.error_count() == 0 or len(text) > WHOLE_FILE_CHECK_MAX_CHARS:
+            return False
+        self.repair_tried = True
+        edited_file = snapshot.reparsed(text[:plan.replace_start] + insert + text[plan.replace_end:],
+                                        plan.replace_start, plan.replace_end, plan.replace_start + len(insert))
+        return edited_file.error_count() == 0
 
     def _names_unknown(self, tree: ast.Module, insert: str) -> bool:
         """Does the inserted text call a name that nothing defines: a callee (`f(...)`, or the

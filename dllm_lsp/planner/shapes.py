@@ -24,7 +24,7 @@ from dllm_lsp.syntax.languages import LanguageFacts
 from dllm_lsp.syntax.snapshot import Snapshot
 
 from .lines import detect_indent_unit, indent_width, leading_ws, line_bounds, next_nonblank_line, previous_nonblank_line
-from .syntax import BLOCK_NODE_TYPES, PYTHON_HEADER_TYPES, in_comment_or_string, string_around, token_at
+from .syntax import BLOCK_NODE_TYPES, GO_CASE_BLOCK_TYPES, PYTHON_HEADER_TYPES, in_comment_or_string, string_around, token_at
 
 MULTI_LINE_KINDS = frozenset({"block_body", "line"})
 
@@ -77,9 +77,10 @@ def cursor_shape(snapshot: Snapshot, offset: int, facts: LanguageFacts) -> Shape
             # otherwise (`{ | }` on a line at column 0: every top-level `function f() { }`),
             # they cannot: the `}` landed right of its line's indentation, so the span replaces them.
             blanks = after[:len(after) - len(tail)]
+            step = _body_step(snapshot, line_start + len(head) - 1, facts, unit)
             if blanks and line_indent.endswith(blanks):
-                return shape("block_body", indent=line_indent + unit, closer=line_indent[:len(line_indent) - len(blanks)])
-            return shape("block_body", indent=line_indent + unit, closer=line_indent, after_cursor=len(blanks))
+                return shape("block_body", indent=line_indent + step, closer=line_indent[:len(line_indent) - len(blanks)])
+            return shape("block_body", indent=line_indent + step, closer=line_indent, after_cursor=len(blanks))
         return shape("arguments")
 
     if tail:
@@ -87,7 +88,7 @@ def cursor_shape(snapshot: Snapshot, offset: int, facts: LanguageFacts) -> Shape
 
     if head:   # cursor at the end of a non-blank line
         if _opens_block(snapshot, line_start, head, facts) and _block_is_empty(text, line_end, line_indent):
-            return shape("block_body", indent=line_indent + unit)
+            return shape("block_body", indent=line_indent + _body_step(snapshot, line_start + len(head) - 1, facts, unit))
         return shape("line_tail")
 
     # A blank line: the body of the header above it, or a new line of its own.
@@ -97,11 +98,23 @@ def cursor_shape(snapshot: Snapshot, offset: int, facts: LanguageFacts) -> Shape
         header_indent = leading_ws(header)
         if _opens_block(snapshot, header_start, header.rstrip(" \t"), facts) \
                 and _block_is_empty(text, line_end, header_indent):
-            body_indent = header_indent + unit
+            body_indent = header_indent + _body_step(snapshot, header_start + len(header.rstrip(" \t")) - 1, facts, unit)
             if indent_width(before) > indent_width(body_indent):   # the editor indented deeper: keep it
                 body_indent = before
             return shape("block_body", indent=body_indent)
     return shape("line", indent=before)
+
+
+def _body_step(snapshot: Snapshot, last: int, facts: LanguageFacts, unit: str) -> str:
+    """What a block's body adds to its header's indentation, the header's last character at offset
+    `last`: one step of the file's (`unit`), or nothing for the `{` of a Go `switch` or `select`,
+    whose `case` lines gofmt puts at the header's depth (one step deeper, every model-written
+    `case` was pushed a step past gofmt, and so was a `case` the user had typed there)."""
+    if facts.name != "go" or snapshot.tree is None or snapshot.text[last:last + 1] != "{":
+        return unit
+    token = token_at(snapshot.tree, snapshot.byte(last))
+    return "" if token.type == "{" and token.parent is not None and token.parent.type in GO_CASE_BLOCK_TYPES \
+        else unit
 
 
 def _in_empty_string(snapshot: Snapshot, offset: int, before: str, after: str) -> bool:

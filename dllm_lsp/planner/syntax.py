@@ -2,6 +2,8 @@
 which piece of the file to reparse when judging a completion."""
 from __future__ import annotations
 
+import re
+
 import tree_sitter
 
 from dllm_lsp.syntax.nodes import token_at
@@ -18,6 +20,9 @@ BLOCK_NODE_TYPES = frozenset({
     "enumerator_list", "object_type", "interface_type", "expression_switch_statement",
     "type_switch_statement", "select_statement", "ERROR",
 })
+
+# Go blocks of `case` clauses: gofmt writes a `case` at the depth of its `switch` / `select`.
+GO_CASE_BLOCK_TYPES = frozenset({"expression_switch_statement", "type_switch_statement", "select_statement"})
 
 # Nodes whose children are statements or members: a child of one of these can be reparsed alone.
 CONTAINER_NODE_TYPES = BLOCK_NODE_TYPES | frozenset({
@@ -58,6 +63,46 @@ def string_around(tree: tree_sitter.Tree, byte: int) -> tree_sitter.Node | None:
                 return node
         node = node.parent
     return None
+
+
+# Between a JSX element's tags (its children: text, `{expressions}`, elements), where a quote is
+# text (`<p>Don't {x}</p>`), not the start of a string.
+JSX_CHILDREN_TYPES = frozenset({"jsx_element", "jsx_text"})
+
+
+def prose_around(snapshot: Snapshot, offset: int, floor: int) -> str:
+    """What an insertion at string offset `offset` lands in where that is not plain code, as the
+    tree has it: "comment" (inside a comment); "string" (inside a string or char literal that
+    begins before offset `floor`, where text read from `floor` on does not show it open, or one
+    not opened by a lone quote character: `[[`, `\"\"\"`, `r#"`); "jsx" (between a JSX element's
+    tags); "" (code, or a string the text from `floor` shows open and closed). "" without a tree."""
+    if snapshot.tree is None:
+        return ""
+    byte = snapshot.byte(offset)
+    node = snapshot.tree.root_node.descendant_for_byte_range(max(0, byte - 1), byte + 1)
+    if node is not None and node.type in JSX_CHILDREN_TYPES:
+        return "jsx"
+    for _ in range(2):   # a comment's or string's content node, then the comment or string
+        if node is None:
+            break
+        if node.start_byte < byte < node.end_byte and in_comment_or_string(node, 1):
+            if "comment" in node.type:
+                return "comment"
+            if node.is_named:
+                parent = node.parent
+                if parent is not None and parent.is_named and in_comment_or_string(parent, 1):
+                    node = parent   # a string's content node: the string's own start has its quote
+                start = snapshot.char(node.start_byte)
+                if start < floor or not _QUOTED.match(snapshot.text, start):
+                    return "string"
+                return ""
+        node = node.parent
+    return ""
+
+
+# A string's start that a scan of quote characters reads right: an optional prefix (`f`, `b`,
+# `u8`, `L`) and one quote that is not the first of three.
+_QUOTED = re.compile(r"""\w*(["'`])(?!\1\1)""")
 
 
 def _is_statement_level(node: tree_sitter.Node) -> bool:
@@ -108,5 +153,5 @@ def check_region(snapshot: Snapshot, start: int, end: int) -> tuple[int, int]:
     return lo, hi
 
 
-__all__ = ["BLOCK_NODE_TYPES", "PYTHON_HEADER_TYPES", "check_region", "in_comment_or_string", "string_around",
-           "token_at"]
+__all__ = ["BLOCK_NODE_TYPES", "GO_CASE_BLOCK_TYPES", "JSX_CHILDREN_TYPES", "PYTHON_HEADER_TYPES", "check_region", "in_comment_or_string",
+           "prose_around", "string_around", "token_at"]
