@@ -9,6 +9,8 @@ imports those, none of them imports this one (docs/architecture.md).
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 import logging
 import uuid
 from collections.abc import Callable
@@ -24,7 +26,7 @@ from dllm_lsp import __version__
 from dllm_lsp.model_folder import ModelLoadError
 from dllm_lsp.multisite.companion import APPLY_COMMAND
 from dllm_lsp.multisite.service import MultisiteService
-from dllm_lsp.options import Options, SettingsError
+from dllm_lsp.options import OPTIONS, Options, SettingsError
 
 from . import multisite_handlers as multisite
 from .completions import CompletionService
@@ -41,6 +43,21 @@ log = logging.getLogger(__name__)
 
 STREAM_METHOD = "dllm/inlineCompletion"
 STATUS_METHOD = "dllm/status"
+
+# The section asked for with workspace/configuration (LSP 3.17's pull model), without a scopeUri:
+# the options are one set per connection, not per document.
+SECTION = "dllm"
+# How long the model's load waits after `initialized` for the client's answer: clients answer in
+# milliseconds, a client that never does delays the first completion by at most this, and its
+# answer still applies when it comes (the model reloads if it names another).
+CONFIGURATION_WAIT_S = 2.0
+# A pull unanswered after this is given up, with a warning (pygls would keep it pending for ever).
+CONFIGURATION_GIVE_UP_S = 30.0
+# The editors' own settings that share the `dllm` section with the options (VS Code: dllm.enabled,
+# dllm.server.* with its token, dllm.streaming): a pulled section holds them, and they are not
+# misspelt options to warn about.
+EDITOR_SETTINGS = frozenset({"enabled", "server", "streaming"})
+OPTION_KEYS = frozenset(name for option in OPTIONS for name in (option.wire, option.field))
 
 
 class DllmLanguageServer(LanguageServer):
@@ -61,6 +78,11 @@ class DllmLanguageServer(LanguageServer):
         # The models and devices this client may ask for: None (stdio) is any folder and device of
         # the user's own machine; a TCP connection gets the operator's (serve --allow-model-dir).
         self.model_choices: ModelChoices | None = None
+        # Settings pulled (workspace/configuration) or pushed (didChangeConfiguration), counted: a
+        # pull's answer applies only if no newer pull or push came since it was asked for.
+        self.settings_turn = 0
+        self.settling: asyncio.Task | None = None   # the first pull, which the load waits for (bounded)
+        self.pulls: set[asyncio.Task] = set()      # held so a pull in flight is not garbage-collected
 
     def start_io(self, stdin=None, stdout=None) -> int:
         return start_io(self, stdin, stdout)   # the robust frame reader (docs/protocol.md)
@@ -115,6 +137,68 @@ class DllmLanguageServer(LanguageServer):
             return options
         return attrs.evolve(options, model=attrs.evolve(
             options.model, model=kept.model if refused_model else model, device=kept.device if refused_device else device))
+
+    @property
+    def pulls_settings(self) -> bool:
+        """The client answers workspace/configuration (a capability left out means it does not)."""
+        workspace = self.client_capabilities.workspace if self.client_capabilities is not None else None
+        return workspace is not None and bool(workspace.configuration)
+
+    @property
+    def first_settings_pending(self) -> bool:
+        """The first pull's bounded wait is on: the model loads at its end, not before."""
+        return self.settling is not None and not self.settling.done()
+
+    def pull_settings(self) -> asyncio.Task:
+        """Ask the client for the `dllm` section; the task says whether the options changed."""
+        self.settings_turn += 1
+        task = asyncio.ensure_future(self.take_pulled(self.settings_turn))
+        self.pulls.add(task)
+        task.add_done_callback(self.pulls.discard)
+        return task
+
+    async def take_pulled(self, turn: int) -> bool:
+        """Apply the client's answer for the `dllm` section as options (take_options: one schema,
+        its refusals shown). An error, no answer, or an answer that is not one settings object
+        (or null: nothing set) is a warning in the log, and the options stay."""
+        where = "workspace/configuration"
+        ask = types.ConfigurationParams(items=[types.ConfigurationItem(section=SECTION)])
+        try:
+            answer = await asyncio.wait_for(self.workspace_configuration_async(ask), CONFIGURATION_GIVE_UP_S)
+        except asyncio.TimeoutError:
+            return self.warn(f"{where}: no answer in {CONFIGURATION_GIVE_UP_S:.0f} s; the options stay")
+        except Exception as exc:   # the client answered an error, or an answer that could not be read
+            return self.warn(f"{where} failed: {getattr(exc, 'message', None) or exc}; the options stay")
+        if turn != self.settings_turn:
+            log.info("%s: an answer superseded by newer settings: dropped", where)
+            return False
+        if len(answer) != 1:
+            return self.warn(f"{where}: {len(answer)} values for the one section asked for; the options stay")
+        section = answer[0]
+        if section is None:   # LSP: what a client answers for a section it has no settings for
+            log.info("%s: the client has no %s settings", where, SECTION)
+            return False
+        if not isinstance(section, dict):
+            return self.warn(f"{where}: the {SECTION} section is {json.dumps(section)[:60]}, not an object; "
+                             "the options stay")
+        before = self.options
+        self.take_options({k: v for k, v in section.items() if k not in EDITOR_SETTINGS}, where)
+        changed = self.options != before
+        if changed and not self.first_settings_pending:
+            self.reconfigured()
+        return changed
+
+    def warn(self, message: str) -> bool:
+        log.warning("%s", message)
+        self.window_log_message(types.LogMessageParams(type=types.MessageType.Warning, message=f"dllm-lsp: {message}"))
+        return False
+
+    def reconfigured(self) -> None:
+        """The options changed: nothing computed under the old ones is shown again, and the model
+        (re)loads if they name another one, except during the first pull's wait (it loads then)."""
+        self.completions.options_changed()
+        if not self.first_settings_pending:
+            self.ensure_model()
 
     def forget_document(self, uri: str) -> None:
         """Drop all this connection keeps of a document: at didClose, and when an edit takes it past
@@ -208,13 +292,58 @@ def initialize(ls: DllmLanguageServer, params: types.InitializeParams) -> None:
 
 
 def initialized(ls: DllmLanguageServer, params: types.InitializedParams) -> None:
+    if ls.pulls_settings:
+        ls.settling = asyncio.ensure_future(settle(ls))
+    else:
+        ls.ensure_model()
+
+
+async def settle(ls: DllmLanguageServer) -> None:
+    """The first pull, then the load: the model the client's settings name loads first, not the
+    default before it. The wait is bounded (CONFIGURATION_WAIT_S); a later answer still applies."""
+    ls.pull_settings()
+    # the latest pull: a didChangeConfiguration meanwhile asks again, and the first answer is dropped
+    deadline = asyncio.get_running_loop().time() + CONFIGURATION_WAIT_S
+    while (pending := {pull for pull in ls.pulls if not pull.done()}) and \
+            (left := deadline - asyncio.get_running_loop().time()) > 0:
+        await asyncio.wait(pending, timeout=left)
+    if pending:
+        log.warning("workspace/configuration: no answer in %.0f s; the model loads with the options it has, "
+                    "and the answer applies when it comes", CONFIGURATION_WAIT_S)
     ls.ensure_model()
 
 
+async def settled(ls: DllmLanguageServer) -> None:
+    """A request that reads the options or needs the model waits out the first pull's (bounded)
+    wait: the load starts at its end, and a request arriving before found no model and no load."""
+    if ls.first_settings_pending:
+        await asyncio.shield(ls.settling)
+
+
+def after_settings(handler: Handler) -> Handler:
+    """`handler` (a request that reads the options or needs the model), run once the first
+    pull's wait is over."""
+    @functools.wraps(handler)
+    async def run(ls: DllmLanguageServer, *args: Any) -> Any:
+        await settled(ls)
+        return await handler(ls, *args)
+    return run
+
+
+def carries_options(settings: Any) -> bool:
+    """A didChangeConfiguration that pushes the options: a `dllm` section, or option keys at the
+    top level. Not `null` nor an object of other sections (VS Code's client, Neovim's, Helix' and
+    eglot's pull model): from a client that answers workspace/configuration, the section is pulled."""
+    return isinstance(settings, dict) and ("dllm" in settings or not OPTION_KEYS.isdisjoint(settings))
+
+
 def did_change_configuration(ls: DllmLanguageServer, params: types.DidChangeConfigurationParams) -> None:
+    if ls.pulls_settings and not carries_options(params.settings):
+        ls.pull_settings()
+        return
+    ls.settings_turn += 1   # a pull asked before this push answers older settings than these
     if ls.take_options(params.settings, "configuration"):
-        ls.completions.options_changed()
-        ls.ensure_model()
+        ls.reconfigured()
 
 
 def did_open(ls: DllmLanguageServer, params: types.DidOpenTextDocumentParams) -> None:
@@ -249,12 +378,14 @@ def did_close(ls: DllmLanguageServer, params: types.DidCloseTextDocumentParams) 
 
 
 async def inline_completion(ls: DllmLanguageServer, params: types.InlineCompletionParams) -> types.InlineCompletionList:
+    await settled(ls)
     uri = params.text_document.uri
     found = await answered(ls.completions.complete(uri, params.position, ls.workspace, ls.options))
     return inline_list(uri, found, ls.workspace.position_codec)
 
 
 async def completion(ls: DllmLanguageServer, params: types.CompletionParams) -> types.CompletionList:
+    await settled(ls)
     found = await answered(ls.completions.complete(params.text_document.uri, params.position, ls.workspace,
                                                    ls.options))
     return completion_list(found, ls.workspace.position_codec)
@@ -262,6 +393,7 @@ async def completion(ls: DllmLanguageServer, params: types.CompletionParams) -> 
 
 async def streamed_inline_completion(ls: DllmLanguageServer, raw: Any) -> types.InlineCompletionList:
     params = decode(raw, StreamParams, f"{STREAM_METHOD} params")
+    await settled(ls)
     uri, token = params.text_document.uri, params.partial_result_token
     reporter = None
     if token is not None:
@@ -308,12 +440,13 @@ FEATURES: list[tuple[str, Any, Handler]] = [
     (STREAM_METHOD, None, streamed_inline_completion),
     (STATUS_METHOD, None, status),
     (types.TEXT_DOCUMENT_CODE_ACTION,
-     types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.RefactorRewrite]), multisite.code_action),
-    (multisite.NEXT_EDITS_METHOD, None, multisite.next_edits),
+     types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.RefactorRewrite]),
+     after_settings(multisite.code_action)),
+    (multisite.NEXT_EDITS_METHOD, None, after_settings(multisite.next_edits)),
     (types.SHUTDOWN, None, shutdown),
 ]
 COMMANDS: list[tuple[str, Handler]] = [
-    (multisite.FILL_COMMAND, multisite.fill_holes),
+    (multisite.FILL_COMMAND, after_settings(multisite.fill_holes)),
     (APPLY_COMMAND, multisite.apply_companion_edit),
 ]
 

@@ -38,8 +38,8 @@ def _position(data: Any, _cls: type) -> types.Position:
 
 def strict_converter() -> Converter:
     """pygls' converter, but a Position takes only JSON integers (the server's and our params'),
-    and a client's answer to workspace/applyEdit says `applied` with a JSON boolean ("yes" and 1
-    were read as applied)."""
+    a client's answer to workspace/applyEdit says `applied` with a JSON boolean ("yes" and 1
+    were read as applied), and its answer to workspace/configuration is a JSON array."""
     converter = default_converter()
     converter.register_structure_hook(types.Position, _position)
     apply_result = converter.get_structure_hook(types.ApplyWorkspaceEditResult)
@@ -50,6 +50,16 @@ def strict_converter() -> Converter:
         return apply_result(data, cls)
 
     converter.register_structure_hook(types.ApplyWorkspaceEditResult, applied)
+    configuration = converter.get_structure_hook(types.ConfigurationResponse)
+
+    def configuration_answer(data: Any, cls: type) -> types.ConfigurationResponse:
+        # LSP: an array, one value per item asked for. lsprotocol's hook read the string "fast" as
+        # four sections ("f", "a", ...) and `{}` as none; a null failed without saying why.
+        if not isinstance(data, dict) or not isinstance(data.get("result"), list):
+            raise ParamError("the result must be an array, one value per item asked for")
+        return configuration(data, cls)
+
+    converter.register_structure_hook(types.ConfigurationResponse, configuration_answer)
     return converter
 
 
