@@ -170,7 +170,7 @@ class DllmProtocol(LanguageServerProtocol):
             return False
         if getattr(message, "id", None) is not None:
             self._send_response(message.id, error=JsonRpcException(
-                too_big(uri, self.oversized[uri]), code=REQUEST_FAILED).to_response_error())
+                f"{too_big(uri, self.oversized[uri])} ({LIMITS_DOC})", code=REQUEST_FAILED).to_response_error())
         return True   # its edits too: the document stays untracked until it is reopened
 
     def check_size(self, uri: str) -> None:
@@ -187,7 +187,7 @@ class DllmProtocol(LanguageServerProtocol):
 
     def mark_oversized(self, uri: str, size: int) -> None:
         self.oversized[unquote(uri)] = size
-        log.warning("%s", too_big(uri, size))
+        log.warning("%s (%s)", too_big(uri, size), LIMITS_DOC)
         self._server.window_show_message(types.ShowMessageParams(
             type=types.MessageType.Warning, message=f"dllm-lsp: {too_big(uri, size)}"))
 
@@ -242,7 +242,11 @@ def document_uri(params: Any) -> str | None:
     return uri if isinstance(uri, str) else None
 
 
+LIMITS_DOC = "docs/protocol.md, Limits"
+
+
 def too_big(uri: str, size: int) -> str:
+    """One short line, the consequence first: editors show it in a one-line message area (a long
+    one stopped Neovim at "Press ENTER", and read `4.0 Mi` for a file just over the limit)."""
     name = uri.rsplit("/", 1)[-1] or uri
-    return (f"{name} has {size / 1024 / 1024:.1f} Mi characters, above the {MAX_DOCUMENT_CHARS // (1024 * 1024)} Mi "
-            "limit: no completions for it (docs/protocol.md, Limits)")
+    return f"no completions for {name}: {size:,} characters, over the {MAX_DOCUMENT_CHARS // (1024 * 1024)} Mi limit"

@@ -58,7 +58,10 @@ function M.check()
     return
   end
   local s = resp.result or {}
-  health.info(('model: %s%s'):format(tostring(s.model), s.family and (' (' .. s.family .. ')') or ''))
+  -- JSON null comes as vim.NIL, which is true and no string: `family` is null while the model
+  -- loads and when its load failed, and concatenating it raised (no report, the error unsaid).
+  local family = type(s.family) == 'string' and (' (' .. s.family .. ')') or ''
+  health.info(('model: %s%s'):format(tostring(s.model), family))
   health.info('device: ' .. tostring(s.device))
   if s.error and s.error ~= vim.NIL then
     health.error('model error: ' .. tostring(s.error))
@@ -69,6 +72,19 @@ function M.check()
   end
   if type(s.lastLatencyMs) == 'number' then
     health.info(('last completion: %.0f ms'):format(s.lastLatencyMs))
+  end
+  local said = require('dllm.message').history
+  if #said > 0 then
+    -- said on one line, cut to the message area, when they came (dllm.message): here whole
+    health.info('the server said (window/showMessage, last first):')
+    for i = #said, math.max(1, #said - 4), -1 do
+      local text = said[i].text
+      if said[i].level >= vim.log.levels.WARN then
+        health.warn(text)
+      else
+        health.info(text)
+      end
+    end
   end
   local streaming = stream.supported == nil and 'unknown (no completion yet)' or tostring(stream.supported)
   health.info('streamed refinements (dllm/inlineCompletion): ' .. streaming)

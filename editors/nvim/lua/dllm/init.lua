@@ -5,6 +5,8 @@
 -- plugin draws it with extmarks (dllm.suggest). Fill holes and next edits work on both.
 local config = require('dllm.config')
 local ghost = require('dllm.ghost')
+local insert = require('dllm.insert')
+local message = require('dllm.message')
 local native = require('dllm.native')
 local next_edits = require('dllm.next_edits')
 local stream = require('dllm.stream')
@@ -113,7 +115,11 @@ function M.setup(user_opts)
     root_markers = opts.root_markers,
     init_options = config.init_options(opts),
     settings = { dllm = opts.server },
-    handlers = { ['$/progress'] = stream.progress_handler },
+    handlers = {
+      ['$/progress'] = stream.progress_handler,
+      -- one line that never waits for ENTER (Neovim's own prompted on a long one: dllm.message)
+      ['window/showMessage'] = message.show_message_handler,
+    },
     on_init = function(client)
       if use_native() then
         native.wrap_client(client)
@@ -139,6 +145,9 @@ function M.setup(user_opts)
       end
     end,
   })
+  -- The options an accepted text is typed in with are restored by keys after it; were those
+  -- flushed (an error on the way), leaving insert mode restores them.
+  vim.api.nvim_create_autocmd('InsertLeave', { group = group, callback = insert.cancel })
   if not opts.filetypes then
     -- vim.lsp.enable starts clients on FileType, which a buffer without a filetype (an unknown
     -- extension, a file without one, a new unnamed buffer) never gets: with `filetypes = nil`

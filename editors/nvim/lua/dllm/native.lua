@@ -4,6 +4,7 @@
 -- Neovim's handler as if it were an answer (it redraws on every call); the final answer follows.
 local config = require('dllm.config')
 local ghost = require('dllm.ghost')
+local insert = require('dllm.insert')
 local partial = require('dllm.partial')
 local stream = require('dllm.stream')
 local util = require('dllm.util')
@@ -202,18 +203,19 @@ function M.accept(kind, bufnr)
         return
       end
       local chunk = (kind == 'line' and partial.line(rest)) or (kind == 'word' and partial.word(rest)) or rest
-      local win = util.win(bufnr)
-      local row, col = unpack(vim.api.nvim_win_get_cursor(win))
-      local lines = vim.split(chunk, '\n', { plain = true })
-      vim.api.nvim_buf_set_text(bufnr, row - 1, col, row - 1, col, lines)
-      vim.api.nvim_win_set_cursor(win, { row + #lines - 1, (#lines == 1 and col or 0) + #lines[#lines] })
-      -- the whole suggestion is taken: its command (the import it needs) runs, as Neovim's accept runs it
-      if kind == 'all' and item.command then
-        local client = vim.lsp.get_client_by_id(item.client_id)
-        if client then
-          client:exec_cmd(item.command, { bufnr = bufnr })
-        end
-      end
+      -- typed in (dllm.insert): `.` repeats it with the rest of the insert, `u` takes it back at once
+      insert.at_cursor(bufnr, util.win(bufnr), chunk, {
+        after = function()
+          -- the whole suggestion is taken: its command (the import it needs) runs after the text
+          -- is in, as Neovim's accept runs it
+          if kind == 'all' and item.command then
+            local client = vim.lsp.get_client_by_id(item.client_id)
+            if client then
+              client:exec_cmd(item.command, { bufnr = bufnr })
+            end
+          end
+        end,
+      })
     end,
   })
 end

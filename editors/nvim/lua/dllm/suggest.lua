@@ -3,6 +3,8 @@
 -- word, typing through a suggestion keeps it, the server's alternatives cycled through.
 local config = require('dllm.config')
 local ghost = require('dllm.ghost')
+local insert = require('dllm.insert')
+local message = require('dllm.message')
 local partial = require('dllm.partial')
 local stream = require('dllm.stream')
 local util = require('dllm.util')
@@ -135,7 +137,9 @@ function M.request(bufnr)
     st.cancel = nil
     if err then
       if not util.is_cancelled(err) then
-        vim.notify_once('dllm: ' .. tostring(err.message or err), vim.log.levels.WARN)
+        -- once: a file the server refuses (above its size limit) fails every request, with the
+        -- text its showMessage said already
+        message.notify(err.message or err, vim.log.levels.WARN, true)
       end
       return
     end
@@ -233,18 +237,31 @@ function M.detach(bufnr)
   states[bufnr] = nil
 end
 
---- Inserts `chunk` at the cursor and moves the cursor after it.
-local function insert_at_cursor(bufnr, chunk)
+--- What accepting all of `item` types at the cursor, and how many characters after the cursor
+--- it replaces: the server's range may cover text after the cursor (an auto-paired `)`). When the
+--- text ends with what it replaces, that is kept rather than deleted and typed again.
+local function insertion(bufnr, item)
   local row, col = cursor(bufnr)
-  local lines = vim.split(chunk, '\n', { plain = true })
-  vim.api.nvim_buf_set_text(bufnr, row, col, row, col, lines)
-  local last_row = row + #lines - 1
-  local last_col = (#lines == 1 and col or 0) + #lines[#lines]
-  vim.api.nvim_win_set_cursor(util.win(bufnr), { last_row + 1, last_col })
+  if not item.range then
+    return (M.remainder(bufnr, item)), 0
+  end
+  local _, scol = util.to_buf(bufnr, item.range.start, item.encoding)
+  local erow, ecol = util.to_buf(bufnr, item.range['end'], item.encoding)
+  local line = vim.api.nvim_buf_get_lines(bufnr, row, row + 1, false)[1] or ''
+  local text = item.text:sub(#line:sub(scol + 1, col) + 1) -- remainder() found the typed part agrees
+  if erow < row or (erow == row and ecol <= col) then
+    return text, 0
+  end
+  local replaced = table.concat(vim.api.nvim_buf_get_text(bufnr, row, col, erow, ecol, {}), '\n')
+  if replaced ~= '' and text:sub(-#replaced) == replaced then
+    return text:sub(1, #text - #replaced), 0
+  end
+  return text, vim.fn.strchars(replaced, true)
 end
 
 --- Accepts all of the suggestion ('all'), its current line ('line') or its next word ('word').
---- Returns false when there is nothing to accept.
+--- Returns false when there is nothing to accept. The text is typed in (dllm.insert): `.` repeats
+--- it with the rest of the insert, `u` takes it back in one step.
 function M.accept(kind, bufnr)
   bufnr = util.buf(bufnr)
   local st = state(bufnr)
@@ -252,36 +269,25 @@ function M.accept(kind, bufnr)
   if not rest then
     return false
   end
-  local item = st.item
+  local win = util.win(bufnr)
   if kind == 'all' or kind == nil then
+    local text, delete = insertion(bufnr, st.item)
     if st.cancel then
       st.cancel()
     end
     st.item, st.items, st.cancel = nil, nil, nil
     ghost.clear(bufnr)
-    if not item.range then
-      insert_at_cursor(bufnr, rest)
-      return true
-    end
-    -- Replace the whole range: the server's range may cover text after the cursor.
-    local srow, scol = util.to_buf(bufnr, item.range.start, item.encoding)
-    local erow, ecol = util.to_buf(bufnr, item.range['end'], item.encoding)
-    local crow, ccol = cursor(bufnr)
-    if erow < crow or (erow == crow and ecol < ccol) then
-      erow, ecol = crow, ccol
-    end
-    local lines = vim.split(item.text, '\n', { plain = true })
-    vim.api.nvim_buf_set_text(bufnr, srow, scol, erow, ecol, lines)
-    local last_row = srow + #lines - 1
-    local last_col = (#lines == 1 and scol or 0) + #lines[#lines]
-    vim.api.nvim_win_set_cursor(util.win(bufnr), { last_row + 1, last_col })
+    insert.at_cursor(bufnr, win, text, { delete = delete })
     return true
   end
   local chunk = kind == 'line' and partial.line(rest) or partial.word(rest)
-  insert_at_cursor(bufnr, chunk)
-  -- The suggestion stays: the text just inserted is now "typed through" it.
+  -- The suggestion stays: the text going in is now "typed through" it.
   st.done = true
-  render(bufnr)
+  insert.at_cursor(bufnr, win, chunk, {
+    after = function()
+      render(bufnr)
+    end,
+  })
   return true
 end
 
