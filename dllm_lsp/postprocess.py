@@ -10,7 +10,9 @@ finish() runs, in order:
      body ends it);
   4. overlap with the suffix is trimmed: closers the line already has (`)`, `"`, `);`) and trailing
      lines the suffix already has (`}`), but never a bracket the completion itself opened, nor
-     (outside Python) a closer line that closes a bracket the file leaves open;
+     (outside Python) a closer line that closes a bracket the file leaves open; right before the
+     `>` of a type argument list (`new Map<‸>();`, as the tree has it), the completion's own `>`
+     closing that list and what the line already has after it;
   5. trailing whitespace and empty results are dropped; mid-line, a one-line completion may not
      leave a bracket or string open that the rest of the line does not close (not read inside a
      comment or a string begun above, and quotes are text between JSX tags), and (outside
@@ -42,7 +44,7 @@ from dataclasses import dataclass
 from dllm_lsp.syntax.languages import facts_for
 from dllm_lsp.planner.lines import (block_steps, indent_width, leading_ws, line_break_near, line_bounds,
                                     previous_nonblank_line, render_indent, usual_step)
-from dllm_lsp.planner.syntax import REGION_LIMIT_BYTES, check_region, in_comment_or_string, prose_around
+from dllm_lsp.planner.syntax import REGION_LIMIT_BYTES, angle_list_end, check_region, in_comment_or_string, prose_around
 from dllm_lsp.syntax.snapshot import Snapshot, end_point, parse_errors, point
 from dllm_lsp.planner.types import SpanPlan
 
@@ -103,6 +105,11 @@ def _finish_line(plan: SpanPlan, doc_text: str, text: str, provided: frozenset[s
     if newline >= 0:
         text = text[:newline]
     name = facts_for(plan.snapshot.language_id).name
+    if ">" in plan.line_rest:
+        closed = _angle_overlap(plan, doc_text, text, name)
+        if closed is None:
+            return None
+        text = closed
     text = trim_line_overlap(text.rstrip(), plan.line_rest, name)
     if not text.strip() or text == plan.typed_prefix or not text.startswith(plan.typed_prefix):
         return None
@@ -138,6 +145,61 @@ def _finish_line(plan: SpanPlan, doc_text: str, text: str, provided: frozenset[s
     elif _BracketRule(plan, doc_text).breaks(text):
         return None
     return text if _ParseCheck(plan, provided)(text) else None
+
+
+def _angle_overlap(plan: SpanPlan, doc_text: str, text: str, name: str) -> str | None:
+    """`text` inside a type argument or parameter list that the rest of the line closes
+    (`new Map<‸>();`), with what it writes from its own `>` closing that list on cut where the
+    line already has it (`string, number>()` -> `string, number`), or None where it closes the list
+    and goes on otherwise (the line's `>` would close nothing). `<` / `>` are no brackets to the
+    other rules (they are comparisons as often), so `Map<string, number>()>();` was shown: the
+    tree says whether the cursor is in such a list (planner.syntax.angle_list_end)."""
+    close = angle_list_end(plan.snapshot, plan.replace_end)
+    if close is None or close > plan.replace_end + len(plan.line_rest) or doc_text[plan.replace_end:close].strip():
+        # Only where the list's `>` follows the cursor (blanks aside): a broken comparison may
+        # read as a list to the grammar (TypeScript's `a <‸ && b > 0` is `a<&&b>`, an
+        # instantiation expression) and the text between is the user's.
+        return text
+    at = _closing_angle(text, name)
+    if at is None:
+        return text
+    if doc_text[close:plan.replace_end + len(plan.line_rest)].startswith(text[at:].rstrip()):
+        return text[:at].rstrip()
+    return None
+
+
+def _closing_angle(text: str, name: str) -> int | None:
+    """The index of the first `>` in `text` (code in language `name`) that closes no `<` of its own,
+    outside its own brackets and strings (an arrow's `=>` / `->` is no closer); None if none."""
+    depth = 0
+    stack: list[str] = []
+    quote: str | None = None
+    at, size = 0, len(text)
+    while at < size:
+        ch = text[at]
+        if quote is not None:
+            if ch == "\\":
+                at += 1
+            elif ch == quote:
+                quote = None
+        elif ch == "'" and (after := _not_a_quote(text, at, name)) > at:
+            at = after   # a Rust lifetime (`Vec<&'a str>`), a C++ digit separator
+            continue
+        elif ch in _QUOTES:
+            quote = ch
+        elif ch in _OPENERS:
+            stack.append(ch)
+        elif ch in _CLOSERS:
+            if stack:
+                stack.pop()
+        elif not stack and ch == "<":
+            depth += 1
+        elif not stack and ch == ">" and text[at - 1:at] not in ("=", "-"):
+            if not depth:
+                return at
+            depth -= 1
+        at += 1
+    return None
 
 
 def _word_char(ch: str) -> bool:
@@ -572,11 +634,20 @@ def reindent(text: str, plan: SpanPlan, cursor_ws: str | None, indent: str | Non
     indent = plan.indent if indent is None else indent
     raw = text.split("\n")
     if cursor_ws is None:
+        inline = bool(raw[0].strip())
         while raw and not raw[0].strip():
             raw.pop(0)
         if not raw:
             return []
         base = indent_width(leading_ws(raw[0]))
+        if inline and len(raw) > 1 and not _indent_sensitive(plan):
+            # The model wrote its first line right after the header (`void f() {` + `int x = 1;`)
+            # and its next ones at their depth in the file, which it reads: the body's depth is
+            # their base, not the first line's 0 blanks (`g(x);` went a step too deep, `}` too).
+            # (Python keeps the first line's base: a body on its header's line followed by more
+            # lines is no Python the model could mean.)
+            base = indent_width(indent)
+            raw[0] = leading_ws(indent) + raw[0].lstrip(" \t")   # (the first line at that depth too)
     else:
         base = indent_width(cursor_ws + leading_ws(raw[0]))
     keep_first = plan.kind != "block_body" and cursor_ws is not None   # a new line keeps its own indent

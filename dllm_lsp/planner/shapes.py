@@ -149,6 +149,12 @@ def _brace_opens_block(snapshot: Snapshot, brace: int) -> bool:
         return False   # line rules: `{|}` is filled on one line
     token = token_at(snapshot.tree, snapshot.byte(brace))
     parent = token.parent if token.type == "{" else token
+    if parent is not None and parent.type == "token_tree" and parent.parent is not None \
+            and parent.parent.type == "macro_rule" and parent.parent.child_by_field_name("right") == parent:
+        # The body of a Rust `macro_rules!` rule (`($x:expr) => {‸};`): a token tree to the
+        # grammar, written as a block of code (it was filled on one line and every multi-line
+        # body refused). A macro call's `m!{‸}` stays one line.
+        return True
     return parent is not None and parent.type in BLOCK_NODE_TYPES
 
 

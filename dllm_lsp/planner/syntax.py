@@ -100,6 +100,31 @@ def prose_around(snapshot: Snapshot, offset: int, floor: int) -> str:
     return ""
 
 
+# Lists in angle brackets: type arguments and parameters (TS / Java / Rust `Map<K, V>`, `Vec::<T>`,
+# C++ `std::vector<int>`, `template <class T>`). The same `<` between two values is a comparison,
+# which only the tree tells apart.
+ANGLE_LIST_TYPES = frozenset({"type_arguments", "type_parameters", "template_argument_list",
+                              "template_parameter_list"})
+
+
+def angle_list_end(snapshot: Snapshot, offset: int) -> int | None:
+    """The string offset of the `>` that closes the type argument or parameter list an insertion at
+    `offset` lands in (its `<` before `offset`, its `>` at or after it: `new Map<‸>()`); None where
+    there is none (`a <‸ b` is a comparison), the `>` is only MISSING, or there is no tree."""
+    if snapshot.tree is None:
+        return None
+    byte = snapshot.byte(offset)
+    node = snapshot.tree.root_node.descendant_for_byte_range(byte, byte)
+    while node is not None:
+        if node.type in ANGLE_LIST_TYPES and node.child_count >= 2:
+            first, last = node.child(0), node.child(node.child_count - 1)
+            if first.type == "<" and last.type == ">" and not last.is_missing \
+                    and first.end_byte <= byte <= last.start_byte:
+                return snapshot.char(last.start_byte)
+        node = node.parent
+    return None
+
+
 # A string's start that a scan of quote characters reads right: an optional prefix (`f`, `b`,
 # `u8`, `L`) and one quote that is not the first of three.
 _QUOTED = re.compile(r"""\w*(["'`])(?!\1\1)""")
@@ -153,5 +178,5 @@ def check_region(snapshot: Snapshot, start: int, end: int) -> tuple[int, int]:
     return lo, hi
 
 
-__all__ = ["BLOCK_NODE_TYPES", "GO_CASE_BLOCK_TYPES", "JSX_CHILDREN_TYPES", "PYTHON_HEADER_TYPES", "check_region", "in_comment_or_string",
+__all__ = ["ANGLE_LIST_TYPES", "BLOCK_NODE_TYPES", "GO_CASE_BLOCK_TYPES", "JSX_CHILDREN_TYPES", "PYTHON_HEADER_TYPES", "angle_list_end", "check_region", "in_comment_or_string",
            "prose_around", "string_around", "token_at"]
