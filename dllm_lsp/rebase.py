@@ -6,7 +6,8 @@ that version and the current one the document may have changed: the user typed o
 model denoised, or typed the completion's first characters themselves. `rebase` says where the
 completion goes now, only when that is exact:
 
-- the edits lie after the replaced range: it stays where it is;
+- the edits lie after the replaced range: it stays where it is (a change that begins at the
+  cursor only when it deletes: one that writes there was typed there, whatever else it changed);
 - they lie before it and end before it: it moves with them (an edit that ends right at it, a
   Backspace before the cursor, changed the text it continues, so it is dropped);
 - they insert, right at the cursor, exactly the characters the completion goes on with (the
@@ -54,8 +55,12 @@ def rebase(text: str, start: int, end: int, old: str, new: str) -> Placement | N
             elif not (lowest > end or (lowest == end and old_b > old_a)) \
                     and not old_b < start:
                 return None                            # some of its places touch the completion
-    if old_a >= end and (old_a > end or old_b > old_a):
-        return Placement(text, start, end)             # edited after the completion (not a typing at it)
+    if old_a > end or (old_a == end and new_b == old_a):
+        # edited after the completion, or a deletion right after the cursor (Delete): the cursor
+        # stays. A change at the cursor that writes something is not after it: typed there (with
+        # another edit further on, which makes the diff one replacement), the user's cursor is
+        # past what was typed, and the completion kept at the old cursor was shown before it
+        return Placement(text, start, end)
     if old_b < start:
         # strictly before: a deletion or replacement that ends at `start` changed the text the
         # completion goes on from (Backspace over `return `'s blank: `returnnp.dtype(x)`)

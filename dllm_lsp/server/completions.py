@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import itertools
 from collections.abc import Callable
 from urllib.parse import unquote
@@ -39,7 +40,12 @@ from .documents import DocumentTrees, tree_ready, with_tree
 from .model_host import ModelHost
 from .positions import offset_in_text
 
-StepCallback = Callable[[CompletionPlan, StepState], None]
+# Where a streamed step's text, over [start, end) of the version its request was made on, goes on
+# the document as it is now: (that text, start, end), or None when it no longer fits. Called on
+# the event loop, where edits are applied, so a report it places matches the version it is sent
+# after.
+Placer = Callable[[str, int, int], tuple[str, int, int] | None]
+StepCallback = Callable[[CompletionPlan, StepState, Placer], None]
 
 
 class Superseded(JsonRpcRequestCancelled):
@@ -51,6 +57,21 @@ class Prefetch:
     text: str                 # the document version it was started on
     offset: int               # its cursor
     task: asyncio.Task
+    taken: bool = False       # a request took it (a hit counts once: the keystroke's plain and streamed take one run)
+
+
+@dataclasses.dataclass
+class SharedRun:
+    """The plain run of one keystroke (a document version and a cursor), which every plain request
+    for that keystroke takes: an editor asks both `textDocument/inlineCompletion` and
+    `textDocument/completion` at each keystroke (VS Code with quick suggestions, Neovim with a
+    completion plugin beside its inline ghost text). Each superseded the other, so the inline
+    request answered RequestCancelled at every keystroke and no ghost text was ever shown; now the
+    second takes the first one's run, and one model run answers both."""
+    text: str
+    offset: int
+    task: asyncio.Task
+    waiters: int = 0
 
 
 class CompletionService:
@@ -65,9 +86,10 @@ class CompletionService:
         self._closed_tokens: set[CancelToken] = set()   # cancelled because their document closed
         self._shown: dict[str, Completion] = {}       # the last completion answered, per document
         self._prefetch: dict[str, Prefetch] = {}
+        self._plain: dict[str, SharedRun] = {}        # the plain run in flight, per document
         # The latest plain request per document, by ticket: one whose typed-through check ran in a
         # thread (a big document) answers only if no newer plain request came meanwhile.
-        self._asked: dict[str, int] = {}
+        self._asked: dict[str, tuple[int, str, int]] = {}   # (ticket, text, cursor)
         self._tickets = itertools.count()
         self.counters = {"typedThroughHits": 0, "typedThroughRefused": 0, "prefetchStarted": 0, "prefetchHits": 0,
                          "rebased": 0, "dropped": 0, "rebasedRefused": 0, "heldBack": 0}
@@ -81,11 +103,14 @@ class CompletionService:
         offset = offset_in_text(snapshot.text, position, document.position_codec)
         key = (uri, on_step is not None)
         if on_step is None:   # a streamed request wants to watch the model: never typed-through
-            self._asked[uri] = ticket = next(self._tickets)
+            ticket = next(self._tickets)
+            self._asked[uri] = (ticket, snapshot.text, offset)
             reused = await self._typed_through(uri, snapshot, offset)
-            if self._asked.get(uri, ticket) != ticket:
-                # A newer request came while a big document's check ran: it answers (and its own
-                # reuse or run must not be cancelled by this one's).
+            latest = self._asked.get(uri)
+            if latest is not None and latest[0] != ticket and (latest[1] != snapshot.text or latest[2] != offset):
+                # A newer request at another keystroke came while a big document's check ran: it
+                # answers (and its own reuse or run must not be cancelled by this one's). One for
+                # the same keystroke (the other kind of plain request) shares this one's answer.
                 raise Superseded("superseded by a newer request for the same document")
             if reused is not None:
                 self._cancel_running(key)     # an older request must not answer after this one
@@ -99,7 +124,11 @@ class CompletionService:
                 # only the answer): it is the run it would start, begun earlier. (Streamed requests
                 # never took it, so every accept cost a second run.) The prefetch's own run
                 # superseded any older request when it started.
-                self.counters["prefetchHits"] += 1
+                if not prefetched.taken:
+                    # One hit per prefetched run: counted per request, an editor that streams (two
+                    # requests a keystroke) had twice as many hits as prefetches started.
+                    self.counters["prefetchHits"] += 1
+                    prefetched.taken = True
                 try:
                     completion = await asyncio.shield(prefetched.task)
                 except Cancelled:
@@ -107,13 +136,40 @@ class CompletionService:
                 return await self._settle(uri, completion, workspace)
             del self._prefetch[uri]
             prefetched.task.cancel()
-        completion = await self._run(uri, snapshot, offset, options, on_step)
+        if on_step is None:
+            completion = await self._shared_run(uri, snapshot, offset, options)
+        else:
+            completion = await self._run(uri, snapshot, offset, options, on_step)
         return await self._settle(uri, completion, workspace)
+
+    async def _shared_run(self, uri: str, snapshot: Snapshot, offset: int, options: Options) -> Completion | None:
+        """The plain run for this keystroke: the one in flight when another plain request asked at
+        the same version and cursor (SharedRun), else a new one, which supersedes the older run.
+        It is cancelled when the last request waiting for it is."""
+        shared = self._plain.get(uri)
+        if shared is None or shared.task.done() or shared.text != snapshot.text or shared.offset != offset:
+            task = asyncio.ensure_future(self._run(uri, snapshot, offset, options, None))
+            shared = self._plain[uri] = SharedRun(snapshot.text, offset, task)
+            task.add_done_callback(functools.partial(self._run_ended, uri, shared))
+        shared.waiters += 1
+        try:
+            return await asyncio.shield(shared.task)
+        finally:
+            shared.waiters -= 1
+            if shared.waiters == 0 and not shared.task.done():
+                shared.task.cancel()       # its last request was cancelled: the run stops too
+
+    def _run_ended(self, uri: str, shared: SharedRun, task: asyncio.Task) -> None:
+        if self._plain.get(uri) is shared:
+            del self._plain[uri]
+        if not task.cancelled():
+            task.exception()     # retrieved: each waiting request raised it already
 
     def options_changed(self) -> None:
         """Settings changed: nothing computed under the old ones is shown again (a suggestion a
         new `minConfidence` would hold back, a prefetched line longer than `maxLineTokens`)."""
         self._shown.clear()
+        self._plain.clear()       # a run in flight keeps its requests, but a new one is not given it
         for prefetched in self._prefetch.values():
             prefetched.task.cancel()
         self._prefetch.clear()
@@ -171,7 +227,8 @@ class CompletionService:
                                                       engine.denoiser.max_context, engine.denoiser.max_slot)
             if token.cancelled:
                 raise Cancelled()
-            step = None if on_step is None else (lambda state: on_step(completion_plan, state))
+            place = functools.partial(self._placed, uri, token, snapshot.text)
+            step = None if on_step is None else (lambda state: on_step(completion_plan, state, place))
             result = await self.host.run_plan(completion_plan, token, step, engine=engine)
             if token.cancelled:      # cancelled between its last step and here: its answer is stale
                 raise Cancelled()
@@ -239,6 +296,20 @@ class CompletionService:
             self.counters["rebased"] += 1
         self._shown[uri] = completion
         return completion
+
+    def _placed(self, uri: str, token: CancelToken, old: str, text: str, start: int,
+                end: int) -> tuple[str, int, int] | None:
+        """A streamed refinement ([start, end) of `old` replaced by `text`) on the document as it is
+        now, moved as the final answer would be (rebase: exact or not at all); None once its
+        request was cancelled, superseded or its document closed (its answer is an error, and no
+        report may follow a reply)."""
+        if token.cancelled:
+            return None
+        current = self.trees.text_of(uri)
+        if current is None:
+            return None
+        moved = rebase(text, start, end, old, current)
+        return None if moved is None else (current, moved.start, moved.end)
 
     def _supersede(self, key: tuple[str, bool]) -> CancelToken:
         self._cancel_running(key)

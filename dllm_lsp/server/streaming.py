@@ -1,5 +1,11 @@
 """`dllm/inlineCompletion`: report each denoising state with $/progress on the client's
-partialResultToken, throttled, then answer with the final InlineCompletionList."""
+partialResultToken, throttled, then answer with the final InlineCompletionList.
+
+A report is placed on the document as it is when it is sent (on the event loop, where edits are
+applied), as the final answer is: the user types on while the model denoises, and a report
+ranged on the version the request was made on showed the refinement a line above the cursor
+after an Enter, or over what the user had typed since. One that no longer fits exactly
+(rebase.py), or whose request was cancelled or superseded or its document closed, is not sent."""
 from __future__ import annotations
 
 import asyncio
@@ -12,6 +18,7 @@ from pygls.workspace.position_codec import PositionCodec
 from dllm_lsp.engine.types import StepState
 from dllm_lsp.pipeline import CompletionPlan
 
+from .completions import Placer
 from .positions import range_in_text
 
 _converter = converters.get_converter()
@@ -39,16 +46,15 @@ class StreamReporter:
         if not self.closed:
             self.send(params)
 
-    def on_step(self, plan: CompletionPlan, state: StepState) -> None:
-        """Called on the model thread after each step; hands the report to the event loop."""
+    def on_step(self, plan: CompletionPlan, state: StepState, place: Placer) -> None:
+        """Called on the model thread after each step; hands the report to the event loop, where
+        `place` puts it on the document as it is then (completions.CompletionService)."""
         if self.closed:
             return
         now = time.monotonic()
         if now - self._last_sent < self.interval and state.masked_left > 0:
             return
         self._last_sent = now
-        span = plan.span
-        at = range_in_text(plan.snapshot.text, span.replace_start, span.replace_end, self.codec)
         value = {
             "kind": "report",
             "step": state.step,
@@ -56,9 +62,20 @@ class StreamReporter:
             "text": state.slot_texts[0][0],
             "meanConfidence": round(state.mean_confidence, 4),
             "maskedLeft": state.masked_left,
-            "range": _converter.unstructure(at),
         }
-        self.loop.call_soon_threadsafe(self._send, types.ProgressParams(token=self.token, value=value))
+        span = plan.span
+        self.loop.call_soon_threadsafe(self._report, value, span.replace_start, span.replace_end, place)
+
+    def _report(self, value: dict, start: int, end: int, place: Placer) -> None:
+        """On the event loop: the report ranged on the current version, or nothing."""
+        if self.closed:
+            return
+        placed = place(value["text"], start, end)
+        if placed is None:
+            return
+        text, start, end = placed
+        at = range_in_text(text, start, end, self.codec)
+        self._send(types.ProgressParams(token=self.token, value={**value, "range": _converter.unstructure(at)}))
 
     def final(self, result: types.InlineCompletionList) -> None:
         text = result.items[0].insert_text if result.items else ""
