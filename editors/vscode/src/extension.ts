@@ -2,6 +2,7 @@
 import * as vscode from "vscode";
 import { ExecuteCommandRequest, LanguageClient, LanguageClientOptions, State } from "vscode-languageclient/node";
 import { serverOptionsFor } from "./launch";
+import { pipeServerStderr, pipeServerStdout } from "./serverLog";
 import { NextEdits } from "./nextEdits";
 import * as settings from "./settings";
 import { DllmStatusBar, ServerStatus } from "./statusBar";
@@ -63,7 +64,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
         await client.sendNotification("workspace/didChangeConfiguration", {
           settings: { dllm: settings.serverOptions() },
         });
-        void refreshStatus();
+        void followLoad(); // another dllm.model or dllm.device loads now
       }
     }),
   );
@@ -105,6 +106,7 @@ async function startClient(): Promise<void> {
     // reads the settings as they are then, not as they were when this client was made.
     initializationOptions: () => ({ ...settings.serverOptions(), ...settings.authOption() }),
     outputChannelName: "dllm-lsp",
+    stdioOptions: { stdout: pipeServerStdout, stderr: pipeServerStderr },
     middleware: {
       provideInlineCompletionItems: streaming.middleware,
       // The "Fill N holes" code action runs dllm.fillHoles through here: say what came of it.
@@ -121,7 +123,7 @@ async function startClient(): Promise<void> {
     if (client !== mine) return; // a client being replaced says nothing about the current one
     if (e.newState === State.Running) {
       statusBar.setState("running");
-      void refreshStatus(); // after an automatic restart too (the tooltip kept "loaded: false")
+      void followLoad(); // after an automatic restart too (the tooltip kept "loaded: false")
     } else if (e.newState === State.Stopped) statusBar.setState("stopped");
     else statusBar.setState("starting");
   });
@@ -136,8 +138,9 @@ async function startClient(): Promise<void> {
   }
   if (client !== mine) return;
   streaming.noteCapabilities(mine.initializeResult?.capabilities.experimental);
+  // What the settings name, until the server's answer (followLoad asks at least once more).
   statusBar.setServerStatus({ model: settings.serverOptions().model, device: settings.serverOptions().device });
-  void refreshStatus();
+  void followLoad();
 }
 
 let restarting: Promise<void> = Promise.resolve();
@@ -174,6 +177,32 @@ async function refreshStatus(): Promise<ServerStatus | undefined> {
   } catch (err) {
     if (isMethodNotFound(err)) statusSupported = false;
     return undefined;
+  }
+}
+
+/** How often `dllm/status` is asked again until the server's model has loaded, and for how long
+ *  at most (a large checkpoint read from a slow disk; the server itself waits 300 s for a load). */
+const LOAD_POLL_MS = 1000;
+const LOAD_FOLLOW_MS = 15 * 60 * 1000;
+let following: LanguageClient | undefined;
+
+/** Refreshes the status bar until the model has loaded or failed to: asked once, the status was
+ *  taken while the server still loaded (or had not begun: it first asks for the settings), and the
+ *  tooltip said "loaded: false", or named the model it was replacing, until the next completion
+ *  (after every start, restart and change of dllm.model). */
+async function followLoad(): Promise<void> {
+  const mine = client;
+  if (!mine || following === mine) return;
+  following = mine;
+  const until = Date.now() + LOAD_FOLLOW_MS;
+  try {
+    while (client === mine && Date.now() < until) {
+      const status = await refreshStatus();
+      if (!status || status.error || (status.loaded && !status.loading)) return;
+      await new Promise((resolve) => setTimeout(resolve, LOAD_POLL_MS));
+    }
+  } finally {
+    if (following === mine) following = undefined;
   }
 }
 

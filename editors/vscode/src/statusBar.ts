@@ -6,6 +6,7 @@ export interface ServerStatus {
   family?: string;
   device?: string;
   loaded?: boolean;
+  loading?: boolean;
   error?: string | null;
   lastLatencyMs?: number | null;
 }
@@ -21,7 +22,6 @@ export class DllmStatusBar implements vscode.Disposable {
   constructor(private readonly isEnabled: () => boolean) {
     this.item = vscode.window.createStatusBarItem("dllm.status", vscode.StatusBarAlignment.Right, 100);
     this.item.name = "dllm-lsp";
-    this.item.command = "dllm.toggle";
     this.render();
     this.item.show();
   }
@@ -37,9 +37,11 @@ export class DllmStatusBar implements vscode.Disposable {
   }
 
   setServerStatus(status: ServerStatus): void {
-    // A server still loading answers nulls: keep what is known until it has better.
+    // A server still loading answers nulls: keep what is known until it has better. Another
+    // model (a settings change) starts afresh: the old one's family stayed next to the new name.
     const known = Object.fromEntries(Object.entries(status).filter(([, v]) => v !== null && v !== undefined));
-    this.status = { ...this.status, ...known, error: status.error ?? undefined };
+    const kept = known.model !== undefined && known.model !== this.status.model ? {} : this.status;
+    this.status = { ...kept, ...known, error: status.error ?? undefined };
     if (typeof status.lastLatencyMs === "number") this.latencyMs = status.lastLatencyMs;
     this.render();
   }
@@ -56,17 +58,31 @@ export class DllmStatusBar implements vscode.Disposable {
 
   render(): void {
     const on = this.isEnabled();
+    // A server that is not running (stopped for good after crashing, or failed to start) looked
+    // the same as a running one: the icon and text changed only while starting, and a click
+    // toggled completions that could not come. It says so now, and a click restarts it.
+    const down = this.state === "stopped" || this.state === "error";
     const parts = ["dllm"];
     if (this.status.model) parts.push(shortModel(this.status.model));
-    if (this.status.device) parts.push(this.status.device);
-    if (this.latencyMs !== undefined) parts.push(`${Math.round(this.latencyMs)} ms`);
-    if (this.pendingEdits > 0) parts.push(`${this.pendingEdits} next edit${this.pendingEdits > 1 ? "s" : ""}`);
+    if (down) parts.push(this.state === "error" ? "server failed" : "server stopped");
+    else {
+      if (this.status.device) parts.push(this.status.device);
+      if (this.latencyMs !== undefined) parts.push(`${Math.round(this.latencyMs)} ms`);
+      if (this.pendingEdits > 0) parts.push(`${this.pendingEdits} next edit${this.pendingEdits > 1 ? "s" : ""}`);
+    }
     let icon = on ? "$(sparkle)" : "$(circle-slash)";
     if (this.state === "starting") icon = "$(loading~spin)";
+    if (this.state === "stopped") icon = "$(debug-disconnect)";
     if (this.state === "error" || this.status.error) icon = "$(error)";
-    this.item.text = `${icon} ${parts.join(" · ")}${on ? "" : " (off)"}`;
+    this.item.text = `${icon} ${parts.join(" · ")}${on || down ? "" : " (off)"}`;
+    this.item.command = down ? "dllm.restartServer" : "dllm.toggle";
+    this.item.backgroundColor = down
+      ? new vscode.ThemeColor(this.state === "error" ? "statusBarItem.errorBackground" : "statusBarItem.warningBackground")
+      : undefined;
     const lines = [
-      `dllm-lsp: completions ${on ? "on" : "off"} (click to toggle)`,
+      down
+        ? `dllm-lsp: the server is not running (click to restart it); completions ${on ? "on" : "off"}`
+        : `dllm-lsp: completions ${on ? "on" : "off"} (click to toggle)`,
       `server: ${this.state}${this.detail ? ` (${this.detail})` : ""}`,
       `model: ${this.status.model ?? "?"}${this.status.family ? ` (${this.status.family})` : ""}`,
       `device: ${this.status.device ?? "?"}`,
