@@ -181,6 +181,8 @@ class DllmLanguageServer(LanguageServer):
         if not isinstance(section, dict):
             return self.warn(f"{where}: the {SECTION} section is {json.dumps(section)[:60]}, not an object; "
                              "the options stay")
+        # The keys only (a section may hold an editor's token): what a client sends is in the log.
+        log.info("%s: the client's %s section holds %s", where, SECTION, ", ".join(sorted(section)) or "nothing")
         before = self.options
         self.take_options({k: v for k, v in section.items() if k not in EDITOR_SETTINGS}, where)
         changed = self.options != before

@@ -184,6 +184,12 @@ def test_status_bar_and_log_follow_the_server(tmp_path, editor_model):
     log = seen["output"]
     assert re.search(r"\[info\] dllm_lsp\.server\.app: loaded", log), log
     assert not re.search(r"\[error\].* INFO ", log), log
+    # The server pulls its settings (workspace/configuration): the extension answers with the
+    # server options only, never its own settings (server.token, server.command).
+    # (the output panel wraps long lines: read with its line breaks taken out, up to the next record)
+    flat = log.replace("\n", "")
+    pulled = re.findall(r"the client's dllm section holds (.*?)(?=\d{4}-\d\d-\d\d \d\d:|$)", flat)
+    assert pulled and all("server" not in keys and "enabled" not in keys for keys in pulled), pulled
 
     # The model named in the workspace's settings reached the running server, and the tooltip
     # followed its load without a completion being asked for.

@@ -115,6 +115,17 @@ async function startClient(): Promise<void> {
         if (command === "dllm.fillHoles") reportFill(result as FillResult);
         return result;
       },
+      workspace: {
+        // The server pulls its settings (workspace/configuration, section "dllm"): answered with
+        // the server options only, as they are pushed. The default answer was the whole section,
+        // the server's token and launch settings included, which the token's contract
+        // (settings.authOption: initializationOptions only) rules out.
+        configuration: async (params, token, next) => {
+          const answers = await next(params, token);
+          if (!Array.isArray(answers)) return answers; // an error: passed on as it is
+          return params.items.map((item, i) => (item.section === "dllm" ? settings.serverOptions() : answers[i]));
+        },
+      },
     },
   };
   const mine = new LanguageClient("dllm", "dllm-lsp", serverOptions, clientOptions);
