@@ -7,6 +7,8 @@ A hole is a node the user left to be written later:
 - Go: `panic("not implemented")` (or naming the marker);
 - any language: a comment holding the marker (default `TODO`) that sits alone on its line,
   a block comment `/* TODO */` anywhere, and a leaf token spelled exactly like the marker.
+Python's placeholders are no holes where they are meant: stub bodies (STUB_DECORATORS,
+STUB_BASES, a `.pyi` file) and an except clause that swallows (SWALLOW_CLAUSES).
 A hole alone on its line is filled with statements (a multi-line slot); one inside an
 expression is filled with one line.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -60,6 +63,13 @@ HOLE_DEPTH = 3
 STUB_DECORATORS = frozenset({"overload", "abstractmethod", "abstractproperty", "abstractclassmethod",
                              "abstractstaticmethod"})
 STUB_BASES = frozenset({"Protocol"})
+# A stub file (`.pyi`, PEP 484) is all signatures: every placeholder in it is meant. Whether a
+# document is one is known from its URI only, which the handlers pass on (`stub_file`).
+STUB_FILE_SUFFIXES = (".pyi",)
+# Clauses whose body of only `pass` or `...` swallows an exception on purpose
+# (`except ImportError: pass`): a model's guess there (a `raise`, a log call) changes what the
+# code does, and every cursor in a function with such a clause was offered a fill.
+SWALLOW_CLAUSES = frozenset({"except_clause", "except_group_clause"})
 
 
 @dataclass(frozen=True)
@@ -69,6 +79,13 @@ class HoleScope:
     holes: list[Site]
 
 
+def is_stub_file(uri: str) -> bool:
+    """Whether the document at `uri` is a Python stub file (`file:///p/m.pyi`; a percent-encoded
+    path and an upper-case suffix count too)."""
+    path = urllib.parse.unquote(urllib.parse.urlsplit(uri).path)
+    return path.lower().endswith(STUB_FILE_SUFFIXES)
+
+
 def find_holes(
     source: Snapshot,
     start: int,
@@ -76,9 +93,13 @@ def find_holes(
     marker: str = DEFAULT_MARKER,
     span_tokens: int = 64,
     line_tokens: int = 32,
+    stub_file: bool = False,
 ) -> HoleScope:
     """Holes inside [start, end) when it is a selection; for an empty range, the holes of the
-    innermost enclosing function/class that has any, else of the whole file."""
+    innermost enclosing function/class that has any. A cursor outside every function and class
+    gets the whole file's holes; one inside them, where none has any, gets none (the file's
+    holes, far from the cursor, were offered to a cursor in a finished function). `stub_file`:
+    the document is a stub file (`is_stub_file`), where Python's placeholders are meant."""
     if not isinstance(marker, str) or not marker.strip():
         raise ValueError("the hole marker must be a non-empty string")
     if not 0 <= start <= end <= len(source.text):
@@ -87,16 +108,39 @@ def find_holes(
         return HoleScope(start, end, [])
     # Lines as LSP counts them (a lone CR ends one, as the planner reads them): a classic-Mac file
     # was one line to the finder, which then missed every `# TODO` alone on its line.
-    finder = _Finder(source.line_view, marker.strip(), span_tokens, line_tokens)
+    finder = _Finder(source.line_view, marker.strip(), span_tokens, line_tokens, stub_file)
     if end > start:
         return HoleScope(start, end, finder.holes_in(start, end))
     node = source.smallest_node(start, start)
+    searched = None
     for scope in [node, *ancestors(node)]:
-        if scope.type in SCOPE_TYPES or scope.parent is None:
-            holes = finder.holes_in(source.start(scope), source.end(scope))
-            if holes or scope.parent is None:
-                return HoleScope(source.start(scope), source.end(scope), holes)
-    return HoleScope(0, len(source.text), [])
+        if scope.type in SCOPE_TYPES:
+            searched = (source.start(scope), scope_end(source, scope))
+            holes = finder.holes_in(*searched)
+            if holes:
+                return HoleScope(*searched, holes)
+    if searched is not None:   # in a function or class, none of which has a hole
+        return HoleScope(*searched, [])
+    return HoleScope(0, len(source.text), finder.holes_in(0, len(source.text)))
+
+
+def scope_end(source: Snapshot, scope: tree_sitter.Node) -> int:
+    """Where `scope` ends, with the comments after it that are indented deeper than its first
+    line: tree-sitter-python ends `def f(x):` whose body is only `# TODO` before the comment (an
+    empty block, the comment its next sibling), and the cursor in `f` found no hole there."""
+    end = source.end(scope)
+    column = indent_column(source.text, source.start(scope))
+    sibling = scope.next_named_sibling
+    while sibling is not None and sibling.type in COMMENT_TYPES \
+            and indent_column(source.text, source.start(sibling)) > column:
+        end = source.end(sibling)
+        sibling = sibling.next_named_sibling
+    return end
+
+
+def indent_column(text: str, offset: int) -> int:
+    """The column of `offset` on its line (a lone CR ends a line too, as LSP counts them)."""
+    return offset - max(text.rfind("\n", 0, offset), text.rfind("\r", 0, offset)) - 1
 
 
 def names_something(node: tree_sitter.Node) -> bool:
@@ -107,8 +151,10 @@ def names_something(node: tree_sitter.Node) -> bool:
 
 
 class _Finder:
-    def __init__(self, source: Snapshot, marker: str, span_tokens: int, line_tokens: int) -> None:
+    def __init__(self, source: Snapshot, marker: str, span_tokens: int, line_tokens: int,
+                 stub_file: bool = False) -> None:
         self.source = source
+        self.stub_file = stub_file
         self.marker = marker
         self.marker_word = re.compile(rf"(?<!\w){re.escape(marker)}(?!\w)")
         self.placeholder_message = re.compile(rf"not (yet )?implemented|{re.escape(marker)}", re.IGNORECASE)
@@ -153,10 +199,9 @@ class _Finder:
 
     def is_hole(self, node: tree_sitter.Node) -> bool:
         kind = node.type
-        if kind == "pass_statement":
-            return not self.in_stub(node)
-        if kind == "expression_statement" and node.named_child_count == 1 and node.named_children[0].type == "ellipsis":
-            return not self.in_stub(node)
+        if kind == "pass_statement" or (
+                kind == "expression_statement" and node.named_child_count == 1 and node.named_children[0].type == "ellipsis"):
+            return not self.in_stub(node) and not self.swallows(node)
         if kind == "raise_statement":
             raised = node.named_children[0] if node.named_child_count else None
             return raised is not None and self.source.node_text(raised).startswith("NotImplementedError") \
@@ -176,7 +221,10 @@ class _Finder:
 
     def in_stub(self, node: tree_sitter.Node) -> bool:
         """Whether the Python placeholder `node` is the body of an @overload variant or an
-        abstract method, or stands in a Protocol class (STUB_DECORATORS, STUB_BASES)."""
+        abstract method, or stands in a Protocol class (STUB_DECORATORS, STUB_BASES), or in a
+        stub file."""
+        if self.stub_file:
+            return True
         function = next((a for a in ancestors(node) if a.type in ("function_definition", "class_definition")), None)
         if function is not None and function.type == "function_definition":
             wrapper = function.parent
@@ -189,6 +237,14 @@ class _Finder:
                 bases = scope.child_by_field_name("superclasses")
                 return bases is not None and any(self.last_name(b) in STUB_BASES for b in bases.named_children)
         return False
+
+    @staticmethod
+    def swallows(node: tree_sitter.Node) -> bool:
+        """Whether the `pass` / `...` statement `node` is the body of an except clause, or part of
+        it (SWALLOW_CLAUSES)."""
+        block = node.parent
+        return block is not None and block.type == "block" and block.parent is not None \
+            and block.parent.type in SWALLOW_CLAUSES
 
     def last_name(self, node: tree_sitter.Node) -> str:
         """`overload` for `overload`, `typing.overload`, `typing.Protocol[T]` (its subscripted

@@ -15,6 +15,7 @@ rename typed one keystroke at a time is found once the new name is complete):
 """
 from __future__ import annotations
 
+import itertools
 import re
 from collections import deque
 from dataclasses import dataclass, field
@@ -67,6 +68,9 @@ RECEIVERS = frozenset({"self", "this", "Self"})
 # as a name (`a`, :param a:, @param a): as plain words they are the English article and the like.
 SHORT_NAME_CHARS = 2
 WRAPPER_TYPES = frozenset({"export_statement", "decorated_definition"})
+# Fields of a parameter that hold another name than the parameter's own: a default value
+# (`def g(x=width)`: the outer `width`) or a type.
+NOT_PARAMETER_FIELDS = frozenset({"value", "right", "type", "default_value"})
 
 
 class EditHistory:
@@ -329,6 +333,8 @@ def rename_edits(new: Snapshot, change: Change) -> list[Outcome]:
     scope = enclosing(site, FUNCTION_TYPES) or new.root
     edits: list[Outcome] = []
     for node in word_nodes(new, old_name, new.start(scope), new.end(scope)):
+        if shadowed(new, node, scope, old_name) or class_member_name(node):
+            continue
         if node.type in SHORTHAND_TYPES or (node.parent is not None and node.parent.type in SHORTHAND_TYPES):
             # `Rect { width }` / `{ width }`: the field keeps its name, the value is the variable
             edits.append(Outcome(new.start(node), new.end(node), f"{old_name}: {new_name}",
@@ -344,6 +350,45 @@ def rename_edits(new: Snapshot, change: Change) -> list[Outcome]:
                                      f"documentation of {old_name}", "rename"))
         edits += keyword_arguments(new, function_name(new, scope), old_name, new_name)
     return without_overlaps(edits)
+
+
+def shadowed(source: Snapshot, node: tree_sitter.Node, scope: tree_sitter.Node, name: str) -> bool:
+    """Whether `node` stands in a function inside `scope` that has a parameter called `name` of
+    its own: there the name is that parameter. Renaming a module's `name` renamed
+    `def greet(name)`'s parameter and its uses too."""
+    for function in ancestors(node):
+        if function.id == scope.id:
+            return False
+        if function.type in FUNCTION_TYPES and declares_parameter(source, function, name):
+            return True
+    return False
+
+
+def declares_parameter(source: Snapshot, function: tree_sitter.Node, name: str) -> bool:
+    """Whether `function` has a parameter called `name` (a default value or a type that names it
+    refers to the name outside, NOT_PARAMETER_FIELDS)."""
+    parameters = function.child_by_field_name("parameters") or function.child_by_field_name("parameter")
+    if parameters is None:
+        return False
+    for node in word_nodes(source, name, source.start(parameters), source.end(parameters)):
+        if node.type not in IDENTIFIER_TYPES:
+            continue
+        if node.id == parameters.id:    # an arrow function's bare parameter (`width => width`)
+            return True
+        inside = [node, *itertools.takewhile(lambda a: a.id != parameters.id, ancestors(node))]
+        if not any(field_name(a) in NOT_PARAMETER_FIELDS for a in inside):
+            return True
+    return False
+
+
+def class_member_name(node: tree_sitter.Node) -> bool:
+    """Whether `node` names a method or a nested class of a class (impl, trait): a member, not
+    the variable being renamed (a module variable's rename renamed `User.name()`, the class's
+    API, too)."""
+    definition = node.parent
+    return definition is not None and field_name(node) == "name" and (
+        definition.type in FUNCTION_TYPES or definition.type in CLASS_BODY_TYPES) \
+        and method_class(definition) is not None
 
 
 def call_renames(new: Snapshot, function: tree_sitter.Node, old_name: str, new_name: str) -> list[Outcome]:

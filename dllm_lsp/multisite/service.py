@@ -85,10 +85,11 @@ class MultisiteService:
                                                       source.tree)) + dropped
 
     async def fill_holes(self, source: Snapshot, start: int, end: int, options: Options,
-                         marker: str = DEFAULT_MARKER) -> FillReport:
+                         marker: str = DEFAULT_MARKER, stub_file: bool = False) -> FillReport:
+        """`stub_file`: the document is a stub file (holes.is_stub_file of its URI)."""
         planner = options.planner
         scope = await asyncio.to_thread(find_holes, source, start, end, marker, planner.max_span_tokens,
-                                        planner.max_line_tokens)
+                                        planner.max_line_tokens, stub_file)
         outcomes = await self.fill_sites(source, scope.holes, options)
         return FillReport(scope.start, scope.end, outcomes)
 

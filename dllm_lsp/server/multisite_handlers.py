@@ -18,7 +18,7 @@ from lsprotocol.converters import get_converter
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 
 from dllm_lsp.multisite.companion import APPLY_COMMAND, import_edit
-from dllm_lsp.multisite.holes import find_holes
+from dllm_lsp.multisite.holes import find_holes, is_stub_file
 from dllm_lsp.multisite.sites import Outcome
 from dllm_lsp.syntax.snapshot import Snapshot
 
@@ -50,10 +50,16 @@ async def code_action(ls, params: types.CodeActionParams) -> list[types.CodeActi
         return []
     # off the event loop for a big document: an editor asks for code actions at every cursor
     # move, and each waited on the loop for the document's parse
-    holes = (await with_tree(snapshot, find_holes, snapshot, start, end, ls.options.planner.hole_marker)).holes
+    planner = ls.options.planner
+    scope = await with_tree(snapshot, find_holes, snapshot, start, end, planner.hole_marker,
+                            planner.max_span_tokens, planner.max_line_tokens, is_stub_file(uri))
+    holes = scope.holes
     if not holes:
         return []
-    title = f"Fill {len(holes)} hole{'s' if len(holes) != 1 else ''} with dllm"
+    # A cursor outside every function and class is offered the file's holes: the title says so,
+    # as the sites may be anywhere in it (a selection's holes are the ones it shows)
+    where = " in this file" if end == start and (scope.start, scope.end) == (0, len(snapshot.text)) else ""
+    title = f"Fill {len(holes)} hole{'s' if len(holes) != 1 else ''}{where} with dllm"
     # The version the range holds for: run after the document changed (code actions are
     # offered and picked apart), the range covered other text (a function pasted above made the
     # action offered for `f`'s TODO fill `g`'s `pass`).
@@ -80,7 +86,8 @@ async def fill_holes(ls, *args: Any) -> dict:
         return {"applied": False, "reason": language_off(language_id), "edit": None, "sites": []}
     marker = fill.marker or ls.options.planner.hole_marker
     await tree_ready(snapshot)      # not in asyncio's default pool, where the search for holes runs
-    report = await answered(ls.multisite.fill_holes(snapshot, start, end, ls.options, marker))
+    report = await answered(ls.multisite.fill_holes(snapshot, start, end, ls.options, marker,
+                                                    stub_file=is_stub_file(uri)))
     async with edit_turn(ls, uri):
         stale = why_stale(ls, uri, version, snapshot, "while the holes were being filled")
         if stale is not None:

@@ -71,7 +71,7 @@ async def test_streamed_states_do_not_show_the_companion_slot(service):
     settings = OPTIONS
     states = []
     await completions.complete(URI, types.Position(line=4, character=11), workspace, settings,
-                               lambda plan, state: states.append(state))
+                               lambda plan, state, place: states.append(state))
     assert len(host.requests[-1].slots) == 2
     assert states and all(len(candidate) == 1 for s in states for candidate in s.slot_texts)
 
