@@ -10,6 +10,7 @@ from pathlib import Path
 
 from dllm_lsp.cli_errors import report as report_error
 from dllm_lsp.eval.tasks import DATA_ENV, default_data_dir
+from dllm_lsp.loader import read_config
 
 from .card import write_card
 from .corpus import CorpusOptions, build_corpus
@@ -105,7 +106,7 @@ def run_defaults(a) -> dict:
     folder = a.init_from if getattr(a, "init_from", None) is not None else (a.out if getattr(a, "resume", False) else None)
     if a.preset is not None or folder is None or not (Path(folder) / "config.json").is_file():
         return preset(a.preset or DEFAULT_PRESET)
-    config = json.loads((Path(folder) / "config.json").read_text())
+    config = read_config(Path(folder))   # a damaged config.json: one line naming it, not a bare JSON error
     name = next((n for n, p in PRESETS.items() if all(p[k] == config.get(k) for k in MODEL_KEYS)), DEFAULT_PRESET)
     defaults = preset(name)
     recorded = config.get("training") if isinstance(config.get("training"), dict) else {}

@@ -207,6 +207,20 @@ def iter_records(corpus_dir: Path, split: str):
     path = Path(corpus_dir) / f"{split}.jsonl"
     if not path.is_file():
         raise ValueError(f"{path} not found: build the corpus first (dllm-lsp train corpus)")
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            yield json.loads(line)
+    # A torn or foreign line was a bare "Unterminated string starting at: line 1 column 10" or a
+    # KeyError: 'text' from the trainer, naming neither the file nor the line.
+    number = 0
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for number, line in enumerate(fh, 1):
+                record = json.loads(line)
+                if not (isinstance(record, dict) and isinstance(record.get("text"), str)
+                        and isinstance(record.get("language"), str)):
+                    raise ValueError("not a record with a text and a language")
+                yield record
+    except UnicodeDecodeError as exc:   # raised decoding a chunk beyond the lines read (its line is unknown)
+        raise ValueError(f"{path}: not UTF-8 text past line {number} ({exc.reason}); "
+                         "build the corpus again (dllm-lsp train corpus)") from None
+    except ValueError as exc:           # JSONDecodeError is one
+        raise ValueError(f"{path}, line {number}: not a corpus record ({exc}); "
+                         "build the corpus again (dllm-lsp train corpus)") from None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import os
 import random
 import shutil
 
@@ -80,6 +81,17 @@ class SpanBatches(IterableDataset):
                    torch.stack([e.ar_target for e in batch]))
 
 
+def own_process_group(worker_id: int) -> None:
+    """A DataLoader worker's init: leave the trainer's process group. The GPU job stops a trainer by
+    signalling its group (SIGTERM, then SIGKILL), and Ctrl-C signals the terminal's: the workers
+    died with it, and torch's SIGCHLD handler raised "DataLoader worker is killed by signal" in the
+    trainer wherever it was, a traceback instead of the final save. Now the trainer alone gets the
+    signal, stops at its next step and shuts its workers down itself; a trainer killed outright
+    still takes them with it (each worker exits when it sees its parent gone)."""
+    if hasattr(os, "setpgid"):
+        os.setpgid(0, 0)
+
+
 class TrainBatches:
     """The training loop's batches: from `workers` DataLoader processes, or built in this process.
 
@@ -117,7 +129,7 @@ class TrainBatches:
             if self._it is None:
                 self._it = iter(DataLoader(self.dataset, batch_size=None, num_workers=self.workers,
                                            pin_memory=self.pin_memory, prefetch_factor=self.PREFETCH,
-                                           persistent_workers=True)) if self.workers else iter(self.dataset)
+                                           persistent_workers=True, worker_init_fn=own_process_group)) if self.workers else iter(self.dataset)
             return next(self._it)
         except RuntimeError as exc:
             if not self.workers or self.fallback is not None:

@@ -4,8 +4,10 @@ loadable), a JSON-lines log kept beside the model.
 """
 from __future__ import annotations
 
+import io
 import json
 import math
+import os
 import platform
 import signal
 import threading
@@ -14,17 +16,18 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from tokenizers import Tokenizer
 
 from dllm_lsp.arch.embedded import EmbeddedConfig, EmbeddedModel
 from dllm_lsp.arch.tokenizer import special_ids
 from dllm_lsp.arch.weight_storage import load_weights
-from dllm_lsp.loader import ModelLoadError, resolve_device
-from dllm_lsp.model_folder import check_finite, nonfinite_weights
+from dllm_lsp.loader import ModelLoadError, embedded_config, read_config, resolve_device
+from dllm_lsp.model_folder import check_finite, load_json_file, nonfinite_weights
 
 from .data import SpanBatches, TrainBatches, fixed_batches, load_files
 from .examples import LayoutOptions
-from .folder import save_model_folder
+from .folder import recover_model_folder, save_model_folder
 from .objective import ObjectiveOptions, diffusion_loss
 from .tokenizer_step import load_tokenizer
 
@@ -35,6 +38,10 @@ MAX_SKIPPED_IN_A_ROW = 20   # non-finite steps in a row that end a run as diverg
 class TrainingDiverged(Exception):
     """The loss, the gradients or the weights went NaN or infinite and stayed so; the model folder
     keeps the last weights that were finite."""
+
+
+class CheckpointFailed(OSError):
+    """The model folder could not be written (a full disk, say); it keeps its last whole save."""
 
 
 @dataclass
@@ -127,13 +134,17 @@ def continued_config(folder: Path, tokenizer: Tokenizer, seq_len: int) -> tuple[
     """The architecture and the counters of a model folder whose training continues."""
     if not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():
         raise ValueError(f"{folder} is not a model folder to continue (config.json and model.safetensors needed)")
-    cfg = EmbeddedConfig.load(folder)
+    # Read as the loader reads it: a damaged config.json is one line naming the file (it was a
+    # traceback, or a bare "Expecting value: line 2 column 1").
+    cfg = embedded_config(folder, read_config(folder))
     if cfg.vocab_size != tokenizer.get_vocab_size():
         raise ValueError(f"{folder} has a vocabulary of {cfg.vocab_size}, the tokenizer {tokenizer.get_vocab_size()}: "
                          "continue it with its own tokenizer.json")
     cfg.max_positions = max(cfg.max_positions, seq_len)   # RoPE: longer windows need no new weights
     summary_path = folder / "training.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    summary = load_json_file(summary_path) if summary_path.is_file() else {}
+    if not isinstance(summary, dict):
+        raise ModelLoadError(f"{summary_path} must hold a JSON object")
     # A folder trained before runs were recorded holds one run: its summary's totals and options.
     runs = summary.get("runs") or ([{"steps": summary.get("steps", 0), "tokens": summary.get("tokens", 0),
                                      "seconds": summary.get("seconds", 0.0), "hardware": summary.get("hardware", "?"),
@@ -210,6 +221,7 @@ def train(opts: TrainOptions, log=print) -> dict:
     previous = {"steps": 0, "tokens": 0, "seconds": 0.0, "runs": []}
     out = Path(opts.out)
     state_path = out.parent / f".{out.name}.train_state.pt"   # optimizer state: kept outside the shipped folder
+    recover_model_folder(out)    # a save killed between its two renames left the folder aside
     if opts.resume and not state_path.is_file():
         # It used to start afresh from random weights, over the trained folder, and exit 0.
         raise ValueError(f"--resume: no optimizer state at {state_path} (it is kept beside the model folder, "
@@ -318,7 +330,7 @@ def train(opts: TrainOptions, log=print) -> dict:
 
     def checkpoint(final: bool = False) -> bool:
         """Write the model folder; False (and nothing written) when the weights are not finite."""
-        nonlocal saved_step
+        nonlocal saved_step, log_fh
         elapsed = elapsed_before + time.time() - t_start
         summary = {
             "parameters": n_params, "steps": base_steps + step, "tokens": base_tokens + tokens,
@@ -341,100 +353,134 @@ def train(opts: TrainOptions, log=print) -> dict:
         if bad:
             log(f"step {base_steps + step}: the weights hold NaN or infinite values ({bad[0]}); not saved")
             return False
-        save_model_folder(model, opts.tokenizer, out, opts.save_dtype, extra_config={"training": layout})
-        (out / "training.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        # The optimizer state goes through a temporary name too: written in place, a kill or a
+        # full disk left a torn file that --resume refused (and torch.save's failure on a full
+        # disk was a RuntimeError traceback, not a line).
+        buffer = io.BytesIO()
         torch.save({"model": model.state_dict(), "optim": optim.state_dict(), "step": step,
-                    "tokens": tokens, "elapsed": elapsed}, state_path)
+                    "tokens": tokens, "elapsed": elapsed}, buffer)
+        state_tmp = state_path.with_name(state_path.name + ".partial")
+        try:
+            state_tmp.write_bytes(buffer.getbuffer())
+            save_model_folder(model, opts.tokenizer, out, opts.save_dtype, extra_config={"training": layout},
+                              extra_files={"training.json": json.dumps(summary, indent=2, default=str) + "\n"})
+            os.replace(state_tmp, state_path)
+        except (OSError, SafetensorError) as exc:   # safetensors reports a full disk as its own error
+            state_tmp.unlink(missing_ok=True)
+            kept = (f"it holds step {saved_step}" if saved_step is not None else
+                    "it holds what it held before this run" if (out / "model.safetensors").is_file() else
+                    "nothing was saved")
+            raise CheckpointFailed(f"could not write the model folder {out} at step {base_steps + step} "
+                                   f"({getattr(exc, 'strerror', None) or exc}): {kept}") from exc
+        finally:
+            # The folder was replaced: the log goes on in the new one (a hard link carried it
+            # over; a copy would leave this handle writing into the old, removed file).
+            log_fh.close()
+            log_fh = open(log_path, "a", encoding="utf-8")
         saved_step = base_steps + step
         return True
 
-    # SIGTERM (a time box ending, a lease given back) stops at the next step and saves the folder.
+    # SIGTERM (a time box ending, a lease given back) and a first SIGINT (Ctrl-C) stop at the next
+    # step and save the folder; SIGINT raised KeyboardInterrupt wherever the loop was, so the steps
+    # since the last save were lost. A second Ctrl-C interrupts at once (the folder on disk stays
+    # whole: it is written beside itself and renamed into place).
     stop = threading.Event()
-    previous_handler = None
+    stopped_by: list[str] = []
+
+    def on_signal(signum, frame) -> None:
+        if signum == signal.SIGINT and stop.is_set():
+            raise KeyboardInterrupt
+        stopped_by.append(signal.Signals(signum).name)
+        stop.set()
+    previous_handlers = {}
     if threading.current_thread() is threading.main_thread():
-        previous_handler = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
-    model.train()
-    diverged = weights_broken = False
-    saved_step: int | None = None    # the step the folder holds, written by this run
-    while not stop.is_set():
-        elapsed = elapsed_before + time.time() - t_start
-        progress = max(step / opts.max_steps if opts.max_steps else 0.0,
-                       elapsed / (opts.minutes * 60) if opts.minutes else 0.0)
-        if progress >= 1.0:
-            break
-        lr = lr_at(progress, step, opts)
-        for group in optim.param_groups:
-            group["lr"] = lr
-        waited = time.perf_counter()
-        batch = next(loader)
-        data_wait += time.perf_counter() - waited
-        ids, is_span, ar = (x.to(device, non_blocking=True) for x in batch)
-        try:
-            losses = loss_and_grads(step_model, ids, is_span, ar)
-        except Exception as exc:
-            if step_model is model or stepped:
-                raise
-            # The first compiled step compiles forward and backward. A compiler that fails there
-            # (a toolchain or torch version the run never met) must not cost the run: it goes on
-            # eager, with the SDPA attention (flex is only fast compiled).
-            # Dynamo's first line only names the backend; the cause follows it.
-            compile_failed = " ".join(f"{type(exc).__name__}: {exc}".split())[:400]
-            log(f"torch.compile failed ({compile_failed}); training goes on without it")
-            step_model = model
-            model.training_attention = "mask"
-            losses = loss_and_grads(model, ids, is_span, ar)
-        stepped = True
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        # A NaN or infinite loss or gradient (a bad batch, a spike) would turn every weight NaN
-        # for good; such a step is not applied. The check waits for the step's backward (one
-        # sync a step, a launch gap against steps of ~100 ms on a GPU). Many in a row mean the
-        # run has diverged: it stops, keeping the weights of its last good step.
-        if not bool(torch.isfinite(grad_norm) & torch.isfinite(losses["loss"].detach())):
-            skipped += 1
-            skipped_in_a_row += 1
-            log(f"step {base_steps + step + 1}: the loss or gradient is not finite; step skipped ({skipped} so far)")
-            if skipped_in_a_row >= MAX_SKIPPED_IN_A_ROW:
-                log(f"{skipped_in_a_row} steps in a row were not finite: training has diverged and stops here "
-                    f"(lower --lr, or resume from the saved folder)")
-                diverged = True
+        previous_handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        model.train()
+        diverged = weights_broken = False
+        saved_step: int | None = None    # the step the folder holds, written by this run
+        while not stop.is_set():
+            elapsed = elapsed_before + time.time() - t_start
+            progress = max(step / opts.max_steps if opts.max_steps else 0.0,
+                           elapsed / (opts.minutes * 60) if opts.minutes else 0.0)
+            if progress >= 1.0:
                 break
-            continue
-        skipped_in_a_row = 0
-        optim.step()
-        step += 1
-        tokens += ids.numel()
-        if step % 10 == 0 or step == 1:
-            rec = {"step": base_steps + step, "tokens": base_tokens + tokens,
-                   "elapsed_s": round(base_seconds + elapsed, 1), "lr": lr,
-                   "grad_norm": round(float(grad_norm), 3),
-                   "data_wait": round(data_wait_share(), 3),
-                   **{k: round(float(v.detach()), 4) for k, v in losses.items()}}
-            log_fh.write(json.dumps(rec) + "\n")
-            log_fh.flush()
-            if step % 50 == 0 or step == 1:
+            lr = lr_at(progress, step, opts)
+            for group in optim.param_groups:
+                group["lr"] = lr
+            waited = time.perf_counter()
+            batch = next(loader)
+            data_wait += time.perf_counter() - waited
+            ids, is_span, ar = (x.to(device, non_blocking=True) for x in batch)
+            try:
+                losses = loss_and_grads(step_model, ids, is_span, ar)
+            except Exception as exc:
+                if step_model is model or stepped:
+                    raise
+                # The first compiled step compiles forward and backward. A compiler that fails there
+                # (a toolchain or torch version the run never met) must not cost the run: it goes on
+                # eager, with the SDPA attention (flex is only fast compiled).
+                # Dynamo's first line only names the backend; the cause follows it.
+                compile_failed = " ".join(f"{type(exc).__name__}: {exc}".split())[:400]
+                log(f"torch.compile failed ({compile_failed}); training goes on without it")
+                step_model = model
+                model.training_attention = "mask"
+                losses = loss_and_grads(model, ids, is_span, ar)
+            stepped = True
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            # A NaN or infinite loss or gradient (a bad batch, a spike) would turn every weight NaN
+            # for good; such a step is not applied. The check waits for the step's backward (one
+            # sync a step, a launch gap against steps of ~100 ms on a GPU). Many in a row mean the
+            # run has diverged: it stops, keeping the weights of its last good step.
+            if not bool(torch.isfinite(grad_norm) & torch.isfinite(losses["loss"].detach())):
+                skipped += 1
+                skipped_in_a_row += 1
+                log(f"step {base_steps + step + 1}: the loss or gradient is not finite; step skipped ({skipped} so far)")
+                if skipped_in_a_row >= MAX_SKIPPED_IN_A_ROW:
+                    log(f"{skipped_in_a_row} steps in a row were not finite: training has diverged and stops here "
+                        f"(lower --lr, or resume from the saved folder)")
+                    diverged = True
+                    break
+                continue
+            skipped_in_a_row = 0
+            optim.step()
+            step += 1
+            tokens += ids.numel()
+            if step % 10 == 0 or step == 1:
+                rec = {"step": base_steps + step, "tokens": base_tokens + tokens,
+                       "elapsed_s": round(base_seconds + elapsed, 1), "lr": lr,
+                       "grad_norm": round(float(grad_norm), 3),
+                       "data_wait": round(data_wait_share(), 3),
+                       **{k: round(float(v.detach()), 4) for k, v in losses.items()}}
+                log_fh.write(json.dumps(rec) + "\n")
+                log_fh.flush()
+                if step % 50 == 0 or step == 1:
+                    log(json.dumps(rec))
+            if step % opts.eval_every == 0:
+                last_val = validate(model, val_batches, opts, device, autocast)
+                rec = {"step": base_steps + step, "tokens": base_tokens + tokens,
+                       "elapsed_s": round(base_seconds + elapsed, 1), **{k: round(v, 4) for k, v in last_val.items()}}
+                log_fh.write(json.dumps(rec) + "\n")
+                log_fh.flush()
                 log(json.dumps(rec))
-        if step % opts.eval_every == 0:
-            last_val = validate(model, val_batches, opts, device, autocast)
-            rec = {"step": base_steps + step, "tokens": base_tokens + tokens,
-                   "elapsed_s": round(base_seconds + elapsed, 1), **{k: round(v, 4) for k, v in last_val.items()}}
-            log_fh.write(json.dumps(rec) + "\n")
-            log_fh.flush()
-            log(json.dumps(rec))
-            best_val = min(best_val, last_val["val_diffusion"])
-        if step % opts.save_every == 0 or (opts.save_minutes and time.time() - last_save >= 60 * opts.save_minutes):
-            if not checkpoint():
-                diverged = weights_broken = True
-                break
-            last_save = time.time()
-    last_val = validate(model, val_batches, opts, device, autocast)
-    log_fh.write(json.dumps({"step": base_steps + step, "tokens": base_tokens + tokens,
-                             **{k: round(v, 4) for k, v in last_val.items()}}) + "\n")
-    log_fh.close()
-    if weights_broken or not checkpoint(final=True):
-        diverged = True
-    if previous_handler is not None:
-        signal.signal(signal.SIGTERM, previous_handler)
-    ending = "diverged" if diverged else "stopped (SIGTERM)" if stop.is_set() else "done"
+                best_val = min(best_val, last_val["val_diffusion"])
+            if step % opts.save_every == 0 or (opts.save_minutes and time.time() - last_save >= 60 * opts.save_minutes):
+                if not checkpoint():
+                    diverged = weights_broken = True
+                    break
+                last_save = time.time()
+        last_val = validate(model, val_batches, opts, device, autocast)
+        log_fh.write(json.dumps({"step": base_steps + step, "tokens": base_tokens + tokens,
+                                 **{k: round(v, 4) for k, v in last_val.items()}}) + "\n")
+        log_fh.flush()
+        if weights_broken or not checkpoint(final=True):
+            diverged = True
+    finally:
+        log_fh.close()
+        # Also when a save fails or the loop raises: a caller's own handlers come back.
+        for sig, handler in previous_handlers.items():
+            signal.signal(sig, handler)
+    ending = "diverged" if diverged else f"stopped ({stopped_by[0]})" if stopped_by else "done"
     log(f"{ending}: {step} steps, {tokens} tokens, {last_val}")
     if diverged:
         kept = (f"{out} holds step {saved_step}" if saved_step is not None else
