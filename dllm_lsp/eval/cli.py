@@ -14,6 +14,7 @@ from dllm_lsp.bench.environment import environment
 from dllm_lsp.cli_errors import output_file, report as report_error
 from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import CONFIDENCE_KINDS
+from dllm_lsp.lifetime import cleanup_on_termination
 from dllm_lsp.loader import ModelLoadError, load_model
 from dllm_lsp.options import DecodeOptions, Options, PlannerOptions
 
@@ -170,52 +171,64 @@ def main(argv: list[str] | None = None) -> int:
         denoiser = load_model(a.model, a.device)
     except (ValueError, ModelLoadError) as exc:
         return report_error("dllm-lsp eval", exc)
-    unknown = a.max_tokens or denoiser.max_slot or DEFAULT_UNKNOWN_SLOT   # the model's widest trained slot
-    engine = Engine(denoiser, context_tokens=a.context)
-    log = (lambda msg: print(msg, file=sys.stderr, flush=True))   # progress: stderr, also beside --json
-    concurrency = a.concurrency or (GPU_CONCURRENCY if denoiser.device.type == "cuda" else 1)
-    options = Options(planner=planner, decode=decode)
-    begun = time.monotonic()
-    results = [evaluate(engine, tasks, m, settings, unknown, a.timeout, a.workers, log, concurrency, options,
-                        typed_chars=a.typed, typed_through=a.typed_through,
-                        deadline=None if a.max_seconds is None else begun + a.max_seconds * (i + 1) / len(modes))
-               for i, m in enumerate(modes)]
-    name = benchmark_name(path)
-    by_mode = {r.mode: r for r in results}
-    headline = by_mode.get("unknown", results[0])
-    summary = {
-        "benchmark": name, "data": str(path), "model": denoiser.name, "device": str(denoiser.device),
-        "pass@1": round(headline.pass_at_1, 4), "tasks": len(tasks), "unknown_slot_tokens": unknown,
-        "settings": {"steps": a.steps, "threshold": a.threshold, "confidence": a.confidence,
-                     "remask_below": a.remask_below, "ends_in_order": a.ends_in_order,
-                     "ends_balanced": a.ends_balanced, "heal_whitespace": a.heal_whitespace,
-                     "heal_typed": a.heal_typed, "typed": a.typed, "typed_through": a.typed_through,
-                     "companion_edits": a.companion_edits, "min_confidence": a.min_confidence, "alternatives": a.alternatives,
-                     "floor_from_left": a.floor_from_left, "slot_start_tokens": engine.start_tokens(settings),
-                     "context": a.context, "timeout": a.timeout, "concurrency": concurrency},
-        "modes": {r.mode: r.to_json() for r in results},
-        # The figures' provenance: what was run and how long it took (model load included).
-        "command": "dllm-lsp eval " + shlex.join(sys.argv[1:] if argv is None else argv),
-        "wall_seconds": round(time.monotonic() - started, 1),
-        "environment": environment(str(denoiser.device)),
-    }
-    stopped = [r.mode for r in results if r.planned is not None]
-    if stopped:
-        summary["stopped_by_time"] = stopped
-    if "unknown" in by_mode and "oracle" in by_mode:
-        summary["length_gap_points"] = length_gap_points(by_mode["unknown"], by_mode["oracle"])
-    if a.out:
-        write_result(a.out, {**summary, "modes": {r.mode: r.to_json(with_samples=True) for r in results}})
-    if a.json:
-        print(json.dumps(summary))
-    else:
-        print(table(name, results))
-        for r in results:
-            if r.confidence is not None:
-                print(f"{r.mode}: confidence tells passing from failing with AUROC {r.confidence['auroc_mean']} "
-                      f"(mean), {r.confidence['auroc_least']} (least)", file=sys.stderr)
-        if "length_gap_points" in summary:
-            print(f"\nlength gap (oracle - unknown): {summary['length_gap_points']} points")
+    # SIGTERM and SIGHUP end the run as Ctrl-C does (their default ended it on the spot: its
+    # running programs spun on in sessions of their own), and an interrupted run says that it
+    # wrote nothing: no partial figure, and a --out file already there is left as it was.
+    written = False
+    with cleanup_on_termination():
+        try:
+            unknown = a.max_tokens or denoiser.max_slot or DEFAULT_UNKNOWN_SLOT   # the model's widest trained slot
+            engine = Engine(denoiser, context_tokens=a.context)
+            log = (lambda msg: print(msg, file=sys.stderr, flush=True))   # progress: stderr, also beside --json
+            concurrency = a.concurrency or (GPU_CONCURRENCY if denoiser.device.type == "cuda" else 1)
+            options = Options(planner=planner, decode=decode)
+            begun = time.monotonic()
+            results = [evaluate(engine, tasks, m, settings, unknown, a.timeout, a.workers, log, concurrency, options,
+                                typed_chars=a.typed, typed_through=a.typed_through,
+                                deadline=None if a.max_seconds is None else begun + a.max_seconds * (i + 1) / len(modes))
+                       for i, m in enumerate(modes)]
+            name = benchmark_name(path)
+            by_mode = {r.mode: r for r in results}
+            headline = by_mode.get("unknown", results[0])
+            summary = {
+                "benchmark": name, "data": str(path), "model": denoiser.name, "device": str(denoiser.device),
+                "pass@1": round(headline.pass_at_1, 4), "tasks": len(tasks), "unknown_slot_tokens": unknown,
+                "settings": {"steps": a.steps, "threshold": a.threshold, "confidence": a.confidence,
+                             "remask_below": a.remask_below, "ends_in_order": a.ends_in_order,
+                             "ends_balanced": a.ends_balanced, "heal_whitespace": a.heal_whitespace,
+                             "heal_typed": a.heal_typed, "typed": a.typed, "typed_through": a.typed_through,
+                             "companion_edits": a.companion_edits, "min_confidence": a.min_confidence, "alternatives": a.alternatives,
+                             "floor_from_left": a.floor_from_left, "slot_start_tokens": engine.start_tokens(settings),
+                             "context": a.context, "timeout": a.timeout, "concurrency": concurrency},
+                "modes": {r.mode: r.to_json() for r in results},
+                # The figures' provenance: what was run and how long it took (model load included).
+                "command": "dllm-lsp eval " + shlex.join(sys.argv[1:] if argv is None else argv),
+                "wall_seconds": round(time.monotonic() - started, 1),
+                "environment": environment(str(denoiser.device)),
+            }
+            stopped = [r.mode for r in results if r.planned is not None]
+            if stopped:
+                summary["stopped_by_time"] = stopped
+            if "unknown" in by_mode and "oracle" in by_mode:
+                summary["length_gap_points"] = length_gap_points(by_mode["unknown"], by_mode["oracle"])
+            if a.out:
+                write_result(a.out, {**summary, "modes": {r.mode: r.to_json(with_samples=True) for r in results}})
+                written = True
+            if a.json:
+                print(json.dumps(summary))
+            else:
+                print(table(name, results))
+                for r in results:
+                    if r.confidence is not None:
+                        print(f"{r.mode}: confidence tells passing from failing with AUROC {r.confidence['auroc_mean']} "
+                              f"(mean), {r.confidence['auroc_least']} (least)", file=sys.stderr)
+                if "length_gap_points" in summary:
+                    print(f"\nlength gap (oracle - unknown): {summary['length_gap_points']} points")
+        except (KeyboardInterrupt, SystemExit):
+            if not written:
+                kept = f"; {a.out} left as it was" if a.out and a.out.exists() else ""
+                print(f"dllm-lsp eval: interrupted: no results written{kept}", file=sys.stderr, flush=True)
+            raise
     return 0
 
 

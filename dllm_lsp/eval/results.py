@@ -14,13 +14,16 @@ from __future__ import annotations
 import argparse
 import json
 import lzma
+import os
 import sys
+import tempfile
 from pathlib import Path
 
-from dllm_lsp.cli_errors import write_out
 
 SAMPLES_SUFFIX = ".samples.json.xz"
 SAMPLES_KEY = "samples_file"
+UMASK = os.umask(0o022)     # the process's file-creation mask, read once (reading it sets it) at import,
+os.umask(UMASK)             # before any threads that create files run
 
 
 def samples_path(path: Path) -> Path:
@@ -36,18 +39,43 @@ def split(full: dict) -> tuple[dict, dict[str, list]]:
 
 def write_result(path: str | Path, full: dict) -> None:
     """Write `full` (modes with their samples) as the figures' JSON and, when there are samples,
-    the samples file beside it; a samples file left by an earlier run of the same name goes."""
+    the samples file beside it; a samples file left by an earlier run of the same name goes.
+    Each file is written whole beside its place and renamed onto it, the samples first and the
+    JSON that names them last: a run stopped or failing while writing leaves the result that was
+    there (a JSON written first had named samples that were never written, or were the last run's)."""
     path = Path(path)
     summary, samples = split(full)
     sidecar = samples_path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     if samples:
         summary = {**summary, SAMPLES_KEY: sidecar.name}
-        write_out(path, json.dumps(summary, indent=1) + "\n")
         # preset 6 is within a few per cent of 9 on these records, at a fraction of the memory.
-        sidecar.write_bytes(lzma.compress(json.dumps(samples).encode(), preset=6))
+        replace_whole(sidecar, lzma.compress(json.dumps(samples).encode(), preset=6))
+        replace_whole(path, (json.dumps(summary, indent=1) + "\n").encode())
     else:
-        write_out(path, json.dumps(summary, indent=1) + "\n")
+        replace_whole(path, (json.dumps(summary, indent=1) + "\n").encode())
         sidecar.unlink(missing_ok=True)
+
+
+def replace_whole(path: Path, data: bytes) -> None:
+    """`data` written to a temporary file in `path`'s folder, then renamed onto `path` (atomic
+    there): `path` holds its old bytes or all the new ones, never a part."""
+    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False) as fh:
+        temporary = Path(fh.name)
+        try:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        except BaseException:
+            fh.close()
+            temporary.unlink(missing_ok=True)
+            raise
+    try:
+        os.chmod(temporary, 0o666 & ~UMASK)   # as a plain write would have made it (not mkstemp's 0600)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
 
 
 def read_result(path: str | Path) -> dict:
@@ -71,7 +99,7 @@ def split_file(path: Path) -> int:
         return 0
     write_result(path, full)
     if read_result(path) != full:     # never lose a record: the split must read back as it was
-        path.write_text(json.dumps(full, indent=1) + "\n")
+        replace_whole(path, (json.dumps(full, indent=1) + "\n").encode())
         samples_path(path).unlink(missing_ok=True)
         raise ValueError(f"{path}: the split result does not read back the same; left as it was")
     return before - path.stat().st_size - samples_path(path).stat().st_size

@@ -1,6 +1,7 @@
 import gzip
 import os
 import json
+import sys
 import time
 
 import pytest
@@ -42,12 +43,15 @@ def test_a_completion_that_ends_the_interpreter_fails(completion):
 
 def test_a_timeout_is_kept_and_no_child_outlives_its_program(tmp_path):
     """A child in a session of its own, holding the program's pipes, held the eval past its
-    timeout (for as long as it lived); a passing program's children ran on after it."""
+    timeout (for as long as it lived); a passing program's children ran on after it. The guard
+    refuses subprocess and os.fork in a program (test_s33_program_guard.py), so the children start
+    through ctypes, which it does not see: the group kill is what ends them."""
     def stray(marker, new_session: bool) -> str:
         child = tmp_path / f"{marker}.py"
         child.write_text(f"import pathlib, time\ntime.sleep(1.5)\npathlib.Path({str(tmp_path / marker)!r}).write_text('x')\n"
                          "time.sleep(8)\n")
-        return f"import subprocess, sys\nsubprocess.Popen([sys.executable, {str(child)!r}], start_new_session={new_session})\n"
+        command = f"{'setsid ' if new_session else ''}{sys.executable} {child} &"
+        return f"import ctypes\nctypes.CDLL(None).system({command.encode()!r})\n"
 
     started = time.monotonic()     # the child of a session of its own: out of the program's reach
     assert run_program(stray("escaped", True) + "while True:\n    pass\n", 1).reason == "timeout"
