@@ -280,7 +280,14 @@ async def screen_first(frames: FrameReader, writer: asyncio.StreamWriter, token:
 
 
 def cancel_pending(server) -> int:
-    """Cancel every request of this connection still queued or running; how many there were."""
+    """Cancel every request of this connection still queued or running, and its settings pulls;
+    how many requests there were. The first pull's wait (app.settle) starts the model load at
+    its end, and the connection's end ended that wait: the load started for the client that had
+    gone, as its user for good (with one model seat, every later client was refused its own
+    model). pygls does not hold these tasks among the requests, so they are cancelled here."""
+    for task in (server.settling, *server.pulls):
+        if task is not None:
+            task.cancel()
     pending = list(server.protocol._request_futures.values())
     server.protocol._request_futures.clear()
     for future in pending:

@@ -324,7 +324,7 @@ class Connection:
             if not await self.answers_read():
                 break
             item = await self.frames.next()
-            if item is None:
+            if item is None or self.peer_gone():
                 break
             if isinstance(item, FramingError):
                 log.error("bad frame: %s", item.reason)
@@ -338,6 +338,14 @@ class Connection:
             # not after a didChange read in the same chunk (pygls starts async handlers as tasks).
             await asyncio.sleep(0)
         return self.exit_code
+
+    def peer_gone(self) -> bool:
+        """Whether the socket client has gone (a reset, a failed write): the frames it sent before
+        still lie in the buffers, and each was served for nobody. Every answer was a failed write
+        that asyncio logs (a WARNING each: one per request of a client that sent 300 and reset),
+        and its completions started runs that only the connection's end cancelled."""
+        transport = getattr(getattr(self.protocol, "writer", None), "transport", None)
+        return transport is not None and transport.is_closing()
 
     async def answers_read(self) -> bool:
         """False when the client has stopped reading its answers: over a socket, more than
