@@ -102,20 +102,23 @@ class CompletionService:
             return None
         offset = offset_in_text(snapshot.text, position, document.position_codec)
         key = (uri, on_step is not None)
-        if on_step is None:   # a streamed request wants to watch the model: never typed-through
-            ticket = next(self._tickets)
-            self._asked[uri] = (ticket, snapshot.text, offset)
-            reused = await self._typed_through(uri, snapshot, offset)
-            latest = self._asked.get(uri)
-            if latest is not None and latest[0] != ticket and (latest[1] != snapshot.text or latest[2] != offset):
-                # A newer request at another keystroke came while a big document's check ran: it
-                # answers (and its own reuse or run must not be cancelled by this one's). One for
-                # the same keystroke (the other kind of plain request) shares this one's answer.
-                raise Superseded("superseded by a newer request for the same document")
-            if reused is not None:
-                self._cancel_running(key)     # an older request must not answer after this one
-                self.counters["typedThroughHits"] += 1
-                return await self._settle(uri, reused, workspace)
+        # Streamed requests too: a streamed one typed through is answered at once, with no reports
+        # (nothing to watch). They never were, and an editor that always streams (VS Code)
+        # reran the model at every character typed through and at each word accepted: the ghost
+        # text blinked and went blurry again before it sharpened into the same suggestion.
+        ticket = next(self._tickets)
+        self._asked[uri] = (ticket, snapshot.text, offset)
+        reused = await self._typed_through(uri, snapshot, offset)
+        latest = self._asked.get(uri)
+        if latest is not None and latest[0] != ticket and (latest[1] != snapshot.text or latest[2] != offset):
+            # A newer request at another keystroke came while a big document's check ran: it
+            # answers (and its own reuse or run must not be cancelled by this one's). One for the
+            # same keystroke (the other kind of request) shares this one's answer.
+            raise Superseded("superseded by a newer request for the same document")
+        if reused is not None:
+            self._cancel_running(key)     # an older request must not answer after this one
+            self.counters["typedThroughHits"] += 1
+            return await self._settle(uri, reused, workspace)
         prefetched = self._prefetch.get(uri)
         if prefetched is not None:
             if prefetched.text == snapshot.text and prefetched.offset == offset:
