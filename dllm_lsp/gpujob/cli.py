@@ -24,8 +24,9 @@ from dllm_lsp.eval.tasks import default_data_dir
 from dllm_lsp.kernels.dispatch import KERNEL_NAMES
 
 from .budget import PHASES, parse_phases
+from .children import is_dllm_process
 from .pack import unpack
-from .run import HURRY_SIGNAL, Job, JobOptions
+from .run import HURRY_SIGNAL, Job, JobOptions, salvage
 
 STAGE_DIR = ".gpujob"
 # Packages the GPU image lacks (see the device notes): the LSP stack and the tree-sitter grammars.
@@ -87,6 +88,8 @@ def parser() -> argparse.ArgumentParser:
     u.add_argument("--repo", type=Path, default=Path("."))
     u.add_argument("--make-default", action="store_true",
                    help="make the packed model the shipped default on CUDA devices (models/DEFAULT)")
+    u.add_argument("--force", action="store_true",
+                   help="overwrite or delete files with uncommitted changes (refused without it)")
     return ap
 
 
@@ -120,7 +123,8 @@ def wait(a) -> int:
     while True:
         state = read_state(a.out)
         if (a.pack_by is not None and not told and state and not state.get("finished")
-                and time.monotonic() - began >= a.pack_by and state.get("pid")):
+                and time.monotonic() - began >= a.pack_by and state.get("pid")
+                and is_dllm_process(int(state["pid"]))):   # SIGUSR1 ends a process that does not handle it
             told = True
             try:
                 os.kill(int(state["pid"]), HURRY_SIGNAL)
@@ -131,7 +135,19 @@ def wait(a) -> int:
             if seen.get(name) != phase.get("state"):
                 seen[name] = phase.get("state")
                 print(f"{name}: {phase.get('state')}", flush=True)
-        if state and state.get("finished") and state["phases"].get("pack", {}).get("state") == "done":
+        if state and not packed(state) and state.get("pid") and not is_dllm_process(int(state["pid"])):
+            state = read_state(a.out)     # it may have packed and ended since it was read
+            if state and not packed(state):
+                # Killed (the whole process group, out of memory, a crash of the job itself), perhaps
+                # while packing: what it finished would otherwise wait here for nobody and never be copied.
+                print(f"the run (pid {state['pid']}) is gone before its pack was done: packing what it left",
+                      flush=True)
+                try:
+                    state = salvage(a.out, state)
+                except (ValueError, OSError) as exc:
+                    print(f"dllm-lsp gpujob: error: what the run left could not be packed: {exc}", file=sys.stderr)
+                    return 1
+        if packed(state):
             if a.copy_to:
                 a.copy_to.mkdir(parents=True, exist_ok=True)
                 for file in sorted((a.out / "pack").iterdir()):
@@ -144,6 +160,10 @@ def wait(a) -> int:
                 print("".join(log.read_text(errors="replace").splitlines(keepends=True)[-15:]), end="")
             return 3   # still running
         time.sleep(5)
+
+
+def packed(state: dict | None) -> bool:
+    return bool(state and state.get("finished") and state["phases"].get("pack", {}).get("state") == "done")
 
 
 def read_state(out: Path) -> dict | None:
@@ -186,19 +206,40 @@ def stage(a) -> int:
             with open(exclude, "a") as fh:
                 fh.write(f"/{STAGE_DIR}/\n")
     if not a.no_wheels:
-        wheels = target / "wheels"
-        wheels.mkdir(exist_ok=True)
-        pins = [f"{name}=={metadata.version(name)}" for name in WHEELS]
-        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-               "--python-version", "3.12", "--implementation", "cp", "-d", str(wheels), *pins]
-        for platform_tag in PLATFORMS:
-            cmd += ["--platform", platform_tag]
-        done = subprocess.run(cmd)
-        if done.returncode != 0:
-            return done.returncode
+        stage_wheels(target / "wheels")
     size = sum(f.stat().st_size for f in target.rglob("*") if f.is_file())
     print(f"staged {target} ({size / 1e6:.1f} MB); carry it as `{STAGE_DIR}` (docs/gpu-job.md)")
     return 0
+
+
+def stage_wheels(wheels: Path) -> None:
+    """Download the pinned wheels into a fresh folder and only then put it in place of `wheels`:
+    the lease installs `wheels/*.whl` at once, and two versions of one package there (an earlier
+    stage's, before a local upgrade) fail that install and with it the whole lease; a download
+    that fails (a wheel missing from the index, no network) leaves the earlier stage as it was."""
+    pins = []
+    for name in WHEELS:
+        try:
+            pins.append(f"{name}=={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            raise ValueError(f"{name} is not installed here: the staged wheels are this environment's "
+                             "versions (pip install -e . first)") from None
+    fresh = wheels.with_name(wheels.name + ".new")
+    shutil.rmtree(fresh, ignore_errors=True)
+    fresh.mkdir(parents=True)
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+           "--python-version", "3.12", "--implementation", "cp", "-d", str(fresh), *pins]
+    for platform_tag in PLATFORMS:
+        cmd += ["--platform", platform_tag]
+    done = subprocess.run(cmd)
+    got = sorted(f.name for f in fresh.glob("*.whl"))
+    if done.returncode != 0 or len(got) != len(pins):
+        shutil.rmtree(fresh, ignore_errors=True)
+        raise ValueError(f"pip could not download every wheel the lease installs (exit {done.returncode}, "
+                         f"{len(got)} of {len(pins)}; pip's message above): {', '.join(pins)}; "
+                         f"{wheels} is left as it was, and a lease staged so would not install")
+    shutil.rmtree(wheels, ignore_errors=True)
+    fresh.rename(wheels)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             return wait(a)
         if a.verb == "stage":
             return stage(a)
-        written = unpack(a.pack, a.repo, a.make_default)
+        written = unpack(a.pack, a.repo, a.make_default, force=a.force)
         for path in written:
             print(path)
         return 0

@@ -8,7 +8,8 @@ parts would be more than MAX_FILES - 1, the least needed files (logs first) are 
 named in the manifest.
 
 Unpack: checks every hash, then writes the files into the repository (only under models/ and
-docs/); a model folder of the same name is replaced whole.
+docs/); a model folder of the same name is replaced whole, but never a loadable one by a folder
+that is not, and never over uncommitted work of the user's (unless forced).
 """
 from __future__ import annotations
 
@@ -17,12 +18,15 @@ import io
 import json
 import re
 import shutil
+import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
 
+from dllm_lsp.arch.weight_storage import weight_shapes
 from dllm_lsp.eval.results import samples_path
 from dllm_lsp.loader import with_default
+from dllm_lsp.train.folder import recover_model_folder
 
 PART_BYTES = 15 * 1024 * 1024
 MAX_FILES = 8
@@ -37,8 +41,25 @@ def sha256_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def job_entries(job_dir: Path, model_dir: Path) -> list[tuple[Path, str]]:
-    """(file on disk, destination in the repository), most needed first."""
+def model_problem(folder: Path) -> str | None:
+    """Why `folder` is not a loadable model folder (None: it is): a file of REQUIRED missing, a
+    config that is not JSON, weights whose header does not read. A job killed while it copied or
+    first saved its model leaves such a folder; brought home, it would replace a working one."""
+    folder = Path(folder)
+    missing = [name for name in REQUIRED if not (folder / name).is_file()]
+    if missing:
+        return f"no {', '.join(missing)}"
+    try:
+        if not isinstance(json.loads((folder / "config.json").read_text()), dict):
+            return "config.json is not a JSON object"
+        weight_shapes(folder / "model.safetensors")
+    except (OSError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def model_entries(job_dir: Path, model_dir: Path) -> list[tuple[Path, str]]:
+    """The model folder's files (and the corpus it was trained on), most needed first."""
     entries: list[tuple[Path, str]] = []
     name = model_dir.name
     # Every eval the job ran goes (those MODEL_FILES names first), each with its per-task samples
@@ -50,6 +71,15 @@ def job_entries(job_dir: Path, model_dir: Path) -> list[tuple[Path, str]]:
                 entries.append((path, f"models/{name}/{path.name}"))
     if (job_dir / "corpus" / "stats.json").is_file():
         entries.append((job_dir / "corpus" / "stats.json", f"models/{name}/corpus_stats.json"))
+    return entries
+
+
+def job_entries(job_dir: Path, model_dir: Path | None) -> list[tuple[Path, str]]:
+    """(file on disk, destination in the repository), most needed first; no model files when
+    `model_dir` is None."""
+    entries: list[tuple[Path, str]] = []
+    if model_dir is not None:
+        entries += model_entries(Path(job_dir), Path(model_dir))
     for result in sorted((job_dir / "results").glob("*.json")) if (job_dir / "results").is_dir() else []:
         entries.append((result, f"docs/results/{result.name}"))
     for plot in sorted((job_dir / "results").glob("*.png")) if (job_dir / "results").is_dir() else []:
@@ -70,27 +100,56 @@ def stamp_of(job_dir: Path) -> str:
     return started[:16].replace(":", "").replace("-", "").replace("T", "-")
 
 
-def archive(entries: list[tuple[Path, str]]) -> bytes:
+def read_entries(entries: list[tuple[Path, str]]) -> tuple[list[tuple[str, bytes, float]], list[dict]]:
+    """Each file's bytes, read once, so the archive and the manifest's hash are of the same bytes
+    (a step still writing, a killed job's orphan, changed a file between the two: unpack refused
+    the whole pack). What unpack would refuse stays out, named with its reason, instead of costing
+    the pack: a name it does not accept (a backslash, a control character), a symlink (a tar
+    member that is no file), a folder named like a result (a read error that left no pack)."""
+    read: list[tuple[str, bytes, float]] = []
+    refused: list[dict] = []
+    for path, dest in entries:
+        why = ("a name unpack does not accept" if not safe_dest(dest)
+               else "a symbolic link" if path.is_symlink() else None if path.is_file() else "not a regular file")
+        if why is None:
+            try:
+                read.append((dest, path.read_bytes(), path.stat().st_mtime))
+                continue
+            except OSError as exc:
+                why = f"unreadable ({type(exc).__name__})"
+        refused.append({"path": str(path), "why": why})
+    return read, refused
+
+
+def archive(entries: list[tuple[str, bytes, float]]) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=6) as tar:
-        for path, dest in entries:
-            tar.add(str(path), arcname=dest, recursive=False)
+        for dest, data, mtime in entries:
+            info = tarfile.TarInfo(dest)
+            info.size, info.mode, info.mtime = len(data), 0o644, int(mtime)
+            tar.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
 
 
 def pack_job(job_dir: Path, model_dir: Path, pack_dir: Path, part_bytes: int = PART_BYTES,
-             max_files: int = MAX_FILES) -> dict:
+             max_files: int = MAX_FILES, require_model: bool = False) -> dict:
+    """Pack the job folder. `require_model`: leave the model folder out (named in the manifest's
+    `model_left_out`) unless it loads (model_problem); the job and `wait`'s salvage ask for it."""
     job_dir, pack_dir = Path(job_dir), Path(pack_dir)
-    entries = job_entries(job_dir, Path(model_dir))
+    # A trainer killed between its save's two renames left the folder aside (`.NAME.old`): put
+    # back, it is the last whole save (train/folder.py).
+    recover_model_folder(Path(model_dir))
+    problem = model_problem(model_dir) if require_model and Path(model_dir).is_dir() else None
+    entries, refused = read_entries(job_entries(job_dir, None if problem else Path(model_dir)))
     left_out: list[str] = []
     while True:
         data = archive(entries)
         parts = max(1, -(-len(data) // part_bytes))
-        optional = [i for i, (_, dest) in enumerate(entries) if Path(dest).name not in REQUIRED]
+        optional = [i for i, (dest, _, _) in enumerate(entries) if Path(dest).name not in REQUIRED]
         if parts <= max_files - 1 or not optional:
             break
         # Too big to bring home whole: leave out the least needed file and try again.
-        path, dest = entries.pop(optional[-1])
+        dest, _, _ = entries.pop(optional[-1])
         left_out.append(dest)
     if parts > max_files - 1:
         raise ValueError(f"the job's results do not fit {max_files - 1} parts of {part_bytes} bytes "
@@ -99,8 +158,12 @@ def pack_job(job_dir: Path, model_dir: Path, pack_dir: Path, part_bytes: int = P
         shutil.rmtree(pack_dir)
     pack_dir.mkdir(parents=True)
     manifest = {"archive_sha256": sha256_of(data), "archive_bytes": len(data), "parts": [], "left_out": left_out,
-                "files": [{"dest": dest, "bytes": path.stat().st_size, "sha256": sha256_of(path.read_bytes())}
-                          for path, dest in entries]}
+                "files": [{"dest": dest, "bytes": len(content), "sha256": sha256_of(content)}
+                          for dest, content, _ in entries]}
+    if refused:
+        manifest["refused"] = refused
+    if problem:
+        manifest["model_left_out"] = f"{Path(model_dir).name}: {problem}"
     for i in range(parts):
         chunk = data[i * part_bytes:(i + 1) * part_bytes]
         name = f"part-{i:02d}.bin"
@@ -112,7 +175,7 @@ def pack_job(job_dir: Path, model_dir: Path, pack_dir: Path, part_bytes: int = P
 
 def safe_dest(dest: object) -> bool:
     """A path the pack may write: relative, under models/NAME/ or docs/, no `..` or `.` parts."""
-    if not isinstance(dest, str) or not dest or "\\" in dest:
+    if not isinstance(dest, str) or not dest or "\\" in dest or any(ord(c) < 32 or ord(c) == 127 for c in dest):
         return False
     parts = dest.split("/")
     if parts[0] not in ALLOWED_ROOTS or any(p in ("", ".", "..") for p in parts):
@@ -140,8 +203,39 @@ def checked_manifest(manifest: object) -> dict:
     return manifest
 
 
-def unpack(pack_dir: Path, repo: Path, make_default: bool = False) -> list[Path]:
-    """Verify the parts and write their files into `repo`; returns the paths written."""
+def uncommitted(repo: Path, paths: list[Path]) -> list[str]:
+    """Those of `paths` (in git's words) that git has no copy of as they are: untracked, or changed
+    since the last commit. Outside a git checkout nothing can be told: none."""
+    if not paths:
+        return []
+    try:
+        done = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "-z", "--untracked-files=all", "--",
+                               *(str(path.relative_to(repo)) for path in paths)],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if done.returncode != 0:
+        return []
+    return [entry[3:] for entry in done.stdout.split("\0") if len(entry) > 3]
+
+
+def would_lose(repo: Path, unpacked: Path, expected: dict[str, str], model_folders: list[Path]) -> list[str]:
+    """The user's work unpacking would destroy: files it overwrites with other bytes or deletes
+    (the rest of a replaced model folder) that git does not hold as they are. Unpacking the same
+    pack again loses nothing (the same bytes); a tracked, unchanged file is still in git."""
+    touched = [repo / dest for dest in expected
+               if (repo / dest).is_file() and (repo / dest).read_bytes() != (unpacked / dest).read_bytes()]
+    for folder in model_folders:
+        if (repo / folder).is_dir():
+            touched += [path for path in sorted((repo / folder).rglob("*"))
+                        if (path.is_file() or path.is_symlink()) and path.relative_to(repo).as_posix() not in expected]
+    return uncommitted(repo, touched)
+
+
+def unpack(pack_dir: Path, repo: Path, make_default: bool = False, force: bool = False) -> list[Path]:
+    """Verify the parts and write their files into `repo`; returns the paths written. Refused,
+    before anything is written: a pack whose model folder does not load in place of one that does,
+    and (unless `force`) a pack that would overwrite or delete uncommitted work (would_lose)."""
     pack_dir, repo = Path(pack_dir), Path(repo)
     manifest_path = pack_dir / "manifest.json"
     if not manifest_path.is_file():
@@ -182,6 +276,16 @@ def unpack(pack_dir: Path, repo: Path, make_default: bool = False) -> list[Path]
                 raise ValueError(f"{dest} is in the manifest but not in the archive")
             if sha256_of((Path(tmp) / dest).read_bytes()) != digest:
                 raise ValueError(f"{dest} differs from the manifest")
+        for folder in model_folders:
+            problem = model_problem(Path(tmp) / folder)
+            if problem and (repo / folder).is_dir() and model_problem(repo / folder) is None:
+                raise ValueError(f"the pack's {folder.as_posix()} is not a loadable model folder ({problem}): "
+                                 f"refusing to replace the one in {repo} with it")
+        lost = [] if force else would_lose(repo, Path(tmp), expected, model_folders)
+        if lost:
+            shown = ", ".join(lost[:10]) + (f" and {len(lost) - 10} more" if len(lost) > 10 else "")
+            raise ValueError(f"unpacking would overwrite or delete uncommitted work in {repo}: {shown}; "
+                             "commit or move it first, or pass --force")
         for folder in model_folders:
             target = repo / folder
             if target.exists():

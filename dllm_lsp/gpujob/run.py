@@ -27,7 +27,7 @@ from dllm_lsp.loader import ModelLoadError, default_model_path, resolve_device
 from dllm_lsp.train.presets import MODEL_KEYS, preset
 
 from .budget import PHASES, Budget
-from .children import ChildResult, dllm_command, run_child
+from .children import ChildResult, dllm_command, end_group, is_dllm_process, run_child
 from .pack import pack_job
 
 HURRY_SIGNAL = signal.SIGUSR1   # "pack now": Job.hurry
@@ -177,9 +177,7 @@ class Job:
         print(line, flush=True)
 
     def save_state(self) -> None:
-        tmp = self.out / "job.json.tmp"
-        tmp.write_text(json.dumps(self.state, indent=1, default=str) + "\n")
-        tmp.replace(self.out / "job.json")
+        write_state(self.out, self.state)
 
     def phase(self, name: str) -> dict:
         return self.state["phases"].setdefault(name, {"state": "pending", "steps": []})
@@ -208,9 +206,16 @@ class Job:
               **extra) -> ChildResult:
         cmd = args if raw else dllm_command(*args)
         result = run_child(f"{phase}/{step}", cmd, timeout_s, self.log, self.env(),
-                           stop_early=lambda: self.budget.hurried)
+                           stop_early=lambda: self.budget.hurried, started_as=self.child_started)
+        self.state.pop("child", None)
         self.record(phase, step, result, **extra)
         return result
+
+    def child_started(self, pid: int) -> None:
+        # If the job dies, `gpujob wait` ends this step's process group (salvage): in its own
+        # session, it would otherwise outlive the job and run on past every box.
+        self.state["child"] = {"pid": pid, "since_s": round(self.budget.elapsed(), 1)}
+        self.save_state()
 
     # ---- the job -------------------------------------------------------------------------
     def hurry(self, *_signal) -> None:
@@ -550,8 +555,10 @@ class Job:
         self.state["finished"] = now()   # the packed job.json is the final record
         self.phase("pack")["state"] = "packing"
         self.save_state()
-        manifest = pack_job(self.out, self.model_dir, self.out / "pack")
+        manifest = pack_job(self.out, self.model_dir, self.out / "pack", require_model=True)
         self.phase("pack")["files"] = [f["name"] for f in manifest["parts"]]
+        if manifest.get("model_left_out"):
+            self.phase("pack")["model_left_out"] = manifest["model_left_out"]
         return "done"
 
     def card_args(self) -> list[str]:
@@ -574,6 +581,42 @@ class Job:
         closing.write_text(
             run + " Weights are stored as int8 with one fp32 scale per row (dllm_lsp/arch/weight_storage.py).\n")
         return args + ["--closing", str(closing)]
+
+
+def salvage(out: Path, state: dict) -> dict:
+    """Pack what a job left that died before its pack was done (`gpujob wait` found its pid gone:
+    killed, out of memory, a crash of the job itself, even while packing): its running step's
+    process group is ended first (a trainer saves its folder), then everything finished so far
+    is packed as the job would have (a model folder that does not load left out), and job.json
+    says so (`salvaged`; the phases it was in `killed`). Returns the new state."""
+    out = Path(out)
+    child = state.get("child") or {}
+    ended = None
+    if child.get("pid") and is_dllm_process(int(child["pid"])):
+        ended = end_group(int(child["pid"]))
+    for phase in state.get("phases", {}).values():
+        if phase.get("state") in ("running", "packing", "pending"):
+            phase["state"] = "killed"
+    state.pop("child", None)
+    state["salvaged"] = {"at": now(), "by": "gpujob wait",
+                         "why": f"the job (pid {state.get('pid')}) ended before its pack was done",
+                         "running_step_ended": ended}
+    if (out / "job.log").is_file():
+        shutil.copyfile(out / "job.log", out / "job-log.txt")
+    write_state(out, state)    # the packed job.json is the record of what happened
+    model_dir = out / "model" / str(state.get("model_name") or DEFAULT_MODEL_NAME)
+    manifest = pack_job(out, model_dir, out / "pack", require_model=True)
+    state["phases"]["pack"] = {"state": "done", "salvaged": True, "files": [f["name"] for f in manifest["parts"]],
+                               **({"model_left_out": manifest["model_left_out"]} if manifest.get("model_left_out") else {})}
+    state["finished"] = state.get("finished") or now()
+    write_state(out, state)
+    return state
+
+
+def write_state(out: Path, state: dict) -> None:
+    tmp = Path(out) / "job.json.tmp"
+    tmp.write_text(json.dumps(state, indent=1, default=str) + "\n")
+    tmp.replace(Path(out) / "job.json")
 
 
 def now() -> str:
