@@ -485,14 +485,23 @@ def _replace_between(text: str, start: str, end: str, block: str, where: str) ->
     return text[:line_start] + block + text[b + len(end):]
 
 
+# The keys editors keep in the `dllm` settings section beside the options (VS Code: dllm.enabled,
+# dllm.server.* with its token, dllm.streaming): the server leaves them out of a pulled section,
+# and the generated package.json keeps them, nothing else.
+EDITOR_SETTINGS = frozenset({"enabled", "server", "streaming"})
+
+
 def written_files(repo: Path) -> dict[Path, str]:
     """Each generated file's path and the content it should have."""
     package = repo / "editors" / "vscode" / "package.json"
     data = json.loads(package.read_text(encoding="utf-8"))
     properties = data["contributes"]["configuration"]["properties"]
     ours = vscode_properties()
-    # keep the extension's own settings (dllm.enabled, dllm.server.*, dllm.streaming) where they are
-    merged = {k: v for k, v in properties.items() if k not in ours and k.removeprefix("dllm.") not in BY_WIRE}
+    # Keep the extension's own settings (dllm.enabled, dllm.server.*, dllm.streaming) where they
+    # are, and nothing else: a renamed option's old key stayed for good (dllm.healTypedWord,
+    # offered in the Settings UI, read by nobody).
+    merged = {k: v for k, v in properties.items()
+              if k not in ours and k.removeprefix("dllm.").split(".")[0] in EDITOR_SETTINGS}
     merged.update(ours)
     data["contributes"]["configuration"]["properties"] = merged
     settings_ts = repo / "editors" / "vscode" / "src" / "settings.ts"

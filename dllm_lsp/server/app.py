@@ -26,7 +26,7 @@ from dllm_lsp import __version__
 from dllm_lsp.model_folder import ModelLoadError
 from dllm_lsp.multisite.companion import APPLY_COMMAND
 from dllm_lsp.multisite.service import MultisiteService
-from dllm_lsp.options import OPTIONS, Options, SettingsError
+from dllm_lsp.options import EDITOR_SETTINGS, OPTIONS, Options, SettingsError
 
 from . import multisite_handlers as multisite
 from .completions import CompletionService
@@ -53,10 +53,6 @@ SECTION = "dllm"
 CONFIGURATION_WAIT_S = 2.0
 # A pull unanswered after this is given up, with a warning (pygls would keep it pending for ever).
 CONFIGURATION_GIVE_UP_S = 30.0
-# The editors' own settings that share the `dllm` section with the options (VS Code: dllm.enabled,
-# dllm.server.* with its token, dllm.streaming): a pulled section holds them, and they are not
-# misspelt options to warn about.
-EDITOR_SETTINGS = frozenset({"enabled", "server", "streaming"})
 OPTION_KEYS = frozenset(name for option in OPTIONS for name in (option.wire, option.field))
 
 
