@@ -27,15 +27,20 @@ from .params import describe
 log = logging.getLogger(__name__)
 
 
-class _QuietDeserializeErrors(logging.Filter):
-    """pygls logs every message whose params fail to deserialise with a screen of traceback before
-    raising; DllmProtocol.structure_message answers those itself (InvalidParams) and logs one line."""
+class _QuietRoutine(logging.Filter):
+    """Two of pygls' log records say nothing worth a line. It logs every message whose params fail
+    to deserialise with a screen of traceback before raising; DllmProtocol.structure_message
+    answers those itself (InvalidParams) and logs one line. And it warns of every $/cancelRequest
+    for a request already answered, which editors send all the time (an inline completion
+    cancelled as the next key is typed, its answer on the way): a warning per keystroke."""
+
+    QUIET = ("Unable to deserialize message", "Cancel notification for unknown message id")
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (isinstance(record.msg, str) and record.msg.startswith("Unable to deserialize message"))
+        return not (isinstance(record.msg, str) and record.msg.startswith(self.QUIET))
 
 
-logging.getLogger("pygls.protocol.json_rpc").addFilter(_QuietDeserializeErrors())
+logging.getLogger("pygls.protocol.json_rpc").addFilter(_QuietRoutine())
 
 _ANSWERED = object()   # a request already answered with an error while being read
 
