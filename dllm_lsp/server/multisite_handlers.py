@@ -122,7 +122,10 @@ async def apply_companion_edit(ls, *args: Any) -> dict:
     position = range_in_text(snapshot.text, found.offset, found.offset, codec)
     edit = workspace_edit_from(ls, uri, version, [types.TextEdit(range=position, new_text=found.text)])
     async with edit_turn(ls, uri):
-        stale = why_stale(ls, uri, version, snapshot, "before the import was sent")
+        # Checked only where the server sends it: a client without workspace/applyEdit gets the
+        # edit in the answer, versioned for the text it was found in, to apply or refuse itself.
+        stale = why_stale(ls, uri, version, snapshot, "before the import was sent") \
+            if why_edits_cannot_be_applied(ls) is None else None
         if stale is not None:
             return {"applied": False, "reason": stale}
         applied, reason = await ask_to_apply(ls, edit, "Add import", uri, snapshot)
