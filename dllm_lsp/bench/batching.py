@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                                   "its requests do not share steps")
     report = run_batching_bench(engine, counts, args.runs, args.span_tokens)
     if args.out:
-        write_out(args.out, json.dumps(report, indent=2) + "\n")
+        write_out(args.out, json.dumps(report, indent=2) + "\n", PROG)
     if args.json:
         print(json.dumps(report, indent=2))
     return 0

@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     text = json.dumps(result, indent=1)
     if a.out:
-        write_out(a.out, text + "\n")
+        write_out(a.out, text + "\n", "dllm-lsp bench block")
     if a.json or not a.out:
         print(text)
     return 0

@@ -677,7 +677,7 @@ def main(argv: list[str] | None = None) -> int:
     figures = run(args)
     text = json.dumps(figures, indent=2)
     if args.out:
-        write_out(args.out, text + "\n")
+        write_out(args.out, text + "\n", prog)
     print(text if args.json else summary(figures))
     return 0
 

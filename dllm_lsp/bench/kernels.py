@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     def save(report: dict) -> None:
         if args.out:
-            write_out(args.out, json.dumps(report, indent=2) + "\n")
+            write_out(args.out, json.dumps(report, indent=2) + "\n", "dllm-lsp bench kernels")
 
     report = run(args, save)
     save(report)

@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(counts) > 1:
         report["by_open_documents"] = {str(n): by_count[n] for n in counts}
     if args.out:
-        write_out(args.out, json.dumps(report, indent=2) + "\n")
+        write_out(args.out, json.dumps(report, indent=2) + "\n", prog)
     if args.json:
         print(json.dumps(report, indent=2))
     else:

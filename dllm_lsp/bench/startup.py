@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         return report_error("dllm-lsp bench startup", f"the server answered with an error: {exc}")
     text = json.dumps(result, indent=1)
     if args.out:
-        write_out(args.out, text + "\n")
+        write_out(args.out, text + "\n", "dllm-lsp bench startup")
     if args.json:
         print(text)
     else:

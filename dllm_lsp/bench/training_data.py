@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(result, indent=1)
     print(text)
     if a.out:
-        write_out(a.out, text + "\n")
+        write_out(a.out, text + "\n", PROG)
     return 0
 
 

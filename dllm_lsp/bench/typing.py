@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import math
 import random
@@ -49,7 +50,7 @@ from pathlib import Path
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
-from dllm_lsp.cli_errors import output_file, report as report_error, write_out
+from dllm_lsp.cli_errors import cannot_write, output_file, report as report_error, write_figure, write_out
 from dllm_lsp.lifetime import child_env, cleanup_on_termination
 from dllm_lsp.net import free_port
 from dllm_lsp.serving.local_cluster import RayCluster
@@ -506,6 +507,14 @@ def work_between(before: dict | None, after: dict | None, wall: float, batching:
     return out
 
 
+def matplotlib_importable() -> bool:
+    try:
+        importlib.import_module("matplotlib")   # optional: only the plot needs it
+    except ImportError:
+        return False
+    return True
+
+
 def plot(result: dict, png: Path) -> None:
     import matplotlib   # noqa: PLC0415  (optional: only the plot needs it)
 
@@ -541,9 +550,10 @@ def plot(result: dict, png: Path) -> None:
         ax.legend(fontsize=7)
     fig.suptitle(f"typing replay, {result['settings']['model'] or 'default model'} on {result['environment']['device']}")
     fig.tight_layout()
-    Path(png).parent.mkdir(parents=True, exist_ok=True)   # as --out: its missing folders are created
-    fig.savefig(png)
-    plt.close(fig)
+    try:
+        write_figure(fig, png)   # whole or not at all; as --out, its missing folders are created
+    finally:
+        plt.close(fig)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -688,6 +698,10 @@ async def bench_ray(args, clients: list[int], files: list[Path], log) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    # matplotlib is optional (the `test` extra has it, a plain install not): a --plot it cannot
+    # draw is refused before the run, as an unwritable --plot is, not after minutes of typing.
+    if args.plot and not matplotlib_importable():
+        return report_error("dllm-lsp bench typing", "--plot needs matplotlib (pip install matplotlib)")
     log = (lambda msg: print(msg, file=sys.stderr, flush=True))
     try:
         with cleanup_on_termination():   # SIGTERM / SIGHUP stop its servers and Ray cluster too
@@ -697,7 +711,7 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(result, indent=1)
     # The figures first: a plot that fails must not cost the run's JSON.
     if args.out:
-        write_out(args.out, text + "\n")
+        write_out(args.out, text + "\n", "dllm-lsp bench typing")
     if args.json or not args.out:
         print(text, flush=True)
     if args.plot:
@@ -705,6 +719,8 @@ def main(argv: list[str] | None = None) -> int:
             plot(result, args.plot)
         except ImportError:
             return report_error("dllm-lsp bench typing", "--plot needs matplotlib (pip install matplotlib)")
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
+            return report_error("dllm-lsp bench typing", f"--plot {cannot_write(args.plot, exc)}")
+        except ValueError as exc:     # a suffix that names no format matplotlib writes
             return report_error("dllm-lsp bench typing", f"cannot write --plot {args.plot}: {exc}")
     return 0

@@ -14,16 +14,15 @@ from __future__ import annotations
 import argparse
 import json
 import lzma
-import os
 import sys
-import tempfile
 from pathlib import Path
+
+# Each file written whole, then renamed onto its place: shared with the benchmarks' --out and plots.
+from dllm_lsp.cli_errors import replace_whole
 
 
 SAMPLES_SUFFIX = ".samples.json.xz"
 SAMPLES_KEY = "samples_file"
-UMASK = os.umask(0o022)     # the process's file-creation mask, read once (reading it sets it) at import,
-os.umask(UMASK)             # before any threads that create files run
 
 
 def samples_path(path: Path) -> Path:
@@ -55,27 +54,6 @@ def write_result(path: str | Path, full: dict) -> None:
     else:
         replace_whole(path, (json.dumps(summary, indent=1) + "\n").encode())
         sidecar.unlink(missing_ok=True)
-
-
-def replace_whole(path: Path, data: bytes) -> None:
-    """`data` written to a temporary file in `path`'s folder, then renamed onto `path` (atomic
-    there): `path` holds its old bytes or all the new ones, never a part."""
-    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False) as fh:
-        temporary = Path(fh.name)
-        try:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        except BaseException:
-            fh.close()
-            temporary.unlink(missing_ok=True)
-            raise
-    try:
-        os.chmod(temporary, 0o666 & ~UMASK)   # as a plain write would have made it (not mkstemp's 0600)
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
 
 
 def read_result(path: str | Path) -> dict:

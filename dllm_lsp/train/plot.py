@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from dllm_lsp.cli_errors import write_figure
+
 
 def read_log(path: Path) -> tuple[list[dict], list[dict]]:
     train, val = [], []
@@ -50,6 +52,8 @@ def plot_loss_curve(log_path: Path, png_path: Path, title: str = "training loss"
     ax.legend()
     fig.tight_layout()
     png_path = Path(png_path)
-    fig.savefig(png_path)
-    plt.close(fig)
+    try:
+        write_figure(fig, png_path)   # whole or not at all: a card never links half a PNG
+    finally:
+        plt.close(fig)
     return png_path
