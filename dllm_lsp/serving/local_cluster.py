@@ -89,6 +89,15 @@ class RayCluster:
         self.root.mkdir(parents=True, exist_ok=True)
         self.token_path.write_text(secrets.token_hex(32))
         self.token_path.chmod(0o600)
+        return self._start()
+
+    def restart(self) -> "RayCluster":
+        """Stop the cluster and start a new one at the same address with the same token (a head
+        node that came back): its clients reach it as they were configured, with nothing of the old."""
+        self.stop()
+        return self._start(same_ports=True)
+
+    def _start(self, same_ports: bool = False) -> "RayCluster":
         for attempt in range(START_TRIES):
             self.log = open(self.root / "ray-start.log", "w")
             # Through this module's main, which runs `ray` while this process lives.
@@ -103,7 +112,8 @@ class RayCluster:
                 return self
             except BaseException as exc:
                 self.stop()           # a head that never got ready (or a Ctrl-C) takes its processes along
-                if not isinstance(exc, RuntimeError) or attempt + 1 == START_TRIES or "port" not in str(exc):
+                if (not isinstance(exc, RuntimeError) or attempt + 1 == START_TRIES or "port" not in str(exc)
+                        or same_ports):
                     raise
                 self._draw_ports()        # another process took a port between the draw and the bind
         return self

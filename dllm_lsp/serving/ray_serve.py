@@ -31,6 +31,7 @@ import ray
 from ray import serve
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
 from ray.serve.exceptions import RayServeException
+from ray.serve import context as serve_context
 from tokenizers import Tokenizer
 
 from dllm_lsp.cli_errors import one_line
@@ -370,6 +371,33 @@ class RemoteEngine:
                                     f"({hint}): {one_line(exc)}") from exc
         self.denoiser = RemoteDenoiser(info)
         self.context_tokens = None
+        # Set when a request found the cluster's GCS gone. A cluster started again at the address
+        # is a new cluster to Ray: this driver's session and handle stay bound to the old one, and
+        # every request waited its whole timeout ("no answer within 120 s") for good. The next
+        # request after a loss joins the cluster afresh (_rejoin) instead.
+        self._lost = False
+        self._rejoin_lock = threading.Lock()
+
+    def _rejoin(self) -> None:
+        """Leave the lost cluster's session and join the one at the address now (RemoteUnavailable
+        while there is none, or no deployment on it: the next request tries again)."""
+        with self._rejoin_lock:
+            if not self._lost:
+                return                      # another request's thread rejoined meanwhile
+            log.warning("joining the Ray cluster at %s again (it was lost)", self.address)
+            ray.shutdown()
+            # Serve keeps its controller client across ray.shutdown and trusts it while the job id
+            # matches; a new cluster hands this driver the same job id as the old one did (both
+            # count from 1), so Serve went on asking the old cluster's controller ("Can't find
+            # actor ... from a different cluster"). Dropping the cached client (Serve on the
+            # cluster is untouched) makes it find the new cluster's controller by name.
+            serve_context._disconnect()
+            status = _app_status(self.address, self.app_name)
+            if status is None:
+                raise RemoteUnavailable(f"no {self.app_name!r} deployment serves on the Ray cluster at "
+                                        f"{self.address} ({_deploy_hint(self.address, self.app_name)})")
+            self.handle = serve.get_deployment_handle(DEPLOYMENT, app_name=self.app_name)
+            self._lost = False
 
     def infill(self, request: InfillRequest, settings: DecodeSettings = DecodeSettings(),
                cancel: CancelToken | None = None, on_step: Callable[[StepState], None] | None = None, *,
@@ -377,6 +405,8 @@ class RemoteEngine:
         """Blocking, like Engine.infill: raises Cancelled when `cancel` fires, RemoteUnavailable when
         no replica could serve after RETRIES tries."""
         cancel = cancel or CancelToken()
+        if self._lost:
+            self._rejoin()
         args = (request, settings, context_tokens, cache)
         last: Exception | None = None
         for attempt in range(1, RETRIES + 1):
@@ -426,6 +456,7 @@ class RemoteEngine:
             socket.create_connection((host or "127.0.0.1", int(port)), timeout=2).close()
         except OSError as exc:
             response.cancel()
+            self._lost = True
             raise RemoteUnavailable(f"the Ray cluster at {self.address} is gone ({exc})") from None
 
     def _stream(self, args: tuple, cancel: CancelToken, on_step: Callable[[StepState], None]) -> InfillResult:
