@@ -16,6 +16,7 @@ from lsprotocol import types
 from lsprotocol.converters import get_converter
 from server.lsp_harness import make_client, open_doc, stop_server, wait_loaded
 
+from dllm_lsp.bench.typing import plain
 from dllm_lsp.syntax.snapshot import Snapshot
 
 from .edits import apply_text_edits
@@ -80,17 +81,6 @@ class Editor:
     async def command(self, name: str, arguments: list) -> dict:
         return plain(await self.client.workspace_execute_command_async(
             types.ExecuteCommandParams(command=name, arguments=arguments)))
-
-
-def plain(value):
-    """Results of commands arrive as named tuples; read them as JSON."""
-    if hasattr(value, "_asdict"):
-        value = value._asdict()
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    return value
 
 
 async def start(tmp_path, options: dict, change_after_answer: bool = False) -> Editor:
