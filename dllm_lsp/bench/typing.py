@@ -50,7 +50,7 @@ from pathlib import Path
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
-from dllm_lsp.cli_errors import cannot_write, output_file, report as report_error, write_figure, write_out
+from dllm_lsp.cli_errors import output_file, report as report_error, write_figure, write_out
 from dllm_lsp.lifetime import child_env, cleanup_on_termination
 from dllm_lsp.net import free_port
 from dllm_lsp.serving.local_cluster import RayCluster
@@ -720,7 +720,7 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             return report_error("dllm-lsp bench typing", "--plot needs matplotlib (pip install matplotlib)")
         except OSError as exc:
-            return report_error("dllm-lsp bench typing", f"--plot {cannot_write(args.plot, exc)}")
+            return report_error("dllm-lsp bench typing", f"cannot write --plot {args.plot}: {exc.strerror or exc}")
         except ValueError as exc:     # a suffix that names no format matplotlib writes
             return report_error("dllm-lsp bench typing", f"cannot write --plot {args.plot}: {exc}")
     return 0

@@ -71,8 +71,9 @@ def out_of_memory(exc: BaseException) -> bool:
 
 
 # What torch's plain RuntimeErrors say when an allocation failed (the CPU allocator; cuBLAS's
-# handle or workspace on a full GPU, which torch does not raise as OutOfMemoryError).
-OUT_OF_MEMORY_WORDS = ("can't allocate memory", "CUBLAS_STATUS_ALLOC_FAILED")
+# handle or workspace on a full GPU, which torch does not raise as OutOfMemoryError; the other
+# backends' allocators, "MPS backend out of memory", "HIP out of memory").
+OUT_OF_MEMORY_WORDS = ("can't allocate memory", "CUBLAS_STATUS_ALLOC_FAILED", "out of memory")
 
 
 def growing_passes(request: InfillRequest, start: int, steps: int) -> int:

@@ -52,7 +52,7 @@ def test_plot_on_a_full_disk_keeps_the_json_and_the_old_png(tiny_model_dir, tmp_
                   limit=40_000)
     assert done.returncode == 1, done.stderr
     assert done.stderr.strip().splitlines()[-1] == (
-        f"dllm-lsp bench typing: error: --plot cannot write {png}: File too large")
+        f"dllm-lsp bench typing: error: cannot write --plot {png}: File too large")
     assert "Traceback" not in done.stderr
     assert json.loads(out.read_text())["settings"]["clients"] == [1]
     assert png.read_bytes() == OLD_PNG
