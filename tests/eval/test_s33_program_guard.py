@@ -59,7 +59,10 @@ SPIN = "import os\nopen('pid', 'w').write(str(os.getpid()))\nwhile True:\n    pa
 
 def evaluator(tmp_path, timeout: float) -> subprocess.Popen:
     """`run_programs` of two spinning programs in a process of its own, its programs' folders in tmp_path."""
-    script = (f"from dllm_lsp.eval.execution import run_programs\n"
+    # Ctrl-C raises KeyboardInterrupt there even when this test runs with SIGINT ignored (a shell's
+    # background job: its children start with it ignored, and Python then installs no handler).
+    script = (f"import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+              f"from dllm_lsp.eval.execution import run_programs\n"
               f"run_programs([{SPIN!r}] * 2, {timeout}, 2)\n")
     return subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "TMPDIR": str(tmp_path)},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
