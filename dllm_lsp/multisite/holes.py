@@ -8,7 +8,8 @@ A hole is a node the user left to be written later:
 - any language: a comment holding the marker (default `TODO`) that sits alone on its line,
   a block comment `/* TODO */` anywhere, and a leaf token spelled exactly like the marker.
 Python's placeholders are no holes where they are meant: stub bodies (STUB_DECORATORS,
-STUB_BASES, a `.pyi` file) and an except clause that swallows (SWALLOW_CLAUSES).
+STUB_BASES, a `.pyi` file), an except clause that swallows (SWALLOW_CLAUSES), a finished class's
+body (`class NotFound(Exception): pass`) and a method a subclass in the file overrides.
 A hole alone on its line is filled with statements (a multi-line slot); one inside an
 expression is filled with one line.
 """
@@ -70,6 +71,17 @@ STUB_FILE_SUFFIXES = (".pyi",)
 # (`except ImportError: pass`): a model's guess there (a `raise`, a log call) changes what the
 # code does, and every cursor in a function with such a clause was offered a fill.
 SWALLOW_CLAUSES = frozenset({"except_clause", "except_group_clause"})
+# A Python class whose body is only placeholders (and a docstring) is finished when it subclasses
+# something or is decorated: `class NotFound(Exception): pass`, `class Color(Enum): ...`, an empty
+# `@dataclass`. Each was a hole, and a fill wrote a model's guess into the class. (`class Empty:
+# pass`, neither, is still one; so is a marker comment in any of them.)
+EMPTY_BODY_TYPES = frozenset({"pass_statement", "expression_statement", "comment"})
+# Classes whose methods a subclass in the same file can override, and where a subclass names its
+# bases: a base class's method left `raise NotImplementedError` (or `pass`, or a TypeScript
+# `throw new Error("not implemented")`) that a subclass overrides is the base's abstract method or
+# no-op hook, and was offered as a hole.
+CLASS_TYPES = frozenset({"class_definition", "class_declaration", "class"})
+BASES_TYPES = frozenset({"argument_list", "class_heritage", "extends_clause"})
 
 
 @dataclass(frozen=True)
@@ -165,6 +177,7 @@ class _Finder:
         self.span_tokens = span_tokens
         self.line_tokens = line_tokens
         self._marker_is_a_name: bool | None = None
+        self._overridden: dict[str, set[str]] = {}   # a class's name -> the methods its subclasses define
 
     def holes_in(self, start: int, end: int) -> list[Site]:
         """Holes inside [start, end). Every hole's text holds one of a few words, so the scope's
@@ -201,17 +214,19 @@ class _Finder:
         kind = node.type
         if kind == "pass_statement" or (
                 kind == "expression_statement" and node.named_child_count == 1 and node.named_children[0].type == "ellipsis"):
-            return not self.in_stub(node) and not self.swallows(node)
+            return not self.in_stub(node) and not self.swallows(node) and not self.finished_class(node) \
+                and not self.overridden(node)
         if kind == "raise_statement":
             raised = node.named_children[0] if node.named_child_count else None
             return raised is not None and self.source.node_text(raised).startswith("NotImplementedError") \
-                and not self.in_stub(node)
+                and not self.in_stub(node) and not self.overridden(node)
         if kind == "macro_invocation":
             name = node.child_by_field_name("macro")
             # `std::todo!()`, `core::unimplemented!()`: the path's last segment names the macro
             return name is not None and self.source.node_text(name).rsplit("::", 1)[-1] in PLACEHOLDER_MACROS
         if kind == "throw_statement" or (kind in CALL_TYPES and self.callee_text(node) == "panic"):
-            return bool(self.placeholder_message.search(self.source.node_text(node)))
+            return bool(self.placeholder_message.search(self.source.node_text(node))) \
+                and not (kind == "throw_statement" and self.overridden(node))
         if kind in COMMENT_TYPES:
             return self.is_marker_comment(node)
         if node.child_count == 0 and node.is_named and "string" not in kind:
@@ -237,6 +252,60 @@ class _Finder:
                 bases = scope.child_by_field_name("superclasses")
                 return bases is not None and any(self.last_name(b) in STUB_BASES for b in bases.named_children)
         return False
+
+    def finished_class(self, node: tree_sitter.Node) -> bool:
+        """Whether the `pass` / `...` statement `node` stands in the body of a Python class that
+        holds nothing else (a docstring, comments) and subclasses something or is decorated
+        (EMPTY_BODY_TYPES)."""
+        block = node.parent
+        owner = block.parent if block is not None and block.type == "block" else None
+        if owner is None or owner.type != "class_definition":
+            return False
+        for statement in block.named_children:
+            if statement.type not in EMPTY_BODY_TYPES or (statement.type == "expression_statement" and not (
+                    statement.named_child_count == 1 and statement.named_children[0].type in ("ellipsis", "string"))):
+                return False
+        bases = owner.child_by_field_name("superclasses")
+        decorated = owner.parent is not None and owner.parent.type == "decorated_definition"
+        return decorated or (bases is not None and bases.named_child_count > 0)
+
+    def overridden(self, node: tree_sitter.Node) -> bool:
+        """Whether the placeholder `node` stands in a method that a subclass in the same file
+        overrides (CLASS_TYPES): the base's abstract method or hook, not a body to write."""
+        method = next((a for a in ancestors(node) if a.type in FUNCTION_TYPES), None)
+        # the class right around the method (a function nested in a method is no method)
+        owner = next((a for a in ancestors(method) if a.type in FUNCTION_TYPES | CLASS_TYPES), None) \
+            if method is not None else None
+        if owner is None or owner.type not in CLASS_TYPES:
+            return False
+        method_name, class_name = method.child_by_field_name("name"), owner.child_by_field_name("name")
+        if method_name is None or class_name is None:
+            return False
+        return self.source.node_text(method_name) in self.overridden_methods(class_name)
+
+    def overridden_methods(self, class_name: tree_sitter.Node) -> set[str]:
+        """The names of the methods that the classes naming `class_name` as a base define."""
+        name = self.source.node_text(class_name)
+        if name not in self._overridden:
+            methods: set[str] = set()
+            text = self.source.text
+            for match in re.finditer(rf"(?<!\w){re.escape(name)}(?!\w)", text):
+                use = self.source.smallest_node(match.start(), match.end())
+                bases = next((a for a in itertools.islice(ancestors(use), 3) if a.type in BASES_TYPES), None)
+                # python: class_definition > argument_list; ts: class_declaration > class_heritage > extends_clause
+                subclass = next((a for a in itertools.islice(ancestors(bases), 2) if a.type in CLASS_TYPES), None) \
+                    if bases is not None else None
+                if subclass is None:
+                    continue
+                body = subclass.child_by_field_name("body")
+                for member in body.named_children if body is not None else ():
+                    if member.type == "decorated_definition":
+                        member = member.child_by_field_name("definition") or member
+                    member_name = member.child_by_field_name("name") if member.type in FUNCTION_TYPES else None
+                    if member_name is not None:
+                        methods.add(self.source.node_text(member_name))
+            self._overridden[name] = methods
+        return self._overridden[name]
 
     @staticmethod
     def swallows(node: tree_sitter.Node) -> bool:

@@ -3,9 +3,9 @@
 The change is found by comparing the document with its earlier versions (newest first, so a
 rename typed one keystroke at a time is found once the new name is complete):
 - **rename** of an identifier (a parameter, a local, a function name): the other references
-  of the old name in its scope (the enclosing function; the whole file for a function's own
-  name, where only call sites count) and whole-word mentions in the function's docstring or
-  doc comment get the new name. This part is deterministic: no model involved.
+  of the old name's binding by scope rules (`Bindings`: the enclosing function; for a function's
+  own name the scope that holds it, where it is used as a value too) and whole-word mentions
+  in the function's docstring or doc comment get the new name. This part is deterministic: no model involved.
 - **signature** change (a parameter added or removed): every call site of the function in the
   file has its argument list masked; the model fills them jointly, conditioned on the new
   signature, and `sites.settle` keeps an argument list unchanged when its fill does not parse.
@@ -20,7 +20,8 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
-from urllib.parse import unquote
+from pathlib import PurePosixPath
+from urllib.parse import unquote, urlsplit
 
 import tree_sitter
 
@@ -63,7 +64,38 @@ SHORTHAND_TYPES = frozenset({"shorthand_field_initializer", "shorthand_property_
 # a class is the module's function), only `self.area()`, `this.area()` or `Self::area()` do.
 CLASS_BODY_TYPES = frozenset({"class_definition", "class_body", "class_declaration", "class", "impl_item",
                               "trait_item", "declaration_list", "interface_body"})
-RECEIVERS = frozenset({"self", "this", "Self"})
+RECEIVERS = frozenset({"self", "cls", "this", "Self"})
+# A method named through its receiver without a call (`key=self.area`, `[1].map(this.area)`,
+# `.map(Self::area)`) is the method too; Rust's `self.area` and Go's `s.Area` read a field.
+RECEIVER_VALUE_TYPES = frozenset({"attribute", "member_expression", "scoped_identifier"})
+# Scopes a name can be bound in besides functions: a comprehension's `for` targets, and a Python
+# class body's names (seen from that body only: its methods do not see them).
+COMPREHENSION_TYPES = frozenset({"list_comprehension", "set_comprehension", "dictionary_comprehension",
+                                 "generator_expression"})
+# Children of a function (a class) that are its own scope: its body and its parameters' names. Its
+# name, decorators, return type, superclasses and parameter defaults are seen from outside.
+OWN_SCOPE_FIELDS = frozenset({"body", "parameters", "parameter", "receiver"})
+# Where an identifier is a name being bound (declared, or in Python assigned) in its scope, and
+# the patterns it can stand in there (`a, b = ...`, `let (a, b) = ...`, `const [a] = ...`). An
+# assignment in JS, Rust or Go assigns the outer name, so only Python's count.
+BINDING_FIELDS = frozenset({
+    ("assignment", "left"), ("augmented_assignment", "left"), ("for_statement", "left"),       # python
+    ("for_in_clause", "left"), ("named_expression", "name"), ("as_pattern", "alias"),
+    ("function_definition", "name"), ("class_definition", "name"), ("aliased_import", "alias"),
+    ("variable_declarator", "name"), ("for_in_statement", "left"), ("catch_clause", "parameter"),  # js / ts
+    ("function_declaration", "name"), ("generator_function_declaration", "name"), ("class_declaration", "name"),
+    ("let_declaration", "pattern"), ("let_condition", "pattern"), ("function_item", "name"),      # rust
+    ("short_var_declaration", "left"), ("var_spec", "name"), ("const_spec", "name"),               # go
+    ("range_clause", "left"),
+})
+PATTERN_TYPES = frozenset({
+    "pattern_list", "tuple_pattern", "list_pattern", "tuple", "list", "parenthesized_expression",
+    "list_splat_pattern", "as_pattern_target", "expression_list", "array_pattern", "rest_pattern",
+    "assignment_pattern", "object_pattern", "pair_pattern", "tuple_struct_pattern", "ref_pattern", "mut_pattern",
+})
+# Python's declarations that a function's name is its enclosing scope's (`global x`, `nonlocal x`).
+NOT_LOCAL_TYPES = frozenset({"global_statement", "nonlocal_statement"})
+IMPORT_TYPES = frozenset({"import_statement", "import_from_statement", "future_import_statement", "use_declaration"})
 # Names this short are matched in a function's documentation only where the text marks them
 # as a name (`a`, :param a:, @param a): as plain words they are the English article and the like.
 SHORT_NAME_CHARS = 2
@@ -107,6 +139,16 @@ class EditHistory:
     def earlier(self, uri: str, current: str) -> list[str]:
         """Earlier texts, newest first, without the current text."""
         return [t for t in reversed(self._versions.get(unquote(uri), ())) if t != current]
+
+
+def module_name(uri: str) -> str | None:
+    """The Python module name of the document at `uri` (`shapes` for file:///p/shapes.py, the
+    package's for its `__init__.py`), which an import of the file from itself names; None when
+    the URI names no .py file."""
+    path = PurePosixPath(unquote(urlsplit(uri).path))
+    if path.suffix.lower() not in (".py", ".pyi"):
+        return None
+    return path.parent.name if path.stem == "__init__" else path.stem
 
 
 @dataclass
@@ -322,25 +364,19 @@ def comment_right_above(source: Snapshot, comment: tree_sitter.Node, below: int)
     return not text[line_start:start].strip() and not gap.strip() and breaks == 1
 
 
-def rename_edits(new: Snapshot, change: Change) -> list[Outcome]:
+def rename_edits(new: Snapshot, change: Change, module_name: str | None = None) -> list[Outcome]:
+    """The deterministic edits that follow a rename. `module_name`: the file's module name (its
+    stem), so that `from <it> import old` names the renamed function itself."""
     site = identifier_at(new, change.start, change.end, change.new_name)
     if site is None:
         return []
     old_name, new_name = change.old_name, change.new_name
+    names = Bindings(new, old_name, module_name)
     function = declared_function(site)
     if function is not None:
-        return call_renames(new, function, old_name, new_name)
+        return function_renames(new, names, function, new_name)
     scope = enclosing(site, FUNCTION_TYPES) or new.root
-    edits: list[Outcome] = []
-    for node in word_nodes(new, old_name, new.start(scope), new.end(scope)):
-        if shadowed(new, node, scope, old_name) or class_member_name(node):
-            continue
-        if node.type in SHORTHAND_TYPES or (node.parent is not None and node.parent.type in SHORTHAND_TYPES):
-            # `Rect { width }` / `{ width }`: the field keeps its name, the value is the variable
-            edits.append(Outcome(new.start(node), new.end(node), f"{old_name}: {new_name}",
-                                 f"reference to {old_name}", "rename"))
-        elif is_reference(new, node, old_name):
-            edits.append(Outcome(new.start(node), new.end(node), new_name, f"reference to {old_name}", "rename"))
+    edits = names.references(scope, new_name)
     if enclosing(site, PARAMETER_LIST_TYPES) is not None and scope is not new.root:
         word = documentation_word(old_name)
         for doc in documentation_nodes(new, scope):
@@ -352,16 +388,187 @@ def rename_edits(new: Snapshot, change: Change) -> list[Outcome]:
     return without_overlaps(edits)
 
 
-def shadowed(source: Snapshot, node: tree_sitter.Node, scope: tree_sitter.Node, name: str) -> bool:
-    """Whether `node` stands in a function inside `scope` that has a parameter called `name` of
-    its own: there the name is that parameter. Renaming a module's `name` renamed
-    `def greet(name)`'s parameter and its uses too."""
-    for function in ancestors(node):
-        if function.id == scope.id:
-            return False
-        if function.type in FUNCTION_TYPES and declares_parameter(source, function, name):
+class Bindings:
+    """Which identifiers spelled `name` stand for the one binding a rename starts from, by the
+    scope rules of the grammars: a function (lambda, closure, comprehension, Python class body)
+    that binds the name itself (a parameter, a local, a nested def, an import) holds another
+    thing there, and a name imported from another module is that module's. (Only parameters were
+    modelled: a function's rename followed its calls only, and `map(area, xs)`, `key=area`,
+    `@area` kept the old name; a variable's rename reached a local of the same name elsewhere.)"""
+
+    def __init__(self, source: Snapshot, name: str, module_name: str | None = None) -> None:
+        self.source = source
+        self.name = name
+        self.module_name = module_name
+        self._binds: dict[int, bool] = {}   # scope node id -> whether it binds `name` itself
+
+    def references(self, scope: tree_sitter.Node, new_name: str) -> list[Outcome]:
+        """The edits renaming every reference of `scope`'s own `name` inside `scope`."""
+        edits = []
+        source, old_name = self.source, self.name
+        for node in word_nodes(source, old_name, source.start(scope), source.end(scope)):
+            if class_member_name(node) or self.import_role(node) not in (None, "self") \
+                    or self.shadowed(node, scope):
+                continue
+            edit = self.edit(node, new_name)
+            if edit is not None:
+                edits.append(edit)
+        return edits
+
+    def class_references(self, owner: tree_sitter.Node, new_name: str) -> list[Outcome]:
+        """A Python method's name as the class body itself reads it (not its methods, which do
+        not see the class's names): `@area.setter`, `alias = area`, and the other definitions
+        of the name there (the property's setter, the `@overload` variants)."""
+        body = owner.child_by_field_name("body")
+        if body is None:
+            return []
+        edits = []
+        for node in word_nodes(self.source, self.name, self.source.start(body), self.source.end(body)):
+            scope = self.scope_of(node)
+            if scope is None or scope.id != owner.id or self.import_role(node) not in (None, "self"):
+                continue
+            edit = self.edit(node, new_name)
+            if edit is not None:
+                edits.append(edit)
+        return edits
+
+    def edit(self, node: tree_sitter.Node, new_name: str) -> Outcome | None:
+        source, old_name = self.source, self.name
+        if node.type in SHORTHAND_TYPES or (node.parent is not None and node.parent.type in SHORTHAND_TYPES):
+            # `Rect { width }` / `{ width }`: the field keeps its name, the value is the variable
+            return Outcome(source.start(node), source.end(node), f"{old_name}: {new_name}",
+                           f"reference to {old_name}", "rename")
+        if is_reference(source, node, old_name):
+            called = node.parent is not None and node.parent.type in CALL_TYPES and field_name(node) == "function"
+            return Outcome(source.start(node), source.end(node), new_name,
+                           f"{'call of' if called else 'reference to'} {old_name}", "rename")
+        return None
+
+    def shadowed(self, node: tree_sitter.Node, scope: tree_sitter.Node) -> bool:
+        """Whether `node` stands, inside `scope`, in a function (comprehension, Python class body)
+        that binds the name itself: there the name is that binding. A Python class body's names
+        are seen from the body only, not from the functions in it."""
+        child, in_function = node, False
+        for outer in ancestors(node):
+            if outer.id == scope.id:
+                return False
+            if self.is_scope(outer) and self.own_part(outer, child, node):
+                if not (in_function and outer.type == "class_definition") and self.binds(outer):
+                    return True
+                in_function = in_function or outer.type != "class_definition"
+            child = outer
+        return False
+
+    @staticmethod
+    def is_scope(node: tree_sitter.Node) -> bool:
+        return node.type in FUNCTION_TYPES or node.type in COMPREHENSION_TYPES or node.type == "class_definition"
+
+    @staticmethod
+    def own_part(scope: tree_sitter.Node, child: tree_sitter.Node, node: tree_sitter.Node) -> bool:
+        """Whether `node`, under `scope`'s child `child`, is read in `scope` (its body, its
+        parameters' names) rather than in the scope around it (its name, decorators, defaults)."""
+        if scope.type in COMPREHENSION_TYPES:
             return True
-    return False
+        part = field_name(child)
+        if part not in OWN_SCOPE_FIELDS:
+            return False
+        if part in ("parameters", "parameter") and child.id != node.id:
+            inside = [node, *itertools.takewhile(lambda a: a.id != child.id, ancestors(node))]
+            return not any(field_name(a) in NOT_PARAMETER_FIELDS for a in inside)
+        return True
+
+    def scope_of(self, node: tree_sitter.Node) -> tree_sitter.Node | None:
+        """The innermost scope `node` is read (or bound) in; None for the file's."""
+        child = node
+        for outer in ancestors(node):
+            if self.is_scope(outer) and self.own_part(outer, child, node):
+                return outer
+            child = outer
+        return None
+
+    def binds(self, scope: tree_sitter.Node) -> bool:
+        if scope.id not in self._binds:
+            parameter = scope.type in FUNCTION_TYPES and declares_parameter(self.source, scope, self.name)
+            self._binds[scope.id] = parameter or self.declares_local(scope)
+        return self._binds[scope.id]
+
+    def declares_local(self, scope: tree_sitter.Node) -> bool:
+        """Whether `scope` binds the name in its own body (not in a scope inside it), and Python's
+        `global` / `nonlocal` does not hand it to the scope around."""
+        body = scope if scope.type in COMPREHENSION_TYPES else scope.child_by_field_name("body")
+        if body is None:
+            return False
+        found = False
+        for node in word_nodes(self.source, self.name, self.source.start(body), self.source.end(body)):
+            if node.type not in IDENTIFIER_TYPES and node.type not in SHORTHAND_TYPES:
+                continue
+            owner = self.scope_of(node)
+            if owner is None or owner.id != scope.id:
+                continue
+            if node.parent is not None and node.parent.type in NOT_LOCAL_TYPES:
+                return False
+            found = found or self.is_binding(node)
+        return found
+
+    def is_binding(self, node: tree_sitter.Node) -> bool:
+        """Whether the identifier `node` is bound where it stands (declared, imported, or in Python
+        assigned). An import of the renamed function from this very file binds the same thing."""
+        role = self.import_role(node)
+        if role is not None:
+            return role == "binds"
+        target = node
+        while target.parent is not None and target.parent.type in PATTERN_TYPES:
+            target = target.parent
+        return target.parent is not None and (target.parent.type, field_name(target)) in BINDING_FIELDS
+
+    def import_role(self, node: tree_sitter.Node) -> str | None:
+        """For a name in an import: "binds" (the name it brings into the scope, another module's
+        thing), "self" (a name imported from this very file, `from shapes import area` in
+        shapes.py: the renamed function itself), "foreign" (a module path, or another module's
+        name imported under an alias); None outside imports."""
+        statement = enclosing(node, IMPORT_TYPES)
+        if statement is None:
+            return None
+        parent = node.parent
+        holder = parent.parent if parent is not None and parent.type == "dotted_name" else parent
+        if holder is None:
+            return "binds"
+        if holder.type in ("aliased_import", "import_specifier") and holder.child_by_field_name("alias") is not None:
+            if field_name(node) == "alias":
+                return "binds"
+            return "self" if self.imports_self(statement) else "foreign"
+        if parent.type == "dotted_name":
+            if holder.type == "relative_import" or field_name(parent) == "module_name":
+                return "foreign"
+            if statement.type == "import_from_statement":
+                return "self" if self.imports_self(statement) else "binds"
+            return "binds" if parent.named_children[0].id == node.id else "foreign"   # `import a.b` binds `a`
+        return "binds"
+
+    def imports_self(self, statement: tree_sitter.Node) -> bool:
+        """Whether the Python `from M import ...` imports from this very file (M's last part is
+        the file's module name)."""
+        module = statement.child_by_field_name("module_name")
+        if self.module_name is None or module is None or statement.type != "import_from_statement":
+            return False
+        return self.source.node_text(module).lstrip(".").rsplit(".", 1)[-1] == self.module_name
+
+
+def function_renames(new: Snapshot, names: Bindings, function: tree_sitter.Node, new_name: str) -> list[Outcome]:
+    """The references that follow a renamed function. A module's or a nested function's: every
+    reference of its name in the scope that holds it, calls or not (`map(area, xs)`, `key=area`,
+    `@area`), but not where a function there binds the name itself, nor another module's name
+    in an import. A method's: `self.old(...)`, `this.old(...)`, `Self::old(...)` in its class, also
+    as a value (`key=self.old`; a bare `old()` there is another function), and in a Python class
+    body the name as that body reads it."""
+    owner = method_class(function)
+    if owner is None:
+        scope = enclosing(function, FUNCTION_TYPES) or new.root
+        return without_overlaps(names.references(scope, new_name))
+    edits = receiver_references(new, owner, names.name, new_name)
+    if owner.type == "class_definition":
+        edits += names.class_references(owner, new_name)
+    return without_overlaps(edits)
 
 
 def declares_parameter(source: Snapshot, function: tree_sitter.Node, name: str) -> bool:
@@ -391,27 +598,21 @@ def class_member_name(node: tree_sitter.Node) -> bool:
         and method_class(definition) is not None
 
 
-def call_renames(new: Snapshot, function: tree_sitter.Node, old_name: str, new_name: str) -> list[Outcome]:
-    """The calls that follow a renamed function: for a method, `self.old(...)`, `this.old(...)`
-    and `Self::old(...)` in its class (a bare `old()` there calls another function); for a nested
-    function, the bare calls in the function that holds it; else the bare calls in the file."""
-    owner = method_class(function)
-    scope = owner or enclosing(function, FUNCTION_TYPES) or new.root
+def receiver_references(new: Snapshot, owner: tree_sitter.Node, old_name: str, new_name: str) -> list[Outcome]:
+    """A method named through its receiver in its class: `self.old(...)`, `this.old(...)`,
+    `Self::old(...)`, and as a value (`key=self.old`, `.map(Self::old)`) where the grammar's
+    access is not a field's (Rust `self.old`, Go `s.Old` without a call read a field)."""
     edits = []
-    for node in word_nodes(new, old_name, new.start(scope), new.end(scope)):
-        call = node.parent
-        if owner is None:
-            if call is None or call.type not in CALL_TYPES or not is_reference(new, node, old_name) \
-                    or field_name(node) != "function":
-                continue
-        else:
-            callee = node.parent
-            call = callee.parent if callee is not None else None
-            if call is None or call.type not in CALL_TYPES or field_name(callee) != "function" \
-                    or not callee.named_child_count or callee.named_children[-1].id != node.id \
-                    or new.node_text(callee.named_children[0]) not in RECEIVERS:
-                continue
-        edits.append(Outcome(new.start(node), new.end(node), new_name, f"call of {old_name}", "rename"))
+    for node in word_nodes(new, old_name, new.start(owner), new.end(owner)):
+        callee = node.parent
+        if callee is None or not callee.named_child_count or callee.named_children[-1].id != node.id \
+                or callee.named_children[0].id == node.id or new.node_text(callee.named_children[0]) not in RECEIVERS:
+            continue
+        call = callee.parent
+        called = call is not None and call.type in CALL_TYPES and field_name(callee) == "function"
+        if called or callee.type in RECEIVER_VALUE_TYPES:
+            edits.append(Outcome(new.start(node), new.end(node), new_name,
+                                 f"{'call of' if called else 'reference to'} {old_name}", "rename"))
     return edits
 
 
@@ -489,14 +690,16 @@ def call_sites(new: Snapshot, change: Change, line_tokens: int) -> list[Site]:
 
 def plan_next_edits(
     history: list[str], current: str, language_id: str, line_tokens: int = 32, near: tuple[int, int] | None = None,
-    tree=None,
+    tree=None, module_name: str | None = None,
 ) -> NextEditsPlan | None:
     """The newest earlier version from which the current text differs by one recognised change
     that has related sites to update; None when there is none.
 
     Renames between an identifier and a prefix of it ("s" -> "size") are tried last: they are
     usually the half-typed name, not the name before the change. `near`: [start, end] of the
-    cursor's line; only a change that touches it counts."""
+    cursor's line; only a change that touches it counts. `module_name`: the file's module name
+    (`shapes` for shapes.py), which a Python import of a renamed function from the file itself
+    names."""
     new = Snapshot.parse(current, language_id, tree)
     if new.tree is None:
         return None
@@ -510,7 +713,7 @@ def plan_next_edits(
             if near is not None and not (change.start <= near[1] and near[0] <= change.end):
                 continue
             if change.kind == "rename":
-                edits = rename_edits(new, change)
+                edits = rename_edits(new, change, module_name)
                 if edits:
                     return NextEditsPlan(change, renames=edits)
             else:

@@ -16,7 +16,7 @@ from dllm_lsp.syntax.languages import language_name
 from dllm_lsp.syntax.snapshot import Snapshot
 
 from .holes import DEFAULT_MARKER, find_holes
-from .next_edits import Change, EditHistory, plan_next_edits
+from .next_edits import Change, EditHistory, module_name, plan_next_edits
 from .sites import Outcome, Site, check_sites, joint_request, settle
 
 # Context tokens left for the text around the sites, at the least, before sites are dropped.
@@ -102,9 +102,12 @@ class MultisiteService:
         earlier = self.history.earlier(uri, text)
         # a change on the cursor's line first, else the most recent change anywhere
         plan = None
+        module = module_name(uri)   # `from <this file> import old` names the renamed function itself
         if near is not None:
-            plan = await asyncio.to_thread(plan_next_edits, earlier, text, language_id, line_tokens, near, tree)
-        plan = plan or await asyncio.to_thread(plan_next_edits, earlier, text, language_id, line_tokens, tree=tree)
+            plan = await asyncio.to_thread(plan_next_edits, earlier, text, language_id, line_tokens, near, tree,
+                                           module)
+        plan = plan or await asyncio.to_thread(plan_next_edits, earlier, text, language_id, line_tokens, tree=tree,
+                                               module_name=module)
         if plan is None:
             return NextEditsReport(None)
         outcomes = list(plan.renames)

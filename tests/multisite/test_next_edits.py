@@ -65,12 +65,13 @@ def test_added_parameter_masks_every_call_site(language):
     assert all(s.single_line and s.max_tokens == 12 for s in plan.sites)
 
 
-def test_function_rename_renames_its_calls_only():
+def test_function_rename_renames_its_references():
+    # Every reference to the function's binding, not its calls alone (`x = area` kept the old name).
     before = "def area(w):\n    return w\n\n\nprint(area(1))\nx = area\n"
     after = before.replace("def area", "def surface")
     plan = plan_next_edits([before], after, "python")
-    assert [after[e.start:e.end] for e in plan.renames] == ["area"]
-    assert apply_outcomes(after, plan.renames) == after.replace("print(area", "print(surface")
+    assert [after[e.start:e.end] for e in plan.renames] == ["area", "area"]
+    assert apply_outcomes(after, plan.renames) == after.replace("area", "surface")
 
 
 def test_no_change_or_unrelated_change_gives_no_plan():
