@@ -21,8 +21,9 @@ log() { printf '[editors-setup] %s\n' "$*"; }
 # chromium: the browser Playwright drives; libkrb5-dev: code-server's `kerberos` native module;
 # ripgrep: seeds @vscode/ripgrep (its postinstall would download from GitHub); build tools for
 # the other native modules of code-server; tmux + aha: the Neovim tests run nvim in a real
-# terminal and turn its screen into the screenshots.
-APT_PACKAGES=(chromium libkrb5-dev ripgrep build-essential python3 fonts-dejavu-core tmux aha)
+# terminal and turn its screen into the screenshots; strace: the training test that reads a model
+# folder's save's real fsync and rename calls (tests/train/test_s34_train_durable_save.py).
+APT_PACKAGES=(chromium libkrb5-dev ripgrep build-essential python3 fonts-dejavu-core tmux aha strace)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

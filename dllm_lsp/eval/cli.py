@@ -15,11 +15,11 @@ from dllm_lsp.cli_errors import output_file, report as report_error
 from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import CONFIDENCE_KINDS
 from dllm_lsp.lifetime import cleanup_on_termination
-from dllm_lsp.loader import ModelLoadError, load_model
+from dllm_lsp.loader import ModelLoadError, load_model, resolve_model_path
 from dllm_lsp.options import DecodeOptions, Options, PlannerOptions
 
 from .infilling import MODES, evaluate
-from .results import write_result
+from .results import WEIGHTS_KEY, weights_identity, weights_label, write_result
 from .tasks import benchmark_name, load_tasks, resolve_data, spread_order, spread_subset
 
 GPU_CONCURRENCY = 16
@@ -169,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             raise ValueError(f"{str(exc).replace('contextTokens', '--context')}, not {a.context}") from None
         denoiser = load_model(a.model, a.device)
-    except (ValueError, ModelLoadError) as exc:
+        # Hashed once a run, after the load: the weights this run's figures are of.
+        weights = weights_identity(resolve_model_path(a.model, denoiser.device.type))
+    except (ValueError, ModelLoadError, OSError) as exc:
         return report_error("dllm-lsp eval", exc)
     # SIGTERM and SIGHUP end the run as Ctrl-C does (their default ended it on the spot: its
     # running programs spun on in sessions of their own), and an interrupted run says that it
@@ -191,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
             by_mode = {r.mode: r for r in results}
             headline = by_mode.get("unknown", results[0])
             summary = {
-                "benchmark": name, "data": str(path), "model": denoiser.name, "device": str(denoiser.device),
+                "benchmark": name, "data": str(path), "model": denoiser.name, WEIGHTS_KEY: weights,
+                "device": str(denoiser.device),
                 "pass@1": round(headline.pass_at_1, 4), "tasks": len(tasks), "unknown_slot_tokens": unknown,
                 "settings": {"steps": a.steps, "threshold": a.threshold, "confidence": a.confidence,
                              "remask_below": a.remask_below, "ends_in_order": a.ends_in_order,
@@ -218,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(summary))
             else:
                 print(table(name, results))
+                print(f"\nmodel: {weights_label(summary)}")
                 for r in results:
                     if r.confidence is not None:
                         print(f"{r.mode}: confidence tells passing from failing with AUROC {r.confidence['auroc_mean']} "

@@ -12,6 +12,7 @@ twentieth of that. So `NAME.json` keeps the figures and names its samples file, 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import lzma
 import sys
@@ -21,6 +22,41 @@ from pathlib import Path
 from dllm_lsp.cli_errors import replace_whole
 
 
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file, read in chunks (a model's weights need not fit in memory twice)."""
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def weights_identity(folder: Path) -> dict:
+    """What tells one model's weights from another's in an eval result: the folder's name, the
+    sha256 of its weight files (`*.safetensors`) and of its config.json. One weights file's hash is
+    the file's own (`sha256sum model.safetensors` checks it); several files' is the sha256 of their
+    `sha256sum` lines, sorted by name. Results recorded only the folder's name, so two runs on
+    different weights saved to the same folder (a model trained on) could not be told apart."""
+    folder = Path(folder)
+    files = {path.name: file_sha256(path) for path in sorted(folder.glob("*.safetensors")) if path.is_file()}
+    if len(files) == 1:
+        combined = next(iter(files.values()))
+    elif files:
+        combined = hashlib.sha256("".join(f"{digest}  {name}\n" for name, digest in files.items()).encode()).hexdigest()
+    else:
+        combined = None    # a checkpoint without safetensors (a .bin one): its config still says something
+    config = folder / "config.json"
+    return {"folder": folder.name, "sha256": combined, "files": files,
+            "config_sha256": file_sha256(config) if config.is_file() else None}
+
+
+def weights_label(result: dict) -> str:
+    """`FOLDER weights sha256:0123456789ab` for a result that records its weights; a result
+    written before they were recorded: `FOLDER (weights not recorded)`."""
+    weights = result.get(WEIGHTS_KEY)
+    if not isinstance(weights, dict) or not weights.get("sha256"):
+        return f"{result.get('model', '?')} (weights not recorded)"
+    return f"{weights.get('folder', result.get('model', '?'))} weights sha256:{weights['sha256'][:12]}"
+
+
+WEIGHTS_KEY = "weights"
 SAMPLES_SUFFIX = ".samples.json.xz"
 SAMPLES_KEY = "samples_file"
 

@@ -8,6 +8,8 @@ import json
 import shutil
 from pathlib import Path
 
+from dllm_lsp.eval.results import WEIGHTS_KEY, weights_identity, weights_label
+
 from .plot import plot_loss_curve
 
 
@@ -38,7 +40,17 @@ def corpus_section(stats: dict) -> list[str]:
     return lines
 
 
-def eval_section(evals: list[dict]) -> list[str]:
+def evaluated_weights(e: dict, own_sha256: str | None) -> str:
+    """Which weights an eval ran on, flagged when they are not the folder's: an eval written into
+    the folder stays there through later training (a save carries the folder's files over)."""
+    label = weights_label(e)
+    theirs = (e.get(WEIGHTS_KEY) or {}).get("sha256") if isinstance(e.get(WEIGHTS_KEY), dict) else None
+    if theirs and own_sha256 and theirs != own_sha256:
+        label += f", NOT this folder's weights (sha256:{own_sha256[:12]}): evaluated before later training"
+    return label
+
+
+def eval_section(evals: list[dict], own_sha256: str | None = None) -> list[str]:
     if not evals:
         return ["## Evaluation", "", "Not evaluated yet.", ""]
     lines = ["## Evaluation (HumanEval-Infilling, greedy pass@1, executed)", "",
@@ -61,7 +73,8 @@ def eval_section(evals: list[dict]) -> list[str]:
         lines.append(f"- {e['benchmark']}: `{e.get('command', 'dllm-lsp eval humaneval-infilling')}` "
                      f"(steps {s.get('steps')}, threshold {s.get('threshold')}, device {e.get('device')}"
                      + (f", length gap {e['length_gap_points']} points" if "length_gap_points" in e else "")
-                     + (f", {e['wall_seconds'] / 60:.1f} min wall" if "wall_seconds" in e else "") + ")")
+                     + (f", {e['wall_seconds'] / 60:.1f} min wall" if "wall_seconds" in e else "")
+                     + f"; {evaluated_weights(e, own_sha256)})")
     lines.append("")
     return lines
 
@@ -163,7 +176,7 @@ def write_card(model_dir: Path, corpus_dir: Path | None, eval_files: list[Path],
     ]
     lines += runs_section(runs)
     lines += loss_curve_section(model_dir, title, runs)
-    lines += eval_section(evals)
+    lines += eval_section(evals, weights_identity(model_dir)["sha256"] if evals else None)
     if closing:
         lines += [closing, ""]
     path = model_dir / "MODEL_CARD.md"

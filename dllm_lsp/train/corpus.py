@@ -130,13 +130,15 @@ def check_corpus_options(opts: CorpusOptions, out_dir: Path) -> None:
 def build_corpus(opts: CorpusOptions, out_dir: Path, log=print) -> dict:
     out_dir = Path(out_dir)
     check_corpus_options(opts, out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     sources = collect_sources(opts)
     if not sources:
         raise ValueError("no permissively licensed source files found in the given folders")
     random.Random(opts.seed).shuffle(sources)   # a byte cap then keeps a random sample, not the first folder
     signatures = benchmark_signatures(opts.decontaminate)
+    # Made once the sources and the benchmark are read: a refused build (a missing folder, nothing
+    # licensed in it, an unreadable benchmark file) left an empty --out folder behind.
+    out_dir.mkdir(parents=True, exist_ok=True)
     workers = opts.workers or usable_cpus()
     exact: set[str] = set()
     near = NearDuplicateIndex()

@@ -1,6 +1,7 @@
 """Write and read a trained model folder: config.json, model.safetensors, tokenizer.json."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -27,7 +28,33 @@ def recover_model_folder(folder: Path) -> None:
     old = replaced_folder(folder)
     if not folder.exists() and old.is_dir():
         os.replace(old, folder)
+        fsync_path(folder.parent)
     shutil.rmtree(partial_folder(folder), ignore_errors=True)
+
+
+def fsync_path(path: Path) -> None:
+    """Flush `path` (a file, or a folder's entries) to the disk. A rename is atomic but not
+    durable: after a power cut the renamed files could be there and empty, their data never
+    written back. A file system that cannot sync a folder (EINVAL) keeps its renames as it can."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if not (exc.errno == errno.EINVAL and os.path.isdir(path)):
+            raise
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(folder: Path) -> None:
+    """Every file of `folder`, then the folder (its entries): the files carried over by hard link
+    included, which a crash before their own sync would leave as empty as the new ones."""
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            fsync_path(path)
+    for path in sorted((p for p in folder.rglob("*") if p.is_dir()), reverse=True):
+        fsync_path(path)
+    fsync_path(folder)
 
 
 def _link_or_copy(src: str, dst: str) -> None:
@@ -56,7 +83,8 @@ def save_model_folder(model: EmbeddedModel, tokenizer_path: Path, folder: Path, 
     reader finds the old folder or the new one, whole. The folder's other files (its training log,
     an eval or card written beside the model) are carried over. Between the two renames the folder
     is briefly at `.NAME.old`; `recover_model_folder` (run by the next save and by `train`) puts
-    it back if a kill lands there.
+    it back if a kill lands there. Each file and the folder are synced to the disk before the
+    rename and the parent after it: a power cut leaves the old folder or the new one, with data.
 
     `storage`: bfloat16, float32 or int8 (row-wise scales; see arch/weight_storage.py).
     `extra_files`: further text files of the folder (training.json), written with it."""
@@ -78,6 +106,7 @@ def save_model_folder(model: EmbeddedModel, tokenizer_path: Path, folder: Path, 
         _fresh(partial / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         for name, text in (extra_files or {}).items():
             _fresh(partial / name).write_text(text)
+        _fsync_tree(partial)     # the data on the disk before a rename can publish it
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)   # a full disk keeps no half folder taking its space
         raise
@@ -85,5 +114,6 @@ def save_model_folder(model: EmbeddedModel, tokenizer_path: Path, folder: Path, 
         shutil.rmtree(old, ignore_errors=True)
         os.replace(folder, old)
     os.replace(partial, folder)
+    fsync_path(folder.parent)    # the renames themselves: the parent's entries
     shutil.rmtree(old, ignore_errors=True)
     return folder

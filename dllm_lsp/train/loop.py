@@ -22,14 +22,16 @@ from tokenizers import Tokenizer
 from dllm_lsp.arch.embedded import EmbeddedConfig, EmbeddedModel
 from dllm_lsp.arch.tokenizer import special_ids
 from dllm_lsp.arch.weight_storage import load_weights
+from dllm_lsp.cli_errors import one_line
+from dllm_lsp.engine.engine import out_of_memory
 from dllm_lsp.loader import ModelLoadError, embedded_config, read_config, resolve_device
 from dllm_lsp.model_folder import check_finite, load_json_file, nonfinite_weights
 
 from .data import SpanBatches, TrainBatches, fixed_batches, load_files
 from .examples import LayoutOptions
-from .folder import recover_model_folder, save_model_folder
+from .folder import fsync_path, recover_model_folder, save_model_folder
 from .objective import ObjectiveOptions, diffusion_loss
-from .tokenizer_step import load_tokenizer
+from .tokenizer_step import check_encodes, load_tokenizer
 
 
 MAX_SKIPPED_IN_A_ROW = 20   # non-finite steps in a row that end a run as diverged
@@ -176,6 +178,21 @@ def check_architecture(opts: TrainOptions, cfg: EmbeddedConfig) -> None:
                          f"or train a new model into another --out")
 
 
+def check_out_folder(out: Path) -> None:
+    """Refuse, before any work, an `--out` that cannot be made or written beside (a save writes the
+    next version beside it and renames it in place). The folder itself is made at the run's first
+    record, so this is the early check its `mkdir` used to be."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a model folder")
+    existing = out.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"cannot write the model folder {out}: {existing} is a file")
+    if not os.access(existing, os.W_OK):
+        raise ValueError(f"cannot write the model folder {out}: {existing} is read-only or not ours to write")
+
+
 def check_options(opts: TrainOptions, files: bool = True) -> torch.device:
     """The device to train on; refuses (ValueError naming the option) what would crash the run or
     never end it, before any work. `files`: also that the tokenizer and the corpus exist."""
@@ -202,9 +219,10 @@ def check_options(opts: TrainOptions, files: bool = True) -> torch.device:
         device = resolve_device(opts.device)
     except ModelLoadError as exc:
         raise ValueError(f"--device: {exc}") from None
+    check_out_folder(Path(opts.out))
     if not files:
         return device
-    load_tokenizer(opts.tokenizer)
+    check_encodes(load_tokenizer(opts.tokenizer), opts.tokenizer)
     train_split = Path(opts.corpus) / "train.jsonl"
     if not train_split.is_file():
         raise ValueError(f"{train_split} not found: build the corpus first (dllm-lsp train corpus)")
@@ -255,7 +273,6 @@ def train(opts: TrainOptions, log=print) -> dict:
             raise ValueError(f"--init-from {opts.init_from}: {' '.join(str(exc).split())[:300]}") from None
         log(f"continuing {opts.init_from}: {previous['steps']} steps, {previous['tokens']} tokens so far")
     model.training_attention = training_attention(opts, device)
-    out.mkdir(parents=True, exist_ok=True)
 
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -307,15 +324,28 @@ def train(opts: TrainOptions, log=print) -> dict:
     log_path = out / "train_log.jsonl"
     earlier_log = (Path(opts.init_from) / "train_log.jsonl") if opts.init_from is not None else None
     earlier = earlier_log.read_text(encoding="utf-8") if earlier_log is not None and earlier_log.is_file() else ""
-    if opts.resume and log_path.is_file():
-        # The records past the resumed step: a run killed between two saves had logged steps the
-        # optimizer state does not hold, and this run logs them again (the curve went backwards).
-        kept = [line for line in log_path.read_text(encoding="utf-8").splitlines(keepends=True)
-                if logged_step(line) <= previous["steps"] + step]
-        log_path.write_text("".join(kept), encoding="utf-8")
-    log_fh = open(log_path, "a" if opts.resume else "w", encoding="utf-8")
-    if earlier and not opts.resume:
-        log_fh.write(earlier if earlier.endswith("\n") else earlier + "\n")   # one loss curve across runs
+    log_fh = None
+    resumed_at = previous["steps"] + step   # the step the optimizer state holds (0: a fresh run)
+
+    def record(rec: dict) -> None:
+        """Append `rec` to the log. The folder and its log are made, or an existing log taken
+        over, at the first record (after the first step): a run refused before it (a corpus too
+        small for the window, a first step out of memory) leaves `out` as it found it. It made
+        an empty folder, or truncated a trained folder's log, and then said it could not train."""
+        nonlocal log_fh
+        if log_fh is None:
+            out.mkdir(parents=True, exist_ok=True)
+            if opts.resume and log_path.is_file():
+                # The records past the resumed step: a run killed between two saves had logged steps the
+                # optimizer state does not hold, and this run logs them again (the curve went backwards).
+                kept = [line for line in log_path.read_text(encoding="utf-8").splitlines(keepends=True)
+                        if logged_step(line) <= resumed_at]
+                log_path.write_text("".join(kept), encoding="utf-8")
+            log_fh = open(log_path, "a" if opts.resume else "w", encoding="utf-8")
+            if earlier and not opts.resume:
+                log_fh.write(earlier if earlier.endswith("\n") else earlier + "\n")   # one loss curve across runs
+        log_fh.write(json.dumps(rec) + "\n")
+        log_fh.flush()
     # Steps, tokens and seconds in the log and the summary count every run of this model.
     base_steps, base_tokens, base_seconds = previous["steps"], previous["tokens"], previous["seconds"]
     last_save = time.time()
@@ -362,9 +392,11 @@ def train(opts: TrainOptions, log=print) -> dict:
         state_tmp = state_path.with_name(state_path.name + ".partial")
         try:
             state_tmp.write_bytes(buffer.getbuffer())
+            fsync_path(state_tmp)
             save_model_folder(model, opts.tokenizer, out, opts.save_dtype, extra_config={"training": layout},
                               extra_files={"training.json": json.dumps(summary, indent=2, default=str) + "\n"})
             os.replace(state_tmp, state_path)
+            fsync_path(state_path.parent)
         except (OSError, SafetensorError) as exc:   # safetensors reports a full disk as its own error
             state_tmp.unlink(missing_ok=True)
             kept = (f"it holds step {saved_step}" if saved_step is not None else
@@ -375,8 +407,9 @@ def train(opts: TrainOptions, log=print) -> dict:
         finally:
             # The folder was replaced: the log goes on in the new one (a hard link carried it
             # over; a copy would leave this handle writing into the old, removed file).
-            log_fh.close()
-            log_fh = open(log_path, "a", encoding="utf-8")
+            if log_fh is not None:
+                log_fh.close()
+                log_fh = open(log_path, "a", encoding="utf-8")
         saved_step = base_steps + step
         return True
 
@@ -415,6 +448,14 @@ def train(opts: TrainOptions, log=print) -> dict:
             try:
                 losses = loss_and_grads(step_model, ids, is_span, ar)
             except Exception as exc:
+                if out_of_memory(exc):
+                    # It was a traceback. The first step is where a preset too big for the device
+                    # shows: the run is refused, and the folder left as it was (nothing recorded yet).
+                    kept = ("nothing was trained" if not stepped else
+                            f"{out} holds step {saved_step}" if saved_step is not None else "nothing was saved")
+                    raise ValueError(f"out of memory on {hardware(device)} at step {base_steps + step + 1} "
+                                     f"({one_line(exc)[:200]}): a smaller --batch-size, --seq-len or --preset; "
+                                     f"{kept}") from None
                 if step_model is model or stepped:
                     raise
                 # The first compiled step compiles forward and backward. A compiler that fails there
@@ -452,16 +493,14 @@ def train(opts: TrainOptions, log=print) -> dict:
                        "grad_norm": round(float(grad_norm), 3),
                        "data_wait": round(data_wait_share(), 3),
                        **{k: round(float(v.detach()), 4) for k, v in losses.items()}}
-                log_fh.write(json.dumps(rec) + "\n")
-                log_fh.flush()
+                record(rec)
                 if step % 50 == 0 or step == 1:
                     log(json.dumps(rec))
             if step % opts.eval_every == 0:
                 last_val = validate(model, val_batches, opts, device, autocast)
                 rec = {"step": base_steps + step, "tokens": base_tokens + tokens,
                        "elapsed_s": round(base_seconds + elapsed, 1), **{k: round(v, 4) for k, v in last_val.items()}}
-                log_fh.write(json.dumps(rec) + "\n")
-                log_fh.flush()
+                record(rec)
                 log(json.dumps(rec))
                 best_val = min(best_val, last_val["val_diffusion"])
             if step % opts.save_every == 0 or (opts.save_minutes and time.time() - last_save >= 60 * opts.save_minutes):
@@ -470,13 +509,12 @@ def train(opts: TrainOptions, log=print) -> dict:
                     break
                 last_save = time.time()
         last_val = validate(model, val_batches, opts, device, autocast)
-        log_fh.write(json.dumps({"step": base_steps + step, "tokens": base_tokens + tokens,
-                                 **{k: round(v, 4) for k, v in last_val.items()}}) + "\n")
-        log_fh.flush()
+        record({"step": base_steps + step, "tokens": base_tokens + tokens, **{k: round(v, 4) for k, v in last_val.items()}})
         if weights_broken or not checkpoint(final=True):
             diverged = True
     finally:
-        log_fh.close()
+        if log_fh is not None:
+            log_fh.close()
         # Also when a save fails or the loop raises: a caller's own handlers come back.
         for sig, handler in previous_handlers.items():
             signal.signal(sig, handler)

@@ -25,6 +25,22 @@ def load_tokenizer(path: Path) -> Tokenizer:
         raise ValueError(f"cannot read the tokenizer {path}: {one_line(exc)}") from None
 
 
+# Text every training tokenizer must encode: code of both languages, blanks, non-ASCII letters
+# and symbols (a corpus file may hold any of them).
+PROBE_TEXT = 'def f(x):\n\treturn {"a": [x, 1.5e-3]}  # naïve → 😀\nconst g = (y) => `${y}`;\r\n'
+
+
+def check_encodes(tokenizer: Tokenizer, path: Path) -> None:
+    """Refuse a tokenizer that cannot encode code. One without an unknown token that meets a
+    character it lacks (a word-level one, say) raised a bare Exception from the tokenizers library
+    while the first batches were built: a traceback after the corpus was read."""
+    try:
+        tokenizer.encode(PROBE_TEXT, add_special_tokens=False)
+    except Exception as exc:   # the tokenizers library raises a bare Exception
+        raise ValueError(f"the tokenizer {path} cannot encode code ({one_line(exc)}): train a byte-level "
+                         "one with dllm-lsp train tokenizer") from None
+
+
 def build_tokenizer(corpus_dir: Path, out_path: Path, vocab_size: int, sample_bytes: int | None = None) -> Tokenizer:
     """BPE over the train split, or over its first `sample_bytes` (the corpus is shuffled: a random sample)."""
     if not 259 <= vocab_size <= 65536:
