@@ -7,12 +7,14 @@ finish() runs, in order:
   2. mid-identifier spans must start with the typed word (the editor replaces it);
   3. one-line spans stop at the first newline; multi-line bodies are re-indented to the header's
      indentation plus one step of the file's own (body_indent; Python: a line dedented out of the
-     body ends it);
+     body ends it); after a `=>` at a line's end (`arrow_tail`), a `{` block is kept whole, any
+     other text is a one-line span;
   4. overlap with the suffix is trimmed: closers the line already has (`)`, `"`, `);`) and trailing
      lines the suffix already has (`}`), but never a bracket the completion itself opened, nor
      (outside Python) a closer line that closes a bracket the file leaves open; right before the
-     `>` of a type argument list (`new Map<‸>();`, as the tree has it), the completion's own `>`
-     closing that list and what the line already has after it;
+     `>` of a type argument list (`new Map<‸>();`, as the tree has it) or a JSX closing tag
+     (`<div>‸</div>`), the completion's own copy of it and what the line already has after it;
+     inside a C / C++ header name (`#include <‸>`), the completion from its `>` on;
   5. trailing whitespace and empty results are dropped; mid-line, a one-line completion may not
      leave a bracket or string open that the rest of the line does not close (not read inside a
      comment or a string begun above, and quotes are text between JSX tags), and (outside
@@ -44,8 +46,10 @@ from dataclasses import dataclass
 from dllm_lsp.syntax.languages import facts_for
 from dllm_lsp.planner.lines import (block_steps, indent_width, leading_ws, line_break_near, line_bounds,
                                     previous_nonblank_line, render_indent, usual_step)
-from dllm_lsp.planner.syntax import REGION_LIMIT_BYTES, angle_list_end, check_region, in_comment_or_string, prose_around
+from dllm_lsp.planner.syntax import (REGION_LIMIT_BYTES, angle_list_end, check_region, in_comment_or_string,
+                                     include_path_end, jsx_closing_tag, prose_around)
 from dllm_lsp.syntax.snapshot import Snapshot, end_point, parse_errors, point
+from dllm_lsp.planner.shapes import NEW_LINE_KINDS
 from dllm_lsp.planner.types import SpanPlan
 
 _OPENERS = {"(": ")", "[": "]", "{": "}"}
@@ -71,6 +75,8 @@ def finish(plan: SpanPlan, completion: str, provided: frozenset[str] = frozenset
         return None
     if plan.single_line:
         return _finish_line(plan, doc_text, text, provided)
+    if plan.kind == "arrow_tail":
+        return _finish_arrow_tail(plan, doc_text, text, provided)
     return _finish_block(plan, doc_text, text, provided)
 
 
@@ -86,7 +92,7 @@ def unheal(plan: SpanPlan, text: str) -> str:
         return text
     first, newline, rest = text.partition("\n")
     body = first.lstrip(" \t")
-    if plan.single_line or not body:
+    if plan.kind not in NEW_LINE_KINDS or not body:   # the span goes on from the cursor's line
         return body + newline + rest
     wrote, typed = indent_width(leading_ws(first)), indent_width(healed)
     if wrote >= typed:
@@ -106,7 +112,7 @@ def _finish_line(plan: SpanPlan, doc_text: str, text: str, provided: frozenset[s
         text = text[:newline]
     name = facts_for(plan.snapshot.language_id).name
     if ">" in plan.line_rest:
-        closed = _angle_overlap(plan, doc_text, text, name)
+        closed = _closer_overlap(plan, doc_text, text, name)
         if closed is None:
             return None
         text = closed
@@ -147,58 +153,80 @@ def _finish_line(plan: SpanPlan, doc_text: str, text: str, provided: frozenset[s
     return text if _ParseCheck(plan, provided)(text) else None
 
 
-def _angle_overlap(plan: SpanPlan, doc_text: str, text: str, name: str) -> str | None:
-    """`text` inside a type argument or parameter list that the rest of the line closes
-    (`new Map<‸>();`), with what it writes from its own `>` closing that list on cut where the
-    line already has it (`string, number>()` -> `string, number`), or None where it closes the list
-    and goes on otherwise (the line's `>` would close nothing). `<` / `>` are no brackets to the
-    other rules (they are comparisons as often), so `Map<string, number>()>();` was shown: the
-    tree says whether the cursor is in such a list (planner.syntax.angle_list_end)."""
-    close = angle_list_end(plan.snapshot, plan.replace_end)
-    if close is None or close > plan.replace_end + len(plan.line_rest) or doc_text[plan.replace_end:close].strip():
-        # Only where the list's `>` follows the cursor (blanks aside): a broken comparison may
-        # read as a list to the grammar (TypeScript's `a <‸ && b > 0` is `a<&&b>`, an
-        # instantiation expression) and the text between is the user's.
+def _closer_overlap(plan: SpanPlan, doc_text: str, text: str, name: str) -> str | None:
+    """`text` right before a closer the rest of the line has and the tree says the cursor is
+    inside of, with what it writes from its own copy of that closer on cut where the line already
+    has it, or None where it writes the closer and goes on otherwise (the line's own would close
+    nothing). The closers: the `>` of a type argument or parameter list (`new Map<‸>();`:
+    `string, number>()` -> `string, number`; `<` / `>` are no brackets to the other rules, they
+    are comparisons as often, so `Map<string, number>()>();` was shown), the `>` of a C / C++
+    header name (`#include <‸>`: `stdio.h>` -> `stdio.h`; what follows a header name on its line
+    is a comment at most, so the completion is cut there whatever it writes after it), and a JSX
+    element's closing tag (`<div>‸</div>`: `hello</div>` -> `hello`; refused, as doubling it
+    breaks the file, where it was shown as text with a `>` in it, `<div>hello</div>`)."""
+    line_end = plan.replace_end + len(plan.line_rest)
+    snapshot, cursor = plan.snapshot, plan.replace_end
+    header = include_path_end(snapshot, cursor)
+    if header is not None:
+        close, at = header, text.find(">")
+        at = None if at < 0 else at
+    elif (tag := jsx_closing_tag(snapshot, cursor)) is not None:
+        close, at = tag[0], _closing_tag(text, tag[1])
+    else:
+        close = angle_list_end(snapshot, cursor)
+        at = None if close is None else _closing_angle(text, name)
+    if close is None or close > line_end or doc_text[cursor:close].strip():
+        # Only where the closer follows the cursor (blanks aside): a broken comparison may read as
+        # a list to the grammar (TypeScript's `a <‸ && b > 0` is `a<&&b>`, an instantiation
+        # expression) and the text between is the user's.
         return text
-    at = _closing_angle(text, name)
     if at is None:
         return text
-    if doc_text[close:plan.replace_end + len(plan.line_rest)].startswith(text[at:].rstrip()):
+    if header is not None or doc_text[close:line_end].startswith(text[at:].rstrip()):
         return text[:at].rstrip()
     return None
 
 
+def _closing_tag(text: str, tag: str) -> int | None:
+    """The index in `text` of the first JSX closing tag `tag` (`</div>`, `</>`) that closes no
+    element `text` opens itself with the same name (`<div>a</div></div>`: the second one); None
+    if none. A tag's attributes are not read for a `>` (`<div title="a>b">`: rare in a line)."""
+    name = tag[2:-1].strip()
+    opening = re.compile(r"<" + re.escape(name) + (r"(?=[\s/>])" if name else r"(?=>)"))
+    closing = re.compile(r"<\s*/\s*" + re.escape(name) + r"\s*>")
+    depth, at = 0, 0
+    while True:
+        closed = closing.search(text, at)
+        if closed is None:
+            return None
+        for opened in opening.finditer(text, at, closed.start()):
+            end = text.find(">", opened.end(), closed.start())
+            if end < 0 or text[end - 1] != "/":   # `<div/>` opens nothing
+                depth += 1
+        if not depth:
+            return closed.start()
+        depth -= 1
+        at = closed.end()
+
+
 def _closing_angle(text: str, name: str) -> int | None:
-    """The index of the first `>` in `text` (code in language `name`) that closes no `<` of its own,
-    outside its own brackets and strings (an arrow's `=>` / `->` is no closer); None if none."""
-    depth = 0
-    stack: list[str] = []
-    quote: str | None = None
-    at, size = 0, len(text)
-    while at < size:
-        ch = text[at]
-        if quote is not None:
-            if ch == "\\":
-                at += 1
-            elif ch == quote:
-                quote = None
-        elif ch == "'" and (after := _not_a_quote(text, at, name)) > at:
-            at = after   # a Rust lifetime (`Vec<&'a str>`), a C++ digit separator
-            continue
-        elif ch in _QUOTES:
-            quote = ch
-        elif ch in _OPENERS:
-            stack.append(ch)
+    """The index of the first `>` in `text` (one line of code in language `name`) that closes no
+    `<` of its own, outside its own brackets and strings (an arrow's `=>` / `->` is no closer);
+    None if none."""
+    depth = nested = 0
+    for at, ch in _scan(text, name, angles=True)[0]:
+        if ch in _OPENERS:
+            nested += 1
         elif ch in _CLOSERS:
-            if stack:
-                stack.pop()
-        elif not stack and ch == "<":
+            nested = max(0, nested - 1)
+        elif nested:
+            continue          # a `<` / `>` inside its own brackets (a call's comparison)
+        elif ch == "<":
             depth += 1
-        elif not stack and ch == ">" and text[at - 1:at] not in ("=", "-"):
+        elif text[at - 1:at] not in ("=", "-"):
             if not depth:
                 return at
             depth -= 1
-        at += 1
     return None
 
 
@@ -223,38 +251,15 @@ class _Brackets:
 
 
 def _brackets(text: str, name: str = "", strings: bool = True) -> _Brackets:
-    """What `text`, code in language `name` (canonical grammar name; "" for any), leaves open.
-    A `'` that _not_a_quote says opens no string is code (a C++ digit separator, a Rust lifetime).
-    `strings` False: no quote opens a string (JSX text, where `'` is an apostrophe)."""
+    """What `text`, code in language `name` (canonical grammar name; "" for any), leaves open,
+    read by _scan (comments read as code). `strings` False: no quote opens a string (JSX text,
+    where `'` is an apostrophe)."""
     stack: list[str] = []
     stray = 0
-    quote: str | None = None
-    escaped = False
-    at, size = 0, len(text)
-    while at < size:
-        ch = text[at]
-        if ch == "\n":
-            quote, escaped = None, False
-        elif quote is not None:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == quote:
-                quote = None
-        elif strings and ch == "'" and (after := _not_a_quote(text, at, name)) > at:
-            at = after
-            continue
-        elif strings and ch in _QUOTES:
-            quote = ch
-        elif ch in _OPENERS:
-            stack.append(ch)
-        elif ch in _CLOSERS:
-            if stack and stack[-1] == _CLOSERS[ch]:
-                stack.pop()
-            else:
-                stray += 1
-        at += 1
+    marks, quote, _ = _scan(text, name, strings=strings)
+    for _, ch in marks:
+        if not _pair(stack, ch):
+            stray += 1
     return _Brackets(tuple(stack), stray, quote)
 
 
@@ -499,48 +504,67 @@ def _children_near(node, lo: int, hi: int):
 
 def _line_code(line: str, name: str) -> tuple[list[tuple[int, str]], str | None, int]:
     """The brackets of one line of code in language `name` (canonical grammar name) with their
-    indices, outside its strings, character literals and comments, and the quote of a string or
-    character literal open at its end with its index (None, -1: none; `/*` or `--[[` for a block
-    comment left open, `[[` for a Lua long string). Rust's `'a` is a lifetime; a `'` inside a
-    C / C++ number is a digit separator (`1'000'000`)."""
-    comment = facts_for(name).line_comment
-    block_comments = name != "lua"
+    indices, outside its strings, character literals and comments, and the quote of a string,
+    character literal or block comment open at its end with its index (_scan, comments read)."""
+    return _scan(line, name, comments=True)
+
+
+def _scan(text: str, name: str = "", *, strings: bool = True, comments: bool = False,
+          angles: bool = False) -> tuple[list[tuple[int, str]], str | None, int]:
+    """The one reading of quotes and brackets the rules here share: the brackets of `text` (code in
+    language `name`, canonical grammar name; "" for any) with their indices, outside its strings
+    and character literals, and the quote of a string open at its end with its index (None, -1:
+    none). In a string a backslash escapes the next character, and a string ends with its line (a
+    `'` in a comment, `don't`, would otherwise hide every bracket after it); a `'` that
+    _not_a_quote says opens no string is code (a Rust lifetime, a C++ digit separator `1'000`,
+    a Rust char literal's bracket `')'`). What the rules read differently is asked for:
+    `strings` False: no quote opens a string (JSX text, where `'` is an apostrophe);
+    `comments`: a line comment ends the reading and a block comment is skipped (one left open at
+    the end is the quote, `/*` or Lua's `--[[`), and so is a Lua long string (`[[`, `[==[`: no
+    escapes, no brackets inside); without it (the one-line rules, which read a completion's own
+    text and the line around it) comments are read as code, as they always were there;
+    `angles`: `<` and `>` are marks too (a type argument list's, _closing_angle)."""
+    comment = facts_for(name).line_comment if comments else None
+    block_comments = comments and name != "lua"
+    long_strings = comments and name == "lua"
     marks: list[tuple[int, str]] = []
     quote, quote_at = None, -1
-    at, size = 0, len(line)
+    at, size = 0, len(text)
     while at < size:
-        ch = line[at]
-        if quote is not None:
-            if ch == "\\":
+        ch = text[at]
+        if ch == "\n":
+            quote = None      # a string ends with its line
+        elif quote is not None:
+            if ch == "\\" and text[at + 1:at + 2] != "\n":
                 at += 2
                 continue
             if ch == quote:
                 quote = None
-        elif comment and line.startswith(comment, at):
-            if name == "lua" and (long := _LUA_LONG_COMMENT.match(line, at)) \
-                    and line.find("]" + long.group(1) + "]", long.end()) < 0:
+        elif comment and text.startswith(comment, at):
+            if long_strings and (long := _LUA_LONG_COMMENT.match(text, at)) \
+                    and text.find("]" + long.group(1) + "]", long.end()) < 0:
                 quote, quote_at = "--[[", at   # a long comment goes on past the line
             break
-        elif block_comments and line.startswith("/*", at):
-            close = line.find("*/", at + 2)
+        elif block_comments and text.startswith("/*", at):
+            close = text.find("*/", at + 2)
             if close < 0:
                 quote, quote_at = "/*", at     # so does a block comment
                 break
             at = close + 2
             continue
-        elif ch == "'" and (after := _not_a_quote(line, at, name)) > at:
+        elif strings and ch == "'" and (after := _not_a_quote(text, at, name)) > at:
             at = after
             continue
-        elif ch in _QUOTES:
+        elif strings and ch in _QUOTES:
             quote, quote_at = ch, at
-        elif name == "lua" and ch == "[" and (long := _LUA_LONG_STRING.match(line, at)):
-            close = line.find("]" + long.group(1) + "]", long.end())
+        elif long_strings and ch == "[" and (long := _LUA_LONG_STRING.match(text, at)):
+            close = text.find("]" + long.group(1) + "]", long.end())
             if close < 0:
                 quote, quote_at = "[[", at     # a long string goes on past the line
                 break
             at = close + len(long.group())
             continue
-        elif ch in _OPENERS or ch in _CLOSERS:
+        elif ch in _OPENERS or ch in _CLOSERS or (angles and ch in "<>"):
             marks.append((at, ch))
         at += 1
     return marks, quote, (quote_at if quote is not None else -1)
@@ -550,8 +574,8 @@ def _not_a_quote(text: str, at: int, name: str) -> int:
     """Where the code goes on after the `'` at `at` of `text` (code in language `name`, canonical
     grammar name) when that `'` opens no string to read on: past a C / C++ digit separator
     (`1'000'000`), past a Rust char literal (`')'`: its bracket is no bracket) or a Rust lifetime
-    or loop label (`'a`, `'outer`). `at` itself where it opens a string or char literal. The
-    mid-line bracket scan (_brackets) and the line-end rule (_line_code) both read `'` by this."""
+    or loop label (`'a`, `'outer`). `at` itself where it opens a string or char literal. _scan,
+    which every bracket rule here reads through, reads `'` by this."""
     if name in ("c", "cpp"):
         return at + 1 if _digit_separator(text, at) else at
     if name == "rust":
@@ -580,6 +604,79 @@ def _digit_separator(line: str, at: int) -> bool:
     while start > max(0, at - 64) and (line[start - 1].isalnum() or line[start - 1] in "_.'"):
         start -= 1
     return line[start:start + 1].isdigit() and line[at + 1:at + 2].isalnum()
+
+
+# --- after a `=>` at a line's end ------------------------------------------------------------------
+
+def _finish_arrow_tail(plan: SpanPlan, doc_text: str, text: str, provided: frozenset[str] = frozenset()) -> str | None:
+    """`1 => ‸`, `(x) => ‸` (the planner's `arrow_tail`): a `{` block the completion opens on its
+    first line is shown whole, up to the line that closes it, its lines re-indented under the
+    cursor's line (planned as one line, only the `{` was shown). Any other completion, and a
+    block that never closes or that the bracket rule or the parse check refuses, is finished as
+    a one-line line tail (its first line), as before."""
+    lines = _arrow_block(text.split("\n"), facts_for(plan.snapshot.language_id).name)
+    if lines is not None:
+        line_start = line_bounds(doc_text, plan.replace_start)[0]
+        block = _arrow_block_lines(lines, leading_ws(doc_text[line_start:plan.replace_start]), plan.indent_unit)
+        shown = line_break_near(doc_text, line_start).join(block)
+        if _BracketRule(plan, doc_text).breaks(shown) is not True and _ParseCheck(plan, provided)(shown) \
+                and not _worse_than_empty_block(plan, shown):
+            return shown
+    return _finish_line(plan, doc_text, text, provided)
+
+
+def _worse_than_empty_block(plan: SpanPlan, block: str) -> bool:
+    """Does `block` give the region around the cursor more parse errors than an empty block `{}`
+    there would? The file is broken at the cursor (a `=>` with nothing after it), so the parse
+    check's baseline already counts an error, and a block with one of its own (`return x +;`)
+    was not worse than that."""
+    snapshot = plan.snapshot
+    if snapshot.tree is None:
+        return False
+    text, start, end = snapshot.text, plan.replace_start, plan.replace_end
+    lo, hi = check_region(snapshot, start, end)
+
+    def errors(insert: str) -> int:
+        return parse_errors(snapshot.language_id, text[lo:start] + insert + text[end:hi])
+
+    return errors(block) > errors("{}")
+
+
+def _arrow_block(lines: list[str], name: str) -> list[str] | None:
+    """The completion's lines up to the one that closes the brackets its first line leaves open,
+    where that first line leaves a `{` open innermost (`{`, `async {`, `match y {`); None where it
+    does not, where a line leaves a string or comment open (what follows is not code to read),
+    where a closer closes nothing, or where nothing closes the block."""
+    if len(lines) < 2:
+        return None
+    stack: list[str] = []
+    for number, line in enumerate(lines):
+        marks, quote, _ = _line_code(line, name)
+        if quote is not None or not all(_pair(stack, ch) for _, ch in marks):
+            return None
+        if number == 0:
+            if not stack or stack[-1] != "{":
+                return None
+        elif not stack:
+            return lines[:number + 1]
+    return None
+
+
+def _arrow_block_lines(lines: list[str], line_indent: str, unit: str) -> list[str]:
+    """A block's lines after a `=>` placed under the cursor's line (indented `line_indent`): its
+    closing line at that indentation, the lines between kept relative to it, and one step deeper
+    where the model wrote them no deeper than the closing line. The model writes them at their
+    depth in the file or from column 0: the closing line's depth is the base either way."""
+    base = indent_width(leading_ws(lines[-1]))
+    inner = [indent_width(leading_ws(line)) for line in lines[1:-1] if line.strip()]
+    deeper = base + indent_width(unit) - min(inner) if inner and min(inner) <= base else 0
+    target = indent_width(line_indent)
+    out = [lines[0].rstrip()]
+    for line in lines[1:-1]:
+        width = indent_width(leading_ws(line))
+        out.append(render_indent(max(0, target + width - base + deeper), unit) + line.strip() if line.strip() else "")
+    out.append(render_indent(target, unit) + lines[-1].strip())
+    return out
 
 
 # --- multi-line spans ------------------------------------------------------------------------------
@@ -647,7 +744,7 @@ def reindent(text: str, plan: SpanPlan, cursor_ws: str | None, indent: str | Non
             # (Python keeps the first line's base: a body on its header's line followed by more
             # lines is no Python the model could mean.)
             base = indent_width(indent)
-            raw[0] = leading_ws(indent) + raw[0].lstrip(" \t")   # (the first line at that depth too)
+            raw[0] = _first_label_depth(raw, plan, indent) + raw[0].lstrip(" \t")   # (the first line at that depth too)
     else:
         base = indent_width(cursor_ws + leading_ws(raw[0]))
     keep_first = plan.kind != "block_body" and cursor_ws is not None   # a new line keeps its own indent
@@ -671,6 +768,35 @@ def reindent(text: str, plan: SpanPlan, cursor_ws: str | None, indent: str | Non
             break   # the model left the block and went on with code the suffix already has
         out.append(render_indent(max(0, target + width - base), plan.indent_unit) + body)
     return out
+
+
+# A `case` / `default` label of a C-family `switch` (C, C++, Java, JavaScript, TypeScript, Go)
+_CASE_LABEL = re.compile(r"[ \t]*(?:case\b|default[ \t]*:)")
+
+
+def _first_label_depth(raw: list[str], plan: SpanPlan, indent: str) -> str:
+    """The indentation of a body's first line the model wrote on its header's line (`switch (x) {`
+    + ` case 1: ...`): the body's (`indent`), except for a `case` / `default` label, which goes
+    where the model's next lines, at their depth in the file, put its labels: at the depth of its
+    next label at the label's own level (the shallowest), else one step above its first line's
+    statements (`case 1:` + `return 1;`), so long as that lies between the `switch` line's depth and
+    the body's. Styles differ (the Linux kernel's labels sit at the `switch`'s depth, others one
+    step deeper); at the body's depth, the first label stood a step right of its siblings
+    (`case 1:` at 8 columns, `default:` at 4) or of its own statements."""
+    if not _CASE_LABEL.match(raw[0]):
+        return leading_ws(indent)
+    text = plan.snapshot.text
+    header = indent_width(leading_ws(text[line_bounds(text, plan.replace_start)[0]:plan.replace_start]))
+    body = indent_width(indent)
+    rest = [line for line in raw[1:] if line.strip() and not _CLOSER_LINE.fullmatch(line)]
+    labels = [indent_width(leading_ws(line)) for line in rest if _CASE_LABEL.match(line)]
+    if labels:
+        depth = min(labels)
+    elif rest:
+        depth = indent_width(leading_ws(rest[0])) - indent_width(plan.indent_unit)
+    else:
+        return leading_ws(indent)
+    return render_indent(depth, plan.indent_unit) if header <= depth <= body else leading_ws(indent)
 
 
 def body_indent(plan: SpanPlan, doc_text: str, line_start: int, cursor_ws: str | None) -> str:

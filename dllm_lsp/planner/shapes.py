@@ -9,6 +9,9 @@ Kinds, checked in this order:
   block_body   the body of an empty block: after a header line (`def f():`, `if (x) {`, `then`),
                on a blank line under such a header, or between block braces `{|}`
   line         a blank line that does not start a block: new line(s) at the cursor's indentation
+  arrow_tail   the end of a line that ends in `=>` (a Rust match arm, a JavaScript / TypeScript
+               arrow function) with nothing under it: a line tail that may be a `{` block written
+               whole (an expression answer is finished as a one-line line tail)
   line_tail    anything else: the rest of the current line, before what the line already has after
                the cursor (closers stay in the suffix)
 Tree-sitter settles what text alone cannot (is this `:` a block header, is this `{` a block or an
@@ -26,7 +29,12 @@ from dllm_lsp.syntax.snapshot import Snapshot
 from .lines import detect_indent_unit, indent_width, leading_ws, line_bounds, next_nonblank_line, previous_nonblank_line
 from .syntax import BLOCK_NODE_TYPES, GO_CASE_BLOCK_TYPES, PYTHON_HEADER_TYPES, in_comment_or_string, string_around, token_at
 
-MULTI_LINE_KINDS = frozenset({"block_body", "line"})
+# Spans that may run over several lines; of them, the ones whose text starts a line of its own (or
+# the next: a body under its header) rather than going on from the cursor's line.
+MULTI_LINE_KINDS = frozenset({"block_body", "line", "arrow_tail"})
+NEW_LINE_KINDS = frozenset({"block_body", "line"})
+# Languages whose `=>` at a line's end asks for an expression or a `{` block (match arms, arrow functions)
+_ARROW_LANGUAGES = frozenset({"rust", "javascript", "typescript", "tsx"})
 
 _PAIRS = {"(": ")", "[": "]", "{": "}"}
 _QUOTES = "\"'`"
@@ -89,6 +97,13 @@ def cursor_shape(snapshot: Snapshot, offset: int, facts: LanguageFacts) -> Shape
     if head:   # cursor at the end of a non-blank line
         if _opens_block(snapshot, line_start, head, facts) and _block_is_empty(text, line_end, line_indent):
             return shape("block_body", indent=line_indent + _body_step(snapshot, line_start + len(head) - 1, facts, unit))
+        if facts.name in _ARROW_LANGUAGES and head.endswith("=>") \
+                and not _inside_comment_or_string(snapshot, line_start + len(head) - 1) \
+                and _block_is_empty(text, line_end, line_indent):
+            # `1 => ‸`, `(x) => ‸`: the answer is an expression or a block (`{` + lines + `}`).
+            # Planned as one line, a block was cut to its `{`; several lines are allowed here and
+            # post-processing keeps them only for a block (postprocess._finish_arrow_tail).
+            return shape("arrow_tail")
         return shape("line_tail")
 
     # A blank line: the body of the header above it, or a new line of its own.

@@ -14,7 +14,7 @@ from .context import prefix_cut, query_words, relevant_snippets, suffix_cut
 from dllm_lsp.syntax.languages import facts_for, language_name
 from dllm_lsp.syntax.snapshot import Snapshot
 from .lines import line_bounds
-from .shapes import Shape, cursor_shape
+from .shapes import NEW_LINE_KINDS, Shape, cursor_shape
 from .types import PlanError, SpanPlan
 
 
@@ -112,11 +112,12 @@ def healed_blanks(text: str, shape: Shape) -> str:
     leaves in every editor) the shipped model then wrote junk the parse check refused: 19% of
     HumanEval's single lines shown against 63% with the prefix ending at the line start
     (docs/eval.md#the-editors-path). Only blanks on the span's own line, and not after a block
-    header's last character (`def f(): |`: the body starts on the next line anyway).
+    header's last character (`def f(): |`: the body starts on the next line anyway; a span that
+    goes on from the cursor's line, an `arrow_tail` block too, has them healed).
     post-processing takes the blanks back out of the model's text (postprocess.unheal)."""
     line_start = text.rfind("\n", 0, shape.replace_start) + 1
     before = text[line_start: shape.replace_start]
     blanks = before[len(before.rstrip(" \t")):]
-    if not blanks or (not shape.single_line and blanks != before):
+    if not blanks or (shape.kind in NEW_LINE_KINDS and blanks != before):
         return ""
     return blanks

@@ -125,6 +125,39 @@ def angle_list_end(snapshot: Snapshot, offset: int) -> int | None:
     return None
 
 
+def include_path_end(snapshot: Snapshot, offset: int) -> int | None:
+    """The string offset of the `>` that ends the C / C++ header name an insertion at `offset` lands
+    in (`#include <‸>`: the grammar's `system_lib_string`, one token from `<` to `>`); None where
+    there is none or no tree."""
+    if snapshot.tree is None:
+        return None
+    byte = snapshot.byte(offset)
+    node = snapshot.tree.root_node.descendant_for_byte_range(byte, byte)
+    if node is None or node.type != "system_lib_string" or not node.start_byte < byte < node.end_byte:
+        return None
+    end = snapshot.char(node.end_byte) - 1
+    return end if snapshot.text[end:end + 1] == ">" else None
+
+
+def jsx_closing_tag(snapshot: Snapshot, offset: int) -> tuple[int, str] | None:
+    """(the string offset, the text) of the closing tag (`</div>`, `</>`) of the JSX element among
+    whose children an insertion at `offset` lands (`<div>‸</div>`); None where there is none, the
+    tag is missing from the text (broken code), or there is no tree."""
+    if snapshot.tree is None:
+        return None
+    byte = snapshot.byte(offset)
+    node = snapshot.tree.root_node.descendant_for_byte_range(byte, byte)
+    while node is not None:
+        if node.type == "jsx_element":
+            opening, closing = node.child_by_field_name("open_tag"), node.child_by_field_name("close_tag")
+            if opening is not None and closing is not None and not closing.has_error \
+                    and closing.end_byte > closing.start_byte and opening.end_byte <= byte <= closing.start_byte:
+                start = snapshot.char(closing.start_byte)
+                return start, snapshot.text[start:snapshot.char(closing.end_byte)]
+        node = node.parent
+    return None
+
+
 # A string's start that a scan of quote characters reads right: an optional prefix (`f`, `b`,
 # `u8`, `L`) and one quote that is not the first of three.
 _QUOTED = re.compile(r"""\w*(["'`])(?!\1\1)""")
@@ -179,4 +212,5 @@ def check_region(snapshot: Snapshot, start: int, end: int) -> tuple[int, int]:
 
 
 __all__ = ["ANGLE_LIST_TYPES", "BLOCK_NODE_TYPES", "GO_CASE_BLOCK_TYPES", "JSX_CHILDREN_TYPES", "PYTHON_HEADER_TYPES", "angle_list_end", "check_region", "in_comment_or_string",
+           "include_path_end", "jsx_closing_tag",
            "prose_around", "string_around", "token_at"]

@@ -11,7 +11,7 @@ class PlanError(ValueError):
     the one kind of failure a server answers with InvalidParams."""
 
 
-SpanKind = str   # "line_tail" | "block_body" | "arguments" | "string" | "identifier" | "line"  (see shapes.py)
+SpanKind = str   # "line_tail" | "arrow_tail" | "block_body" | "arguments" | "string" | "identifier" | "line"  (see shapes.py)
 
 
 @dataclass
