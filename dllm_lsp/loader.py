@@ -172,6 +172,14 @@ def embedded_config(folder: Path, config: dict) -> EmbeddedConfig:
     """The embedded model's config.json, checked (its sizes bounded: EmbeddedConfig) before
     anything is built or its other files are read."""
     try:
-        return EmbeddedConfig.from_json(config)
+        cfg = EmbeddedConfig.from_json(config)
     except (TypeError, ValueError) as exc:
         raise ModelLoadError(f"could not load {folder}: its config.json is invalid: {exc}") from exc
+    if cfg.head_dim % 2:
+        # Rotary position embeddings rotate pairs of channels: such a model loaded, and its first
+        # forward pass failed with a shape error (the open checkpoints refuse it alike:
+        # checkpoints/config_values.head_width).
+        raise ModelLoadError(f"could not load {folder}: its config.json 'dim' {cfg.dim} / 'n_heads' {cfg.n_heads} "
+                             f"makes heads {cfg.head_dim} wide: rotary position embeddings need an even head_dim "
+                             "(they rotate pairs of channels)")
+    return cfg

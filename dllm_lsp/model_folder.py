@@ -6,6 +6,7 @@ family loaders can raise ModelLoadError without importing the dispatcher that ca
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -29,6 +30,39 @@ MAX_SIZE = 1 << 22     # any width, head count, expert count, vocabulary or posi
 # shards a few MB), and they are read whole: a 3 GB config.json (a sparse file of nothing) took 6.3
 # GB of memory and a minute before "not valid JSON".
 MAX_TEXT_FILE_BYTES = 64 << 20
+
+
+# The files a model's load reads, in every family (and every `*.safetensors`: the single file or
+# the shards): the model is what they hold. The folder's other files are no part of it: a training
+# run's log (appended at every step, in the folder it trains), a model card, an evaluation.
+MODEL_FILES = frozenset({"config.json", "generation_config.json", "model.safetensors.index.json", "tokenizer.json",
+                         "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt"})
+
+FolderStamp = tuple[tuple[str, int, int, int], ...]
+
+
+def folder_stamp(folder: Path | str) -> FolderStamp | None:
+    """The identity of the model files in `folder` (MODEL_FILES and the safetensors): each one's
+    name, size, modification time (ns) and inode, from one listing and one stat per file. Nothing
+    is read, so a 15 GB checkpoint costs what a tiny one does. A file written again, replaced by
+    another (a new inode: `train` renames a whole new folder into place, the GPU job's unpack
+    copies each file anew), added or removed changes it. None when the folder cannot be listed
+    (gone, not a folder)."""
+    found = []
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.name not in MODEL_FILES and not entry.name.endswith(".safetensors"):
+                    continue
+                try:
+                    st = entry.stat()   # through a link: the Hugging Face cache links each file to its blob
+                except OSError:         # a dangling link, a file removed since the listing
+                    found.append((entry.name, -1, -1, -1))
+                    continue
+                found.append((entry.name, st.st_size, st.st_mtime_ns, st.st_ino))
+    except OSError:
+        return None
+    return tuple(sorted(found))
 
 
 def check_text_file_size(path: Path) -> None:

@@ -111,6 +111,10 @@ def load_weights(path: Path, device: str | torch.device = "cpu",
         elif tensor.dtype not in FLOAT_DTYPES:   # an int32 weight was cast to float: a model of junk
             raise ValueError(f"{path.name}: {name} is stored as {str(tensor.dtype).removeprefix('torch.')}, "
                              "not as bfloat16, float16, float32 or int8 with scales")
+        elif tensor.dtype == dtype and tensor.device.type == "cpu":
+            # `to` would keep the file's memory map (float32 weights on the CPU): a model saved again
+            # in place into its folder then killed the server with SIGBUS at its next step.
+            state[name] = tensor.clone()
         else:
             state[name] = tensor.to(dtype)
     return state

@@ -67,6 +67,7 @@ def load_checkpoint(folder: Path, config: dict, device: torch.device, *, dtype: 
     with torch.device("meta"):
         model = BidirectionalLM(cfg)
     expected = {name: tuple(p.shape) for name, p in model.named_parameters()}
+    files.check_head_dim(names["layers.0.attn.q_proj.weight"], cfg.n_heads, cfg.head_dim)
     files.require({names[ours]: shape for ours, shape in expected.items()})
     special = special_tokens(config, generation, tokens, cfg.vocab_size, prepend_bos=family.prepend_bos,
                              expand=family is DREAMON)

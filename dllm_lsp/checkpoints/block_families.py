@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from dllm_lsp.model_folder import ModelLoadError
 
 from .block_model import BlockConfig, MoEConfig
-from .config_values import MAX_LAYERS, MAX_SIZE, check_shape, flag, need, optional
+from .config_values import MAX_LAYERS, MAX_SIZE, check_shape, flag, head_width, need, optional
 
 BLOCK, BIDIRECTIONAL = "block", "bidirectional"
 
@@ -102,7 +102,7 @@ def block_config(family: BlockFamily, c: dict) -> BlockConfig:
     f = family.key
     dim = need(c, "hidden_size", f)
     heads = need(c, "num_attention_heads", f)
-    head_dim = optional(c, "head_dim", dim // heads)
+    head_dim = head_width(c, dim, heads, "hidden_size", "num_attention_heads")
     layers = need(c, "num_hidden_layers", f, high=MAX_LAYERS)
     layout = family.layout
     attention_bias = flag(c, "attention_bias", False)
@@ -131,8 +131,14 @@ def block_config(family: BlockFamily, c: dict) -> BlockConfig:
         if c.get("norm_head"):
             raise ModelLoadError("LLaDA2.0 with a normalised LM head (norm_head: true) is not supported")
         factor = optional(c, "partial_rotary_factor", 0.5, float, high=1)
+        rotary = int(head_dim * factor)     # as LLaDA2's own code rounds it
+        if rotary < 2 or rotary % 2:
+            # Refused here, naming the key: BlockConfig's own check said "impossible shape" of a
+            # rotary dimension the config never names.
+            raise ModelLoadError(f"config.json 'partial_rotary_factor' {factor} rotates {rotary} of a head's {head_dim} "
+                                 "channels: rotary position embeddings need an even number of them, at least 2")
         attn = dict(qkv_bias=flag(c, "use_qkv_bias", False), out_bias=flag(c, "use_bias", True),
-                    qk_norm=flag(c, "use_qk_norm", True), rotary_dim=int(head_dim * factor))
+                    qk_norm=flag(c, "use_qk_norm", True), rotary_dim=rotary)
     if layout == "qwen3_moe":
         moe = MoEConfig(n_experts=need(c, "num_experts", f), top_k=need(c, "num_experts_per_tok", f),
                         ffn_dim=need(c, "moe_intermediate_size", f), norm_topk=flag(c, "norm_topk_prob", False))

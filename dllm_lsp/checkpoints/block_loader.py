@@ -40,6 +40,8 @@ def load_block_checkpoint(folder: Path, config: dict, family: BlockFamily, devic
     files = WeightFiles.open(folder)
     files.check_layers(cfg.n_layers)
     plan = weight_plan(family, cfg)
+    first = plan["layers.0.attn.qkv_proj.weight"][0][0]   # [q, k, v] tensors, or LLaDA2's one fused tensor
+    files.check_head_dim(first[0][0], cfg.n_heads if len(first) > 1 else cfg.n_heads + 2 * cfg.n_kv_heads, cfg.head_dim)
     files.require({name: shape for groups, _ in plan.values() for group in groups for name, shape in group})
     special = special_tokens(config, generation, tokens, cfg.vocab_size, mask_texts=MASK_TEXTS,
                              default_mask=family.default_mask)

@@ -58,6 +58,31 @@ def _checked(config: dict, key: str, kind: type, high: float | None, low: int = 
     return value
 
 
+def head_width(config: dict, dim: int, heads: int, dim_key: str, heads_key: str, key: str | None = "head_dim") -> int:
+    """The width of an attention head: config.json's `key` where it names one (it need not be
+    dim / heads: Qwen3-4B's heads are 128 wide in a 2,560-wide model), else `dim // heads`, which
+    must then come out whole (a remainder was dropped without a word: heads narrower than the
+    config's author meant). `key=None` for families whose configs have no such key (LLaDA).
+
+    Either way it must be even: rotary position embeddings rotate pairs of channels, and an odd
+    head loaded (its weights agreed with its config) and then failed its first forward pass with
+    a shape error, after the whole model had been copied to the device."""
+    if key is not None and config.get(key) is not None:
+        width = optional(config, key, None)
+        source = f"config.json {key!r} is {width}"
+    else:
+        if dim % heads:
+            named = f", and no {key!r} names the width of a head" if key is not None else ""
+            raise ModelLoadError(f"config.json {dim_key!r} {dim} does not divide into {heads_key!r} {heads} "
+                                 f"attention heads{named}")
+        width = dim // heads
+        source = f"config.json {dim_key!r} {dim} / {heads_key!r} {heads} makes heads {width} wide"
+    if width % 2:
+        raise ModelLoadError(f"{source}: rotary position embeddings need an even head_dim (they rotate pairs of "
+                             "channels)")
+    return width
+
+
 def check_shape(sizes: dict[str, int]) -> None:
     """The sizes a config implies (after defaults and arithmetic such as `dim // heads`): each
     at least 1, layers at most MAX_LAYERS. ValueError: the loaders say "impossible shape"."""

@@ -21,7 +21,7 @@ from dllm_lsp.model_folder import ModelLoadError, load_json_file
 
 from .architecture import BiConfig
 from .block_families import BLOCK_FAMILIES
-from .config_values import MAX_LAYERS, check_shape, flag, need, optional
+from .config_values import MAX_LAYERS, check_shape, flag, head_width, need, optional
 from .tokenizer_files import TokenizerFiles, check_vocabulary
 
 EXPAND_TOKEN = "<|expand|>"
@@ -100,11 +100,12 @@ def _llada_config(c: dict) -> BiConfig:
         raise ModelLoadError("LLaDA checkpoints with block_group_size > 1 are not supported")
     dim = need(c, "d_model", f)
     heads = need(c, "n_heads", f)
+    head_dim = head_width(c, dim, heads, "d_model", "n_heads", key=None)   # LLaDA configs name no head_dim
     bias = flag(c, "include_bias", False)
     return shaped(BiConfig(
         vocab_size=optional(c, "embedding_size", None) or need(c, "vocab_size", f),
         dim=dim, n_layers=need(c, "n_layers", f, high=MAX_LAYERS), n_heads=heads,
-        n_kv_heads=optional(c, "n_kv_heads", heads), head_dim=dim // heads,
+        n_kv_heads=optional(c, "n_kv_heads", heads), head_dim=head_dim,
         ffn_dim=optional(c, "mlp_hidden_size", None) or optional(c, "mlp_ratio", 4) * dim,
         rope_theta=optional(c, "rope_theta", 10000.0, float), norm_eps=optional(c, "rms_norm_eps", 1e-5, float),
         qkv_bias=bias or flag(c, "include_qkv_bias", False), out_bias=bias, mlp_bias=bias,
@@ -125,7 +126,8 @@ def _qwen2_config(family: Family, c: dict) -> BiConfig:
     return shaped(BiConfig(
         vocab_size=need(c, "vocab_size", f), dim=dim, n_layers=need(c, "num_hidden_layers", f, high=MAX_LAYERS),
         n_heads=heads, n_kv_heads=optional(c, "num_key_value_heads", heads),
-        head_dim=optional(c, "head_dim", dim // heads), ffn_dim=need(c, "intermediate_size", f),
+        head_dim=head_width(c, dim, heads, "hidden_size", "num_attention_heads"),
+        ffn_dim=need(c, "intermediate_size", f),
         rope_theta=optional(c, "rope_theta", 10000.0, float), norm_eps=optional(c, "rms_norm_eps", 1e-6, float),
         qkv_bias=True, tied_embeddings=flag(c, "tie_word_embeddings", False),
     ))

@@ -77,6 +77,19 @@ class WeightFiles:
                     f"({', '.join(FLOAT_DTYPES)}): quantized checkpoints are not supported"
                 )
 
+    def check_head_dim(self, tensor: str, heads: int, head_dim: int) -> None:
+        """`tensor`, a projection whose rows are `heads` heads (q_proj: the attention heads; a fused
+        query_key_value: q's, k's and v's), holds heads `head_dim` wide, as config.json says. Told
+        in the config's terms: `require` would name one tensor's shape, leaving the user to work
+        out that the head width is what disagrees. A tensor missing or off in another way is left
+        to `require`."""
+        shape = self.shapes.get(tensor)
+        if not shape or shape[0] == heads * head_dim or shape[0] % heads:
+            return
+        raise ModelLoadError(f"config.json gives a head_dim of {head_dim}, but the heads in the weights of "
+                             f"{self.folder} are {shape[0] // heads} wide ({tensor} has {shape[0]} rows for "
+                             f"{heads} heads): set head_dim to the width the model was trained with")
+
     def check_layers(self, n_layers: int) -> None:
         """The weights hold no more layers than config.json says: those past it would be left out
         without a word, a truncated model that writes junk."""
@@ -99,7 +112,13 @@ class WeightFiles:
             try:
                 with safe_open(str(path), framework="pt", device=str(device)) as f:
                     for target, source in pairs:
-                        out[target] = f.get_tensor(source).to(dtype)
+                        tensor = f.get_tensor(source)
+                        # On the CPU a tensor already of `dtype` (float32 weights) is the file's
+                        # memory map, and `to` keeps it: a checkpoint saved again in place into
+                        # the folder (same file, cut and rewritten) then killed the server with
+                        # SIGBUS at its next step. A copy of its own, as any other dtype gets.
+                        out[target] = tensor.clone() if tensor.dtype == dtype and tensor.device.type == "cpu" \
+                            else tensor.to(dtype)
             except SafetensorError as exc:
                 raise ModelLoadError(f"shard {shard} in {self.folder} is corrupt: {exc}") from exc
         check_finite(out, self.folder)

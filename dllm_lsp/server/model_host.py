@@ -1,6 +1,7 @@
 """Owns the loaded models: loads them off the event loop, shares them between connections
 (each uses the model its options name; at most `max_models` at once), runs infills on worker
-threads (the engine's step scheduler batches them), and remembers why a load failed."""
+threads (the engine's step scheduler batches them), remembers why a load failed, and loads a
+model folder again when its files have changed since (a newer checkpoint trained into it)."""
 from __future__ import annotations
 
 import asyncio
@@ -23,6 +24,7 @@ from dllm_lsp.engine.engine import CancelToken, Engine, out_of_memory
 from dllm_lsp.engine.types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState
 from dllm_lsp.pipeline import CompletionPlan
 from dllm_lsp.loader import ModelLoadError, load_model, resolve_device, resolve_model_path, shipped_model_names
+from dllm_lsp.model_folder import FolderStamp, folder_stamp
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,10 @@ LOAD_WAIT_S = 300.0   # how long a request waits for a load in progress (a 7B ch
 
 class ModelUnavailable(Exception):
     """No model is loaded: it failed to load (the message says why) or none was asked for."""
+
+
+class FilesChanged(ModelLoadError):
+    """A model folder's files changed while they loaded: what was read may be half of each."""
 
 
 @dataclass
@@ -234,6 +240,12 @@ class Slot:
     failed_at: float = 0.0
     started: float = field(default_factory=time.monotonic)   # when the load began: requests wait from here
     close_pending: bool = False   # evicted: its engine is closed once loaded, unless asked for again first
+    # The model files' identity (model_folder.folder_stamp) when the load began; None for what is
+    # not a folder here (a remote deployment), which is never loaded again for its files.
+    stamp: FolderStamp | None = None
+    # A load of the folder's newer files (they changed since this one loaded): this one serves
+    # until it has loaded, and keeps serving when it fails (its error says why).
+    successor: "Slot | None" = None
 
     def loading_seconds(self) -> float | None:
         """How long the load has been running; None once it has ended."""
@@ -324,8 +336,19 @@ class ModelHost:
         return self.engine_of(0)
 
     def is_loading(self, user: int = 0) -> bool:
+        """Whether `user`'s model is loading, or its folder's newer files are (the model loaded
+        before serves meanwhile)."""
         slot = self._slot(user)
-        return slot is not None and not slot.loading.done()
+        return slot is not None and self._loading_slot(slot) is not None
+
+    @staticmethod
+    def _loading_slot(slot: Slot) -> Slot | None:
+        """The load under way for `slot`: its own, or its successor's; None when neither runs."""
+        if not slot.loading.done():
+            return slot
+        if slot.successor is not None and not slot.successor.loading.done():
+            return slot.successor
+        return None
 
     @property
     def loading(self) -> bool:
@@ -335,9 +358,26 @@ class ModelHost:
         """Whether `user`'s options, naming `model` on `device`, need a load. Options that name the
         model it has end any wait for another one that did not fit."""
         slot = self._slot(user)
-        if slot is None or slot.key != self._key_of(model, device) or slot.failed:
+        if slot is None or slot.key != self._key_of(model, device) or slot.failed or self._files_changed(slot):
             return True
         self._refused.pop(user, None)
+        return False
+
+    def _stamp(self, key: LoadKey) -> FolderStamp | None:
+        return folder_stamp(key.model) if key.resolved else None
+
+    def _files_changed(self, slot: Slot) -> bool:
+        """Whether `slot`, a loaded model, was loaded from other files than its folder holds now
+        (a newer checkpoint trained or unpacked into it; a folder gone or half-written counts:
+        its load fails, and this one serves on). A stat per model file, nothing read. Asked when
+        a connection asks for the model (its options, sent again or by a new connection): the
+        same options had kept the first weights for the server's life."""
+        if slot.engine is None or slot.stamp is None:
+            return False
+        if self._stamp(slot.key) != slot.stamp:
+            return True
+        if slot.successor is not None and slot.successor.loading.done():
+            slot.successor = None       # the files are back as this one loaded them: nothing to tell
         return False
 
     def start_load(self, model: str, device: str, user: int = 0) -> asyncio.Future:
@@ -348,6 +388,9 @@ class ModelHost:
         so it switches as soon as another connection's model is let go."""
         key = self._key_of(model, device)
         slot = self._slots.get((key.model, key.device))
+        if slot is not None and self._files_changed(slot):
+            self._use(user, slot)        # served by the model loaded before until the new files have loaded
+            return self._reload(slot, model, device).loading
         if slot is None and (key.model, key.device) in self._retiring:
             # Switching back and forth while the loads run (a user trying models, typing): each
             # switch started another load of the same model beside those still running (20
@@ -373,11 +416,52 @@ class ModelHost:
                 except ModelUnavailable as exc:
                     self._refused[user] = Refusal(model, device, str(exc))
                     raise
-            slot = Slot(key, asyncio.ensure_future(self._load(model, device)), (model, device))
+            stamp = self._stamp(key)
+            slot = Slot(key, asyncio.ensure_future(self._load(model, device, key, stamp)), (model, device), stamp=stamp)
             self._slots[(key.model, key.device)] = slot
             slot.loading.add_done_callback(lambda f, s=slot: self._loaded(s, f))
         self._use(user, slot)
         return slot.loading
+
+    def _reload(self, slot: Slot, model: str, device: str) -> Slot:
+        """Load `slot`'s folder again, its files having changed: the successor's load, or the one
+        already under way. It takes no seat of `max_models`: it replaces `slot`, which serves until
+        it has loaded (both are held meanwhile, as any replacing load holds the old and the new)
+        and is then retired as an evicted model is. A load that fails (a folder half-written, gone,
+        or changed again while it loaded) replaces nothing: `slot` serves on, and its connections
+        are told why (dllm/status `error`; the window message of the options that asked); asked
+        again, it is tried again."""
+        successor = slot.successor
+        if successor is not None and not successor.loading.done():
+            return successor
+        stamp = self._stamp(slot.key)
+        log.info("the model files of %s changed since it loaded: loading them (the model loaded before "
+                 "serves meanwhile)", Path(slot.key.model).name)
+        successor = Slot(slot.key, asyncio.ensure_future(self._load(model, device, slot.key, stamp, replacing=True)),
+                         (model, device), stamp=stamp)
+        slot.successor = successor
+        successor.loading.add_done_callback(lambda f, s=successor: self._loaded(s, f))
+        successor.loading.add_done_callback(lambda f, old=slot, new=successor: self._promote(old, new))
+        return successor
+
+    def _promote(self, old: Slot, new: Slot) -> None:
+        """`new`, the load of `old`'s changed files, has ended: loaded, it takes `old`'s place and
+        connections, and `old` is retired (its engine closed once its requests in hand are done).
+        Failed, it stays `old.successor` to say why `old` still serves."""
+        if old.successor is not new or new.engine is None:
+            return                      # failed; or let go with `old` (evicted: `_retire`)
+        where = (old.key.model, old.key.device)
+        old.successor = None
+        if self._slots.get(where) is not old:
+            self._retire(new)           # not expected: whatever holds the place now keeps it
+            return
+        self._slots[where] = new
+        for user in old.users:
+            self._uses[user] = new
+        new.users, old.users = old.users, set()
+        new.last_used = old.last_used
+        log.info("now serving the new files of %s; the model loaded before is let go", Path(old.key.model).name)
+        self._retire(old)
 
     async def load(self, model: str, device: str, user: int = 0) -> Engine:
         """Load `model` on `device` for `user`. Raises ModelLoadError or ModelUnavailable."""
@@ -449,6 +533,9 @@ class ModelHost:
         its memory comes back instead of staying behind every evicted model. One still loading
         waits in `_retiring` until its load ends, in case it is asked for again meanwhile."""
         where = (slot.key.model, slot.key.device)
+        successor, slot.successor = slot.successor, None
+        if successor is not None and not successor.loading.done():
+            self._retire(successor)     # the load of its newer files goes with it (taken back if asked for)
         if not slot.loading.done():
             self._retiring[where] = slot
         if slot.close_pending:
@@ -478,18 +565,43 @@ class ModelHost:
         if slot.engine is None:
             slot.failed_at = time.monotonic()
 
-    async def _load(self, model: str, device: str) -> Engine:
+    async def _load(self, model: str, device: str, key: LoadKey | None = None, stamp: FolderStamp | None = None,
+                    replacing: bool = False) -> Engine:
+        """The load of `model` on `device`; `stamp`: its folder's files when it began (checked
+        again once it has loaded). `replacing`: the load of a loaded model's changed files, whose
+        error says that the model loaded before serves on."""
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._executor, self._load_blocking, model, device)
-        except ModelLoadError:
+            try:
+                return await loop.run_in_executor(self._executor, self._load_blocking, model, device, key, stamp,
+                                                  replacing)
+            except ModelLoadError:
+                raise
+            except Exception as exc:  # anything unexpected still leaves the server running
+                raise ModelLoadError(f"{type(exc).__name__}: {exc}") from exc
+        except FilesChanged:
             raise
-        except Exception as exc:  # anything unexpected still leaves the server running
-            raise ModelLoadError(f"{type(exc).__name__}: {exc}") from exc
+        except ModelLoadError as exc:
+            if not replacing:
+                raise
+            raise ModelLoadError(f"the model files of {Path(key.model).name} changed, but the new ones did not load "
+                                 f"({exc}); the model loaded before them is still served") from None
 
-    def _load_blocking(self, model: str, device: str) -> Engine:
+    def _load_blocking(self, model: str, device: str, key: LoadKey | None = None,
+                       stamp: FolderStamp | None = None, replacing: bool = False) -> Engine:
         start = time.perf_counter()
         engine = self._connect(model, device)
+        if stamp is not None and self._stamp(key) != stamp:
+            # The files changed while they were read (a checkpoint being written or unpacked into
+            # the folder): the model may be half one and half the other, and is not served.
+            close = getattr(engine, "close", None)
+            if close is not None:
+                close()
+            del engine
+            served = "the model loaded before them is still served" if replacing else "the model is not served"
+            raise FilesChanged(f"the model files of {Path(key.model).name} changed while they loaded (still being "
+                               f"written?): {served}; they load when asked for again (the options sent again, or "
+                               "a new connection) once they are written")
         prepared = getattr(engine, "prepared", None)
         log.info("loaded %s on %s in %.2fs%s", engine.denoiser.name, engine.denoiser.device, time.perf_counter() - start,
                  f" (warm-up and step-cost probe: {prepared['seconds']:.2f}s)" if prepared else "")
@@ -585,15 +697,23 @@ class ModelHost:
         info = engine.denoiser.describe() if engine else (
             {"name": slot.key.name or slot.key.model, "device": slot.key.device} if slot else {})
         local = engine if isinstance(engine, Engine) else None   # a remote (Ray) engine keeps its counters
-        loading_for = slot.loading_seconds() if slot is not None else None
+        loading = self._loading_slot(slot) if slot is not None else None   # its own load, or its new files'
+        loading_for = loading.loading_seconds() if loading is not None else None
+        # A loaded model whose folder's newer files did not load serves on: the error says why.
+        newer = slot.successor if slot is not None else None
+        # A remote engine (a Ray Serve deployment) whose cluster or deployment cannot serve now says
+        # why; its front keeps it and serves again once the cluster is back (it said loaded: true).
+        down = getattr(engine, "unavailable", None)
         return {
             "model": info.get("name"),
             "family": info.get("family"),
             "device": info.get("device"),
-            "loaded": engine is not None,
-            "loading": slot is not None and not slot.loading.done(),
+            "loaded": engine is not None and down is None,
+            "loading": loading is not None,
             "loadingSeconds": round(loading_for, 1) if loading_for is not None else None,
-            "error": (slot.why if slot is not None and slot.why else
+            "error": (down if down is not None else
+                      slot.why if slot is not None and slot.why else
+                      newer.why if newer is not None and newer.why else
                       self._refused[user].why if user in self._refused else None),
             "lastLatencyMs": self._latency.get(user),
             "batching": local.scheduler.stats() if local is not None and local.batching else None,

@@ -1,4 +1,4 @@
-"""A model that loads but cannot run: its warm-up's first forward pass raises. The load fails with
+"""A model that loads but cannot run: its warm-up (its first infill) raises. The load fails with
 that error (dllm/status and every request say why) instead of serving a model that fails every
 request, and the user who fixes the folder and sends the options again gets it. Real server over
 stdio, real loader, a real (tiny, broken) checkpoint folder."""
@@ -8,11 +8,9 @@ import json
 from pathlib import Path
 
 from lsprotocol import types
-from torch import nn
 
-from dllm_lsp.checkpoints.architecture import BiConfig, BidirectionalLM
-from dllm_lsp.checkpoints.families import OPEN_DCODER, tensor_names
-from dllm_lsp.checkpoints.tiny import write_safetensors, write_tiny_checkpoint
+from dllm_lsp.checkpoints.architecture import BidirectionalLM
+from dllm_lsp.checkpoints.tiny import write_tiny_checkpoint
 from dllm_lsp.engine.engine import out_of_memory
 from dllm_lsp.server.model_host import ModelHost, ModelUnavailable
 
@@ -24,33 +22,31 @@ TEXT = "def area(width, height):\n    return \n"
 
 def write_unrunnable_checkpoint(folder: Path) -> Path:
     """An Open-dCoder (Qwen2) folder whose every file passes the loader's checks -- config keys,
-    tensor names and shapes all agree -- but whose `head_dim` is odd (15): the rotary table is
-    built for 16, so the first forward pass raises a shape error."""
+    tensor names and shapes all agree -- but whose model has 8 positions
+    (`max_position_embeddings`): the warm-up's first infill has no room for its context and
+    raises, as every request would. (The reproducer was an odd `head_dim`, which the loader now
+    refuses itself: checkpoints/config_values.head_width. If the loader learns to refuse this one
+    too, the warm-up guard needs another model that loads but cannot run.)"""
     write_tiny_checkpoint(folder, "open-dcoder", shards=1)
     config = json.loads((folder / "config.json").read_text())
-    config["head_dim"] = 15
+    config["max_position_embeddings"] = 8
     (folder / "config.json").write_text(json.dumps(config))
-    cfg = BiConfig(vocab_size=config["vocab_size"], dim=config["hidden_size"], n_layers=config["num_hidden_layers"],
-                   n_heads=config["num_attention_heads"], n_kv_heads=config["num_key_value_heads"], head_dim=15,
-                   ffn_dim=config["intermediate_size"], rope_theta=config["rope_theta"],
-                   norm_eps=config["rms_norm_eps"], qkv_bias=True, tied_embeddings=config["tie_word_embeddings"])
-    model = BidirectionalLM(cfg)
-    for p in model.parameters():
-        nn.init.normal_(p, 0.0, 0.08)
-    names = tensor_names(OPEN_DCODER, cfg)
-    write_safetensors(folder, {names[k]: v.contiguous() for k, v in model.state_dict().items() if k in names}, 1)
     return folder
 
 
+# What the warm-up's failure says (the engine's CanvasTooSmall), in dllm/status and each refusal.
+CANNOT_RUN = "leave no room for context in 8 positions"
+
+
 async def test_a_model_whose_first_forward_fails_fails_its_load_and_loads_once_fixed(tmp_path):
-    folder = write_unrunnable_checkpoint(tmp_path / "odd-heads")
+    folder = write_unrunnable_checkpoint(tmp_path / "no-room")
     options = {"model": str(folder), "device": "cpu"}
     client, seen, _ = await start_server(tmp_path, options)
     try:
         status = await wait_loaded(client, 120)
         # It used to say loaded, with no error, and every completion then failed with InternalError.
-        assert not status["loaded"] and status["model"] == "odd-heads", status
-        assert "cannot run" in status["error"] and "size of tensor" in status["error"], status
+        assert not status["loaded"] and status["model"] == "no-room", status
+        assert "cannot run" in status["error"] and CANNOT_RUN in status["error"], status
         # The status carries the error as soon as the load fails; the window message is sent after
         # it, so it may still be on its way when the status is answered.
         await wait_until(lambda: any("cannot run" in m.message for m in seen.messages), 30)
@@ -59,7 +55,7 @@ async def test_a_model_whose_first_forward_fails_fails_its_load_and_loads_once_f
             await asyncio.wait_for(client.text_document_inline_completion_async(inline_params(URI, 1, 11)), 60)
         except Exception as exc:
             assert getattr(exc, "code", None) == -32803, exc
-            assert "odd-heads cannot run" in str(exc) and "size of tensor" in str(exc), exc
+            assert "no-room cannot run" in str(exc) and CANNOT_RUN in str(exc), exc
         else:
             raise AssertionError("a request was answered by a model that cannot run")
 
@@ -81,7 +77,7 @@ def live_models() -> int:
 async def test_a_model_that_cannot_run_is_not_kept_in_memory_by_its_error(tmp_path):
     # The failed load's error stays while a connection asks for the model (to tell it why), and it
     # held the warm-up's traceback, whose frames held the whole model.
-    folder = write_unrunnable_checkpoint(tmp_path / "odd-heads")
+    folder = write_unrunnable_checkpoint(tmp_path / "no-room")
     host = ModelHost()
     a = host.view()
     before = live_models()
@@ -91,7 +87,7 @@ async def test_a_model_that_cannot_run_is_not_kept_in_memory_by_its_error(tmp_pa
         except ModelUnavailable:
             raise
         except Exception as exc:
-            assert "odd-heads cannot run" in str(exc)
+            assert "no-room cannot run" in str(exc) and CANNOT_RUN in str(exc)
         else:
             raise AssertionError("a model that cannot run was loaded")
         assert "cannot run" in a.status()["error"]             # still told, to the connection that asked
