@@ -11,7 +11,9 @@ in `dllm-lsp serve`; started with `--ray ADDRESS` it sends each infill request (
 a token canvas: the replica tokenizes, so the front needs no weights) to the deployment through
 `RemoteEngine`, which behaves like the local `Engine`: same `infill` call, step states for
 `$/progress`, `$/cancelRequest` and supersede cancel the Serve request (the replica stops its
-denoise at the next step), and a request whose replica died is sent again to another one.
+denoise at the next step), and a request whose replica died is sent again to another one. It
+watches its cluster between requests (`RemoteEngine.unavailable`): a cluster that has gone is
+said so, and one made again at the address (another model, maybe) is joined without a restart.
 
     dllm-lsp ray deploy --address HOST:PORT --model M [--device cuda] [--replicas N | --autoscale MIN:MAX]
     dllm-lsp serve --stdio --ray HOST:PORT
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 
 import ray
 from ray import serve
+from ray._raylet import GcsClient
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
 from ray.serve.exceptions import RayServeException
 from ray.serve import context as serve_context
@@ -47,6 +50,7 @@ DEPLOYMENT = "DenoiserReplica"
 RETRIES = 3              # a request whose replica died is sent again this many times
 CANCEL_POLL_S = 0.02     # how often a waiting front checks its cancel token
 GCS_CHECK_S = 5.0        # how often a request waiting for its answer checks that the cluster is there
+HEALTH_S = 5.0           # how often a front checks its cluster between requests (RemoteEngine.unavailable)
 # Ray ends a driver process that has lost the cluster's GCS for this long (60 s by default): the
 # front is a driver, and with it went every editor's connection. A year: the front stays, its
 # requests fail with RemoteUnavailable, and it serves again once the cluster is back.
@@ -55,6 +59,11 @@ GCS_RECONNECT_TIMEOUT_S = str(365 * 24 * 3600)
 
 class RemoteUnavailable(ModelLoadError):
     """The Ray cluster or the deployment cannot be reached, or no replica could serve."""
+
+
+class ClusterChanged(Exception):
+    """The cluster at the address is another one than this driver's session joined (its head was
+    restarted): what was sent to the old one will never be answered."""
 
 
 @dataclass(frozen=True)
@@ -208,9 +217,56 @@ def deployment_for(config: ReplicaConfig):
     return serve.deployment(**options)(DenoiserReplica).bind(config.model, config.device)
 
 
+# The cluster this process's driver session belongs to: its GCS address and its cluster id. Ray's
+# session is one per process, so this is too.
+_joined: dict[str, str] = {}
+
+
+def cluster_id(gcs_address: str) -> str:
+    """The id of the cluster whose GCS answers at `gcs_address` (a head started again at the same
+    address is a new cluster, with a new id). Asked through a GCS client of its own, a millisecond:
+    the driver's session must never ask a cluster other than its own (Ray aborts the process,
+    "WrongClusterID ... Check failed")."""
+    return GcsClient(address=gcs_address).cluster_id.hex()
+
+
+def session_state() -> tuple[str, str]:
+    """("same", ""): this driver's cluster still answers at its address; ("gone", reason): nothing
+    answers there; ("new", ""): another cluster does, or the driver has no session (it must join
+    again). A TCP connect first: a GCS client to an address where nothing listens waits 40 s."""
+    if not ray.is_initialized() or not _joined:
+        return "new", ""
+    host, _, port = _joined["gcs"].rpartition(":")
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=2).close()
+    except OSError as exc:
+        return "gone", str(exc)
+    try:
+        now = cluster_id(_joined["gcs"])
+    except Exception as exc:  # noqa: BLE001 - a GCS that listens but does not answer yet (starting up)
+        return "gone", one_line(exc) or type(exc).__name__
+    return ("same", "") if now == _joined["cluster"] else ("new", "")
+
+
+def rejoin(address: str) -> None:
+    """Leave this driver's session (its cluster gone or replaced) and join the cluster at `address` now."""
+    ray.shutdown()
+    _joined.clear()
+    # Serve keeps its controller client across ray.shutdown and trusts it while the job id
+    # matches; a new cluster hands this driver the same job id as the old one did (both count
+    # from 1), so Serve went on asking the old cluster's controller ("Can't find actor ... from a
+    # different cluster"). Dropping the cached client (Serve on the cluster is untouched) makes it
+    # find the new cluster's controller by name.
+    serve_context._disconnect()
+    connect(address)
+
+
 def connect(address: str) -> None:
     """Join the Ray cluster at `address` (HOST:PORT of its GCS, or "auto") as a driver."""
     if ray.is_initialized():
+        if not _joined:     # a session another part of this process opened
+            gcs = ray.get_runtime_context().gcs_address
+            _joined.update(gcs=gcs, cluster=cluster_id(gcs))
         return
     host, _, port = address.rpartition(":")
     if address != "auto" and port.isdecimal():
@@ -231,6 +287,8 @@ def connect(address: str) -> None:
             f"cannot join the Ray cluster at {address}: {one_line(exc) or type(exc).__name__} (a cluster with "
             "Ray token authentication refuses a process without its token: set RAY_AUTH_MODE=token and "
             "RAY_AUTH_TOKEN_PATH=FILE, or put the token in ~/.ray/auth_token)") from exc
+    gcs = ray.get_runtime_context().gcs_address      # "auto" resolved
+    _joined.update(gcs=gcs, cluster=cluster_id(gcs))
 
 
 def deploy(address: str, config: ReplicaConfig, app_name: str = APP_NAME) -> dict:
@@ -357,47 +415,100 @@ class RemoteDenoiser:
 
 
 class RemoteEngine:
-    """The front's engine when the model lives in a Ray Serve deployment: `infill` as Engine's."""
+    """The front's engine when the model lives in a Ray Serve deployment: `infill` as Engine's.
 
-    def __init__(self, address: str, app_name: str = APP_NAME, timeout_s: float = 120.0) -> None:
+    It watches its cluster (`check`, every HEALTH_S on a thread of its own, and before a request
+    while something is wrong): `unavailable` says why the deployment cannot serve now (None: it
+    can), for `dllm/status`; a cluster made again at the address is joined afresh and the
+    deployment's model read again, so a front that saw no request while its cluster was down
+    serves again at once, and names the model the new deployment serves."""
+
+    def __init__(self, address: str, app_name: str = APP_NAME, timeout_s: float = 120.0,
+                 health_s: float = HEALTH_S) -> None:
         self.address, self.app_name, self.timeout_s = address, app_name, timeout_s
-        hint = _deploy_hint(address, app_name)
-        _app_status(address, app_name)
-        try:
-            self.handle = serve.get_deployment_handle(DEPLOYMENT, app_name=app_name)
-            info = self.handle.info.remote().result(timeout_s=timeout_s)
-        except (RayServeException, KeyError, ValueError, TimeoutError) as exc:
-            raise RemoteUnavailable(f"no {app_name!r} deployment serves on the Ray cluster at {address} "
-                                    f"({hint}): {one_line(exc)}") from exc
-        self.denoiser = RemoteDenoiser(info)
+        self._lock = threading.RLock()      # one check (and one rejoin) at a time, the watcher's or a request's
+        connect(address)
+        if session_state()[0] == "new":
+            # A session left by an earlier try (a front retrying a deployment that was not up) on
+            # a cluster that has been started again since: asking it anything aborts the process.
+            rejoin(address)
+        self._attach()
         self.context_tokens = None
-        # Set when a request found the cluster's GCS gone. A cluster started again at the address
-        # is a new cluster to Ray: this driver's session and handle stay bound to the old one, and
-        # every request waited its whole timeout ("no answer within 120 s") for good. The next
-        # request after a loss joins the cluster afresh (_rejoin) instead.
-        self._lost = False
-        self._rejoin_lock = threading.Lock()
+        # Why the deployment cannot serve now (None: it can); `_attached` is False while the handle
+        # and the model's description must be taken again (the cluster or the deployment went).
+        self.unavailable: str | None = None
+        self._attached = True
+        self._closed = threading.Event()
+        threading.Thread(target=self._watch, args=(health_s,), daemon=True, name="dllm-ray-health").start()
 
-    def _rejoin(self) -> None:
-        """Leave the lost cluster's session and join the one at the address now (RemoteUnavailable
-        while there is none, or no deployment on it: the next request tries again)."""
-        with self._rejoin_lock:
-            if not self._lost:
-                return                      # another request's thread rejoined meanwhile
-            log.warning("joining the Ray cluster at %s again (it was lost)", self.address)
-            ray.shutdown()
-            # Serve keeps its controller client across ray.shutdown and trusts it while the job id
-            # matches; a new cluster hands this driver the same job id as the old one did (both
-            # count from 1), so Serve went on asking the old cluster's controller ("Can't find
-            # actor ... from a different cluster"). Dropping the cached client (Serve on the
-            # cluster is untouched) makes it find the new cluster's controller by name.
-            serve_context._disconnect()
-            status = _app_status(self.address, self.app_name)
-            if status is None:
-                raise RemoteUnavailable(f"no {self.app_name!r} deployment serves on the Ray cluster at "
-                                        f"{self.address} ({_deploy_hint(self.address, self.app_name)})")
-            self.handle = serve.get_deployment_handle(DEPLOYMENT, app_name=self.app_name)
-            self._lost = False
+    def _attach(self) -> None:
+        """Take the deployment's handle and its model's description (RemoteUnavailable: no
+        deployment serves). A deployment made again may serve another model: the front then
+        budgets with its tokenizer and limits, and dllm/status names it."""
+        hint = _deploy_hint(self.address, self.app_name)
+        status = _app_status(self.address, self.app_name)
+        if status is None:
+            raise RemoteUnavailable(f"no {self.app_name!r} deployment serves on the Ray cluster at "
+                                    f"{self.address} ({hint})")
+        try:
+            handle = serve.get_deployment_handle(DEPLOYMENT, app_name=self.app_name)
+            info = handle.info.remote().result(timeout_s=self.timeout_s)
+        except (RayServeException, KeyError, ValueError, TimeoutError) as exc:
+            raise RemoteUnavailable(f"no {self.app_name!r} deployment serves on the Ray cluster at "
+                                    f"{self.address} ({hint}): {one_line(exc)}") from exc
+        denoiser = RemoteDenoiser(info)
+        old = getattr(self, "denoiser", None)
+        if old is not None and old.describe() != denoiser.describe():
+            log.warning("the %r deployment now serves %s on %s (it served %s on %s)", self.app_name,
+                        denoiser.name, denoiser.device, old.name, old.device)
+        self.handle, self.denoiser = handle, denoiser
+
+    def check(self) -> str | None:
+        """Why the deployment cannot serve now (None: it can), mending what can be mended: a
+        cluster started again at the address is joined, a deployment made again is attached.
+        While all is well this is a TCP connect and the cluster's id read from its GCS."""
+        with self._lock:
+            state, reason = session_state()
+            if state == "gone":
+                self.unavailable = f"the Ray cluster at {self.address} is gone ({reason})"
+                self._attached = False
+                return self.unavailable
+            try:
+                if state == "new":
+                    log.warning("joining the Ray cluster at %s again (it was started again)", self.address)
+                    self._attached = False
+                    rejoin(self.address)
+                if not self._attached:
+                    self._attach()
+                    self._attached = True
+                    if self.unavailable is not None:
+                        log.warning("the %r deployment serves again (%s)", self.app_name, self.denoiser.name)
+                self.unavailable = None
+            except RemoteUnavailable as exc:
+                self.unavailable = str(exc)
+            return self.unavailable
+
+    def _watch(self, period: float) -> None:
+        """Check the cluster every `period` seconds, requests or not: a front that got no request
+        while its cluster went and came back said `loaded` throughout, and its first request
+        afterwards waited the whole timeout on the old cluster's session."""
+        while not self._closed.wait(period):
+            try:
+                self.check()
+            except Exception:   # noqa: BLE001 - the watcher must outlive a surprise, or the status freezes
+                log.exception("checking the Ray cluster at %s failed", self.address)
+
+    def close(self) -> None:
+        """Stop watching the cluster (ModelHost calls this when it lets the engine go)."""
+        self._closed.set()
+
+    def _ready(self) -> None:
+        """RemoteUnavailable at once while the deployment cannot serve (checked again now, so the
+        first request after the cluster is back is served)."""
+        if self.unavailable is not None or not self._attached:
+            why = self.check()
+            if why is not None:
+                raise RemoteUnavailable(why)
 
     def infill(self, request: InfillRequest, settings: DecodeSettings = DecodeSettings(),
                cancel: CancelToken | None = None, on_step: Callable[[StepState], None] | None = None, *,
@@ -405,8 +516,7 @@ class RemoteEngine:
         """Blocking, like Engine.infill: raises Cancelled when `cancel` fires, RemoteUnavailable when
         no replica could serve after RETRIES tries."""
         cancel = cancel or CancelToken()
-        if self._lost:
-            self._rejoin()
+        self._ready()
         args = (request, settings, context_tokens, cache)
         last: Exception | None = None
         for attempt in range(1, RETRIES + 1):
@@ -422,8 +532,15 @@ class RemoteEngine:
                 log.warning("replica lost during a request (try %d of %d): %s", attempt, RETRIES,
                             str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
                 time.sleep(0.2 * attempt)
+            except ClusterChanged as exc:
+                # Sent to a cluster that was replaced while it waited: sent again to the new one.
+                last = exc
+                self._ready()
             except RayServeException as exc:
-                raise RemoteUnavailable(f"the {self.app_name!r} deployment cannot serve: {exc}") from exc
+                with self._lock:
+                    self._attached = False      # the deployment went (deleted): taken again when it is back
+                    self.unavailable = f"the {self.app_name!r} deployment cannot serve: {one_line(exc)}"
+                raise RemoteUnavailable(self.unavailable) from exc
             except RayTaskError as exc:
                 raise replica_error(exc) from None
         raise RemoteUnavailable(f"no replica of {self.app_name!r} could serve the request after {RETRIES} tries: {last}")
@@ -448,22 +565,24 @@ class RemoteEngine:
 
     def _check_cluster(self, response) -> None:
         """RemoteUnavailable at once when the cluster's GCS no longer answers (the cluster stopped,
-        its head died): the request would otherwise wait its whole timeout."""
-        host, _, port = self.address.rpartition(":")
-        if not port.isdecimal():
+        its head died), ClusterChanged when another cluster answers at the address: the request
+        would otherwise wait its whole timeout."""
+        state, reason = session_state()
+        if state == "same":
             return
-        try:
-            socket.create_connection((host or "127.0.0.1", int(port)), timeout=2).close()
-        except OSError as exc:
-            response.cancel()
-            self._lost = True
-            raise RemoteUnavailable(f"the Ray cluster at {self.address} is gone ({exc})") from None
+        response.cancel()       # ends a stream's wait (a cancel is local to this driver's router)
+        if state == "new":
+            raise ClusterChanged(f"the Ray cluster at {self.address} was started again")
+        with self._lock:
+            self._attached = False
+            self.unavailable = f"the Ray cluster at {self.address} is gone ({reason})"
+        raise RemoteUnavailable(self.unavailable)
 
     def _stream(self, args: tuple, cancel: CancelToken, on_step: Callable[[StepState], None]) -> InfillResult:
         stream = self.handle.options(stream=True).infill_stream.remote(*args)
         stop = threading.Event()
 
-        gone: list[RemoteUnavailable] = []
+        gone: list[Exception] = []
 
         def watch() -> None:
             # Iterating blocks between steps: a watcher turns a cancel into the Serve cancel, and a
@@ -477,7 +596,7 @@ class RemoteEngine:
                     next_check = time.monotonic() + GCS_CHECK_S
                     try:
                         self._check_cluster(stream)
-                    except RemoteUnavailable as exc:
+                    except (ClusterChanged, RemoteUnavailable) as exc:
                         gone.append(exc)
                         return
 
