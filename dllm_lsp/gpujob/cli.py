@@ -80,6 +80,9 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--pack-by", type=float, default=None, metavar="S",
                    help="if the run has not finished after S seconds, tell it to pack now (it ends its running "
                         "step, skips the rest and packs what it has), so the pack is ready before --max-seconds")
+    w.add_argument("--log", type=Path, default=None, metavar="FILE",
+                   help="the file the detached run's own output goes to: its last lines are shown when the run "
+                        "ended before it wrote job.json (an import error, a bad flag), and at --max-seconds")
     s = sub.add_parser("stage", help="prepare .gpujob/ (benchmark data, wheels) before a lease")
     s.add_argument("--repo", type=Path, default=Path("."))
     s.add_argument("--no-wheels", action="store_true")
@@ -120,8 +123,15 @@ def wait(a) -> int:
     deadline = began + a.max_seconds
     seen: dict[str, str] = {}
     told = False
+    missing = 0    # polls in a row that found neither job.json nor the run's process
     while True:
         state = read_state(a.out)
+        if state is None:
+            missing = 0 if run_process(a.out) else missing + 1
+            # Twice, a second apart: the run may be between its start and its first job.json (its
+            # imports take seconds), but then its process is there.
+            if missing >= 2:
+                return ended_at_start(a)
         if (a.pack_by is not None and not told and state and not state.get("finished")
                 and time.monotonic() - began >= a.pack_by and state.get("pid")
                 and is_dllm_process(int(state["pid"]))):   # SIGUSR1 ends a process that does not handle it
@@ -158,8 +168,76 @@ def wait(a) -> int:
             log = a.out / "job.log"
             if log.is_file():
                 print("".join(log.read_text(errors="replace").splitlines(keepends=True)[-15:]), end="")
+            elif a.log is not None:
+                print(tail_of(a.log), end="")
             return 3   # still running
-        time.sleep(5)
+        time.sleep(1 if state is None else 5)
+
+
+EXIT_LINE = "gpujob run: exit status "   # what the lease's launch line echoes after the run (docs/gpu-job.md)
+
+
+def ended_at_start(a) -> int:
+    """The run is gone and wrote no job.json: it ended at its start (an import error, a missing
+    wheel, a bad flag, an --out that is not empty). Said at once, with its own output's last lines
+    and its exit status where the launch recorded them, instead of waiting out --max-seconds for
+    a job.json that will never come."""
+    said = tail_of(a.log) if a.log is not None else ""
+    status = next((line[len(EXIT_LINE):].strip() for line in reversed(said.splitlines())
+                   if line.startswith(EXIT_LINE)), None)
+    print(f"dllm-lsp gpujob: error: the run for {a.out} is not running and wrote no job.json: it ended at its "
+          f"start (exit status {status if status is not None else 'unknown'})"
+          + (f"; the last lines of {a.log}:" if said else
+             f"; its own output ({a.log} is empty or missing)" if a.log is not None else
+             "; its own output is where the run's stdout went (the lease's launch line: --log FILE shows it)"),
+          file=sys.stderr, flush=True)
+    if said:
+        print(said, end="" if said.endswith("\n") else "\n", file=sys.stderr, flush=True)
+    return 1
+
+
+def tail_of(path: Path, lines: int = 25) -> str:
+    try:
+        return "".join(Path(path).read_text(errors="replace").splitlines(keepends=True)[-lines:])
+    except OSError:
+        return ""
+
+
+def run_process(out: Path) -> int | None:
+    """The pid of a live `dllm-lsp gpujob run` process whose --out is `out`, if any (None also
+    where there is no /proc to ask: then the run is taken to be starting)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return 1
+    want = Path(out).resolve()
+    for cmdline in proc.glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().decode(errors="replace").split("\0")
+            stat = (cmdline.parent / "stat").read_text()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[-1].split()[:1] == ["Z"] or not is_run_of(argv, want, cmdline.parent.name):
+            continue
+        return int(cmdline.parent.name)
+    return None
+
+
+def is_run_of(argv: list[str], out: Path, pid: str) -> bool:
+    """Whether `argv` is a `gpujob run` with --out `out` (relative to that process's directory)."""
+    for i in range(len(argv) - 1):
+        if argv[i] == "gpujob" and argv[i + 1] == "run":
+            break
+    else:
+        return False
+    for i, arg in enumerate(argv):
+        value = argv[i + 1] if arg == "--out" and i + 1 < len(argv) else arg[6:] if arg.startswith("--out=") else None
+        if value is not None:
+            try:
+                base = Path(os.readlink(f"/proc/{pid}/cwd"))
+            except OSError:
+                base = Path.cwd()
+            return (base / value).resolve() == out
+    return False
 
 
 def packed(state: dict | None) -> bool:

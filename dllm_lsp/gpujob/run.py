@@ -24,11 +24,12 @@ from dllm_lsp.cpus import usable_cpus
 from dllm_lsp.engine.denoise import RUN_STATE_ENV
 from dllm_lsp.eval.tasks import FILES as EVAL_FILES
 from dllm_lsp.loader import ModelLoadError, default_model_path, resolve_device
+from dllm_lsp.train.folder import recover_model_folder
 from dllm_lsp.train.presets import MODEL_KEYS, preset
 
 from .budget import PHASES, Budget
 from .children import ChildResult, dllm_command, end_group, is_dllm_process, run_child
-from .pack import pack_job
+from .pack import model_problem, pack_job
 
 HURRY_SIGNAL = signal.SIGUSR1   # "pack now": Job.hurry
 EVALS = ("single-line", "random-span-light")
@@ -562,14 +563,6 @@ class Job:
         return "done"
 
     def card_args(self) -> list[str]:
-        args = ["train", "card", "--model", str(self.model_dir), "--title", self.model_name]
-        if (self.out / "corpus" / "stats.json").is_file():   # else the folder's own corpus_stats.json
-            args += ["--corpus", str(self.out / "corpus")]
-        for name in EVALS:
-            path = self.model_dir / f"eval-{name}.json"
-            if path.is_file():
-                args += ["--eval", str(path)]
-        closing = self.out / "card-closing.md"
         device = self.state["environment"].get("gpu") or self.opts.device
         if "train" in self.opts.phases:
             origin = f"continued from {self.continue_from.name}" if self.continue_from else "trained from scratch"
@@ -578,9 +571,79 @@ class Job:
         else:
             run = (f"Evaluated again, not trained, by the dllm-lsp GPU job (`dllm-lsp gpujob run --phases "
                    f"{','.join(self.opts.phases)}`), device {device}; `training.json` records its training.")
-        closing.write_text(
-            run + " Weights are stored as int8 with one fp32 scale per row (dllm_lsp/arch/weight_storage.py).\n")
-        return args + ["--closing", str(closing)]
+        return card_args(self.out, self.model_dir, self.model_name, run + " " + INT8_NOTE)
+
+
+INT8_NOTE = "Weights are stored as int8 with one fp32 scale per row (dllm_lsp/arch/weight_storage.py)."
+
+
+def card_args(out: Path, model_dir: Path, title: str, closing_text: str) -> list[str]:
+    """`dllm-lsp train card` for the job's model folder, with the job's corpus and evaluations and
+    `closing_text` (how the job made the folder) at the end."""
+    args = ["train", "card", "--model", str(model_dir), "--title", title]
+    if (out / "corpus" / "stats.json").is_file():   # else the folder's own corpus_stats.json
+        args += ["--corpus", str(out / "corpus")]
+    for name in EVALS:
+        path = model_dir / f"eval-{name}.json"
+        if path.is_file():
+            args += ["--eval", str(path)]
+    closing = out / "card-closing.md"
+    closing.write_text(closing_text + "\n")
+    return args + ["--closing", str(closing)]
+
+
+def salvaged_card(out: Path, model_dir: Path, state: dict) -> str:
+    """The MODEL_CARD.md of a salvaged pack, written from what the dead job left (the folder's last
+    save: training.json, train_log.jsonl; the job's evaluations; job.json) and saying it was
+    salvaged: the folder's card was the model's before the job (copied with it, or carried over
+    by every save), and came home describing the previous model. Where `train card` cannot write
+    it (no training.json, a record it cannot read) a short card says what is known. Returns how
+    the card was written."""
+    from_train = "train" in ((state.get("options") or {}).get("phases") or PHASES)
+    phases = ", ".join(f"{name} {p.get('state')}" for name, p in state.get("phases", {}).items()
+                       if p.get("state") not in (None, "not_selected"))
+    device = (state.get("environment") or {}).get("gpu") or (state.get("options") or {}).get("device")
+    if from_train:
+        origin = (f"trained by the dllm-lsp GPU job on {device}"
+                  + (f", continued from {Path(state['phases']['corpus']['continue_from']).name}"
+                     if (state.get("phases", {}).get("corpus") or {}).get("continue_from") else "")
+                  + ("; its training was cut short: the figures are those of the folder's last save"
+                     if state.get("phases", {}).get("train", {}).get("state") == "killed" else ""))
+    else:
+        origin = (f"evaluated again, not trained, by the dllm-lsp GPU job on {device} "
+                  f"(`training.json` records its training)")
+    salvaged = (f"**Salvaged.** The GPU job (pid {state.get('pid')}, started {state.get('started')}) ended before "
+                f"its pack was done; `gpujob wait` packed what it left and wrote this card from it. The model was "
+                f"{origin}. The job's phases: {phases or 'none recorded'}.")
+    (model_dir / "MODEL_CARD.md").unlink(missing_ok=True)    # never the previous model's card
+    if (model_dir / "training.json").is_file():
+        with open(out / "job.log", "a", encoding="utf-8") as log:
+            done = run_child("salvage/card", dllm_command(*card_args(out, model_dir, model_dir.name,
+                                                                     salvaged + " " + INT8_NOTE)),
+                             60.0, log, {**os.environ, "PYTHONUNBUFFERED": "1"}, echo=False)
+        if done.ok and (model_dir / "MODEL_CARD.md").is_file():
+            return "written from the folder's training.json"
+    known = [f"# {model_dir.name}", "", salvaged, ""]
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+        known.append(f"- Model: `{config.get('model_type')}`, {config.get('n_layers')} layers, dim {config.get('dim')}, "
+                     f"vocabulary {config.get('vocab_size')}.")
+    except (OSError, ValueError, AttributeError):
+        pass
+    train = state.get("phases", {}).get("train", {}).get("summary") or {}
+    if train:
+        known.append("- Training as job.json recorded it: " + ", ".join(f"{k} {v}" for k, v in train.items()
+                                                                         if v is not None) + ".")
+    try:
+        last = (model_dir / "train_log.jsonl").read_text().strip().splitlines()[-1]
+        known.append(f"- The training log's last line: `{last[:300]}`.")
+    except (OSError, IndexError):
+        pass
+    known += ["- No `training.json` to write a full card from: what is above is all that is known."
+              if not (model_dir / "training.json").is_file() else
+              "- `dllm-lsp train card` could not write the full card (job-log.txt, `salvage/card`).", ""]
+    (model_dir / "MODEL_CARD.md").write_text("\n".join(known))
+    return "what is known (no full card)"
 
 
 def salvage(out: Path, state: dict) -> dict:
@@ -601,10 +664,16 @@ def salvage(out: Path, state: dict) -> dict:
     state["salvaged"] = {"at": now(), "by": "gpujob wait",
                          "why": f"the job (pid {state.get('pid')}) ended before its pack was done",
                          "running_step_ended": ended}
+    model_dir = out / "model" / str(state.get("model_name") or DEFAULT_MODEL_NAME)
+    recover_model_folder(model_dir)      # a save killed between its renames: its last whole folder
+    if model_dir.is_dir() and model_problem(model_dir) is None:
+        try:
+            state["salvaged"]["card"] = salvaged_card(out, model_dir, state)
+        except OSError as exc:       # the card must not cost the pack
+            state["salvaged"]["card"] = f"not written: {exc}"
     if (out / "job.log").is_file():
         shutil.copyfile(out / "job.log", out / "job-log.txt")
     write_state(out, state)    # the packed job.json is the record of what happened
-    model_dir = out / "model" / str(state.get("model_name") or DEFAULT_MODEL_NAME)
     manifest = pack_job(out, model_dir, out / "pack", require_model=True)
     state["phases"]["pack"] = {"state": "done", "salvaged": True, "files": [f["name"] for f in manifest["parts"]],
                                **({"model_left_out": manifest["model_left_out"]} if manifest.get("model_left_out") else {})}
