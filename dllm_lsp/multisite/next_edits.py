@@ -3,8 +3,9 @@
 The change is found by comparing the document with its earlier versions (newest first, so a
 rename typed one keystroke at a time is found once the new name is complete):
 - **rename** of an identifier (a parameter, a local, a function name): the other references
-  of the old name's binding by scope rules (`Bindings`: the enclosing function; for a function's
-  own name the scope that holds it, where it is used as a value too) and whole-word mentions
+  of the old name's binding by scope rules (`Bindings`: the enclosing function, or the block of a
+  JS `let`, a Rust `let`, a Go `:=`; for a function's own name the scope that holds it, where it is
+  used as a value too; for a method its receivers in its class, impls or Go type) and whole-word mentions
   in the function's docstring or doc comment get the new name. This part is deterministic: no model involved.
 - **signature** change (a parameter added or removed): every call site of the function in the
   file has its argument list masked; the model fills them jointly, conditioned on the new
@@ -25,7 +26,7 @@ from urllib.parse import unquote, urlsplit
 
 import tree_sitter
 
-from dllm_lsp.syntax.nodes import ancestors, enclosing, field_name
+from dllm_lsp.syntax.nodes import ancestors, enclosing, field_name, walk
 from dllm_lsp.syntax.snapshot import Snapshot
 from dllm_lsp.text_compare import common_prefix_length, common_suffix_length
 
@@ -65,6 +66,21 @@ SHORTHAND_TYPES = frozenset({"shorthand_field_initializer", "shorthand_property_
 CLASS_BODY_TYPES = frozenset({"class_definition", "class_body", "class_declaration", "class", "impl_item",
                               "trait_item", "declaration_list", "interface_body"})
 RECEIVERS = frozenset({"self", "cls", "this", "Self"})
+# A method's name that its grammar spells as a member's, not as an `identifier`: Go's
+# `func (s S) Area()` (field_identifier) and a JS/TS class method (property_identifier). Renamed
+# through the receiver only, as a Python or Rust method is: a bare `Area()` is another function.
+METHOD_NAME_TYPES = frozenset({"field_identifier", "property_identifier"})
+# JS/TS functions that give `this` (and `super`) a value of their own: in them `this.area` is not
+# the class's (an arrow function keeps the method's `this`).
+OWN_THIS_TYPES = frozenset({"function_expression", "function_declaration", "generator_function",
+                            "generator_function_declaration", "function"})
+# The members of a JS/TS class body, whose `static` decides what `this` is in them: the class
+# itself in a static one, an instance otherwise (a class may have both a static and an instance
+# `area`). The members that a method's rename renames with it: the accessor pair's other half and
+# TypeScript's overload signatures.
+CLASS_MEMBER_TYPES = frozenset({"method_definition", "field_definition", "public_field_definition",
+                                "class_static_block"})
+METHOD_MEMBER_TYPES = frozenset({"method_definition", "method_signature", "abstract_method_signature"})
 # A method named through its receiver without a call (`key=self.area`, `[1].map(this.area)`,
 # `.map(Self::area)`) is the method too; Rust's `self.area` and Go's `s.Area` read a field.
 RECEIVER_VALUE_TYPES = frozenset({"attribute", "member_expression", "scoped_identifier"})
@@ -86,7 +102,7 @@ BINDING_FIELDS = frozenset({
     ("function_declaration", "name"), ("generator_function_declaration", "name"), ("class_declaration", "name"),
     ("let_declaration", "pattern"), ("let_condition", "pattern"), ("function_item", "name"),      # rust
     ("short_var_declaration", "left"), ("var_spec", "name"), ("const_spec", "name"),               # go
-    ("range_clause", "left"),
+    ("range_clause", "left"), ("for_expression", "pattern"),                                          # go, rust
 })
 PATTERN_TYPES = frozenset({
     "pattern_list", "tuple_pattern", "list_pattern", "tuple", "list", "parenthesized_expression",
@@ -185,10 +201,25 @@ def changed_words(old: str, new: str) -> tuple[int, int, int] | None:
 
 
 def identifier_at(source: Snapshot, start: int, end: int, name: str) -> tree_sitter.Node | None:
+    """The identifier spelled `name` at [start, end), or the member-spelled name of a Go or JS/TS
+    method defined there."""
     node = source.smallest_node(start, end)
-    if node.type in IDENTIFIER_TYPES and source.start(node) == start and source.end(node) == end \
-            and source.node_text(node) == name:
+    if (node.type in IDENTIFIER_TYPES or member_method(node) is not None) and source.start(node) == start \
+            and source.end(node) == end and source.node_text(node) == name:
         return node
+    return None
+
+
+def member_method(node: tree_sitter.Node) -> tree_sitter.Node | None:
+    """The method whose member-spelled name `node` is (METHOD_NAME_TYPES): a Go method (it has a
+    receiver) or a method of a JS/TS class body (not an object literal's); None otherwise."""
+    method = node.parent
+    if node.type not in METHOD_NAME_TYPES or method is None or field_name(node) != "name":
+        return None
+    if method.type == "method_declaration" and method.child_by_field_name("receiver") is not None:
+        return method
+    if method.type == "method_definition" and method.parent is not None and method.parent.type == "class_body":
+        return method
     return None
 
 
@@ -220,8 +251,11 @@ def detect_change(old_text: str, new: Snapshot) -> Change | None:
         # another one (`shape.size`, `Rect(size=...)`), or a reference that now uses a name the
         # scope already has (`a + b` -> `a + c`, `area(1)` -> `surface(1)`), changed what the
         # code refers to: renaming the declaration after it broke the file.
-        if new_node is not None and old_node is not None and is_variable(new, new_node, new_name) \
-                and is_variable(old, old_node, old_name) and not has_name(old, rename_scope(old, old_node), new_name):
+        # A method is renamed from its definition only (`this.area()` -> `this.size()` calls another
+        # one), and not onto a name its class already has (Go's methods and fields of the type).
+        if new_node is not None and old_node is not None and renamable(new, new_node, new_name) \
+                and renamable(old, old_node, old_name) and not has_name(old, rename_scope(old, old_node), new_name) \
+                and new_name not in member_names(old, old_node):
             return Change("rename", start, new_end, old_name, new_name)
     return detect_signature_change(old, new, start, new_end) or detect_call_change(old, new, start, new_end)
 
@@ -294,6 +328,11 @@ def map_literal(key: tree_sitter.Node) -> bool:
     literal = next((a for a in ancestors(key) if a.type == "composite_literal"), None)
     kind = literal.child_by_field_name("type") if literal is not None else None
     return kind is not None and kind.type == "map_type"
+
+
+def renamable(source: Snapshot, node: tree_sitter.Node, name: str) -> bool:
+    """A variable, or the definition of a Go or JS/TS method (a member name, METHOD_NAME_TYPES)."""
+    return is_variable(source, node, name) or member_method(node) is not None
 
 
 def is_variable(source: Snapshot, node: tree_sitter.Node, name: str) -> bool:
@@ -376,7 +415,7 @@ def rename_edits(new: Snapshot, change: Change, module_name: str | None = None) 
     if function is not None:
         return function_renames(new, names, function, new_name)
     scope = enclosing(site, FUNCTION_TYPES) or new.root
-    edits = names.references(scope, new_name)
+    edits = names.references(scope, new_name, names.own_block_binding(site, scope))
     if enclosing(site, PARAMETER_LIST_TYPES) is not None and scope is not new.root:
         word = documentation_word(old_name)
         for doc in documentation_nodes(new, scope):
@@ -386,6 +425,70 @@ def rename_edits(new: Snapshot, change: Change, module_name: str | None = None) 
                                      f"documentation of {old_name}", "rename"))
         edits += keyword_arguments(new, function_name(new, scope), old_name, new_name)
     return without_overlaps(edits)
+
+
+@dataclass(frozen=True)
+class BlockBinding:
+    """A declaration whose name is seen in a block, not in its whole function: a JS/TS `let`,
+    `const`, `for (const x of ...)`, `catch (e)`; a Rust `let`, `if let`, `for x in`; a Go `:=`,
+    `var`, `const` in a function, `for x := range`."""
+    name: tree_sitter.Node   # the declared identifier
+    block: tree_sitter.Node  # the block (statement) that holds the declaration and where it is seen
+    start: int               # the part of it that sees the name: the whole block in JS (its
+    end: int                 # temporal dead zone is the same binding), after the declaration in Rust and Go
+
+
+def block_binding(source: Snapshot, node: tree_sitter.Node) -> BlockBinding | None:
+    """The block-scoped declaration the binding identifier `node` makes; None for a binding of its
+    whole function (a parameter, a JS `var`, Python's names, a Go package's names)."""
+    target = node
+    while target.parent is not None and target.parent.type in PATTERN_TYPES:
+        target = target.parent
+    holder = target.parent
+    if holder is None:
+        return None
+    where = (holder.type, field_name(target))
+    if where == ("variable_declarator", "name"):
+        statement = holder.parent
+        if statement is None or statement.type != "lexical_declaration" or statement.parent is None:
+            return None                                          # `var`
+        block = statement.parent
+        if block.type in ("switch_case", "switch_default") and block.parent is not None:
+            block = block.parent                                 # a case's `let` is the switch body's
+        return BlockBinding(node, block, source.start(block), source.end(block))
+    if where == ("for_in_statement", "left"):
+        kind = holder.child_by_field_name("kind")
+        if kind is None or source.node_text(kind) == "var":
+            return None
+        return BlockBinding(node, holder, source.start(holder), source.end(holder))
+    if where == ("catch_clause", "parameter"):
+        return BlockBinding(node, holder, source.start(holder), source.end(holder))
+    if where == ("let_declaration", "pattern") and holder.parent is not None:
+        return BlockBinding(node, holder.parent, source.end(holder), source.end(holder.parent))
+    if where == ("let_condition", "pattern"):
+        construct = next((a for a in ancestors(holder) if a.type in ("if_expression", "while_expression")), None)
+        seen = construct.child_by_field_name("consequence") or construct.child_by_field_name("body") \
+            if construct is not None else None
+        return BlockBinding(node, construct, source.start(seen), source.end(seen)) if seen is not None else None
+    if where == ("for_expression", "pattern"):
+        body = holder.child_by_field_name("body")
+        return BlockBinding(node, holder, source.start(body), source.end(body)) if body is not None else None
+    if where in (("short_var_declaration", "left"), ("var_spec", "name"), ("const_spec", "name")):
+        statement = holder if holder.type == "short_var_declaration" else \
+            next((a for a in ancestors(holder) if a.type in ("var_declaration", "const_declaration")), None)
+        block = statement.parent if statement is not None else None
+        if block is None or block.type == "source_file":
+            return None                                          # a package's name: the whole file's
+        if block.type == "for_clause" and block.parent is not None:
+            block = block.parent
+        return BlockBinding(node, block, source.end(statement), source.end(block))
+    if where == ("range_clause", "left") and holder.parent is not None:
+        return BlockBinding(node, holder.parent, source.end(holder), source.end(holder.parent))
+    return None
+
+
+def within(source: Snapshot, inner: tree_sitter.Node, outer: tree_sitter.Node) -> bool:
+    return source.start(outer) <= source.start(inner) and source.end(inner) <= source.end(outer)
 
 
 class Bindings:
@@ -401,14 +504,22 @@ class Bindings:
         self.name = name
         self.module_name = module_name
         self._binds: dict[int, bool] = {}   # scope node id -> whether it binds `name` itself
+        self._blocks: dict[int, list[BlockBinding]] | None = None
 
-    def references(self, scope: tree_sitter.Node, new_name: str) -> list[Outcome]:
-        """The edits renaming every reference of `scope`'s own `name` inside `scope`."""
+    def references(self, scope: tree_sitter.Node, new_name: str, own: BlockBinding | None = None) -> list[Outcome]:
+        """The edits renaming every reference of `scope`'s own `name` inside `scope`; with `own`,
+        of that block-scoped declaration (itself included) in the part of its block that sees it."""
         edits = []
         source, old_name = self.source, self.name
-        for node in word_nodes(source, old_name, source.start(scope), source.end(scope)):
+        if own is None:
+            nodes = list(word_nodes(source, old_name, source.start(scope), source.end(scope)))
+        else:
+            nodes = [own.name] if source.node_text(own.name) == old_name else []
+            nodes += word_nodes(source, old_name, own.start, own.end)
+        for node in nodes:
             if class_member_name(node) or self.import_role(node) not in (None, "self") \
-                    or self.shadowed(node, scope):
+                    or self.shadowed(node, scope if own is None else own.block) \
+                    or self.block_shadowed(node, scope, own):
                 continue
             edit = self.edit(node, new_name)
             if edit is not None:
@@ -507,8 +618,57 @@ class Bindings:
                 continue
             if node.parent is not None and node.parent.type in NOT_LOCAL_TYPES:
                 return False
-            found = found or self.is_binding(node)
+            # a JS `let`, a Rust `let`, a Go `:=` binds in its block (block_shadowed), not the function
+            found = found or (self.is_binding(node) and block_binding(self.source, node) is None)
         return found
+
+    def block_bindings(self) -> dict[int, list[BlockBinding]]:
+        """The block-scoped declarations of the name in the file, by their block's node id
+        (computed once)."""
+        if self._blocks is None:
+            self._blocks = {}
+            for node in word_nodes(self.source, self.name):
+                binding = block_binding(self.source, node) \
+                    if node.type in IDENTIFIER_TYPES and self.is_binding(node) else None
+                if binding is not None:
+                    self._blocks.setdefault(binding.block.id, []).append(binding)
+        return self._blocks
+
+    def block_shadowed(self, node: tree_sitter.Node, scope: tree_sitter.Node, own: BlockBinding | None = None) -> bool:
+        """Whether a block-scoped declaration of the name holds `node` (is it, or sees it) and is
+        inner to the rename's binding: one in a block inside `scope` for a binding of `scope`
+        (a parameter, a function, a `var`); for the block-scoped `own`, one in a block inside
+        own's, or declared after it in its block (Rust's `let area = area + 1;` again). Only the
+        blocks around `node` are looked at: a file can declare the name in thousands of blocks."""
+        source, blocks = self.source, self.block_bindings()
+        at = source.start(node)
+        outermost = scope if own is None else own.block
+        for block in ancestors(node):
+            if own is None and block.id == outermost.id:
+                return False
+            for binding in blocks.get(block.id, ()):
+                if binding.name.id != node.id and not binding.start <= at < binding.end:
+                    continue
+                if own is None or block.id != own.block.id or source.start(binding.name) > source.start(own.name):
+                    return True
+            if block.id == outermost.id:
+                return False
+        return False
+
+    def own_block_binding(self, site: tree_sitter.Node, scope: tree_sitter.Node) -> BlockBinding | None:
+        """The block-scoped declaration a renamed variable `site` (new name, in the function
+        `scope`) is: the site itself when it declares it, else the innermost declaration of the old
+        name whose block sees the site, unless a function between binds the name itself. None:
+        the name is the function's (a parameter, a `var`, Python's locals)."""
+        if self.is_binding(site):
+            return block_binding(self.source, site)
+        at = self.source.start(site)
+        seeing = [b for bindings in self.block_bindings().values() for b in bindings
+                  if b.start <= at < b.end and within(self.source, b.block, scope)]
+        if not seeing:
+            return None
+        own = max(seeing, key=lambda b: (self.source.start(b.block), self.source.start(b.name)))
+        return None if self.shadowed(site, own.block) else own
 
     def is_binding(self, node: tree_sitter.Node) -> bool:
         """Whether the identifier `node` is bound where it stands (declared, imported, or in Python
@@ -516,6 +676,8 @@ class Bindings:
         role = self.import_role(node)
         if role is not None:
             return role == "binds"
+        if field_name(node) == "type":
+            return False                 # Rust's `Some` in `let Some(x) = ...` names a variant
         target = node
         while target.parent is not None and target.parent.type in PATTERN_TYPES:
             target = target.parent
@@ -560,14 +722,30 @@ def function_renames(new: Snapshot, names: Bindings, function: tree_sitter.Node,
     `@area`), but not where a function there binds the name itself, nor another module's name
     in an import. A method's: `self.old(...)`, `this.old(...)`, `Self::old(...)` in its class, also
     as a value (`key=self.old`; a bare `old()` there is another function), and in a Python class
-    body the name as that body reads it."""
+    body the name as that body reads it; a Rust inherent method's in every impl of its type and
+    `S::old`; a JS/TS method's accessor pair, overload signatures and subclasses' `super.old`; a Go
+    method's through the receivers of its type's methods (go_method_references)."""
+    if function.type == "method_declaration" and function.child_by_field_name("receiver") is not None:
+        return without_overlaps(go_method_references(new, function, names.name, new_name))
     owner = method_class(function)
     if owner is None:
         scope = enclosing(function, FUNCTION_TYPES) or new.root
         return without_overlaps(names.references(scope, new_name))
-    edits = receiver_references(new, owner, names.name, new_name)
+    old_name = names.name
+    edits = []
+    for body in impl_bodies(new, owner):
+        edits += receiver_references(new, body, function, old_name, new_name)
     if owner.type == "class_definition":
         edits += names.class_references(owner, new_name)
+    if owner.type == "class_body":
+        edits += class_member_renames(new, owner, function, old_name, new_name)
+        for subclass, overrides in subclass_bodies(new, owner, old_name):
+            # `super.old` there is the renamed method; `this.old` too unless the subclass has its own
+            edits += receiver_references(new, subclass, function, old_name, new_name,
+                                         frozenset({"super"}) if overrides else frozenset({"this", "super"}))
+    impl_type = rust_impl_type(new, owner.parent) if owner.type == "declaration_list" else None
+    if impl_type is not None and owner.parent.child_by_field_name("trait") is None:
+        edits += type_path_references(new, impl_type, old_name, new_name)
     return without_overlaps(edits)
 
 
@@ -598,22 +776,283 @@ def class_member_name(node: tree_sitter.Node) -> bool:
         and method_class(definition) is not None
 
 
-def receiver_references(new: Snapshot, owner: tree_sitter.Node, old_name: str, new_name: str) -> list[Outcome]:
-    """A method named through its receiver in its class: `self.old(...)`, `this.old(...)`,
-    `Self::old(...)`, and as a value (`key=self.old`, `.map(Self::old)`) where the grammar's
-    access is not a field's (Rust `self.old`, Go `s.Old` without a call read a field)."""
+def receiver_references(new: Snapshot, owner: tree_sitter.Node, function: tree_sitter.Node, old_name: str,
+                        new_name: str, receivers: frozenset[str] = RECEIVERS) -> list[Outcome]:
+    """A method named through its receiver in its class (`owner`): `self.old(...)`,
+    `this.old(...)`, `Self::old(...)`, and as a value (`key=self.old`, `.map(Self::old)`) where the
+    grammar's access is not a field's (Rust's `self.old` without a call reads a field). Not in a
+    class nested in it (its `self`/`this` is another object), nor, in JS/TS, where `this` is not
+    the class's: in a `function` (its own `this`), or in a static member for an instance method
+    and the other way round (a class may have a static and an instance `area`)."""
     edits = []
+    static = is_static(function)
     for node in word_nodes(new, old_name, new.start(owner), new.end(owner)):
         callee = node.parent
         if callee is None or not callee.named_child_count or callee.named_children[-1].id != node.id \
-                or callee.named_children[0].id == node.id or new.node_text(callee.named_children[0]) not in RECEIVERS:
+                or callee.named_children[0].id == node.id:
+            continue
+        receiver = new.node_text(callee.named_children[0])
+        holder = enclosing(callee, CLASS_BODY_TYPES)
+        if receiver not in receivers or holder is None or holder.id != owner.id:
+            continue
+        if receiver in ("this", "super") and not this_is_the_class(callee, owner, static):
             continue
         call = callee.parent
         called = call is not None and call.type in CALL_TYPES and field_name(callee) == "function"
         if called or callee.type in RECEIVER_VALUE_TYPES:
-            edits.append(Outcome(new.start(node), new.end(node), new_name,
-                                 f"{'call of' if called else 'reference to'} {old_name}", "rename"))
+            edits.append(member_edit(new, node, called, old_name, new_name))
     return edits
+
+
+def member_edit(new: Snapshot, node: tree_sitter.Node, called: bool, old_name: str, new_name: str) -> Outcome:
+    return Outcome(new.start(node), new.end(node), new_name,
+                   f"{'call of' if called else 'reference to'} {old_name}", "rename")
+
+
+def is_static(member: tree_sitter.Node) -> bool:
+    """Whether a JS/TS class member is `static` (a static block is)."""
+    return member.type == "class_static_block" or any(c.type == "static" for c in member.children)
+
+
+def this_is_the_class(node: tree_sitter.Node, owner: tree_sitter.Node, static: bool) -> bool:
+    """Whether `this` (`super`) at `node`, in the class body `owner`, is what a member `static` or
+    not is called on: the member `node` stands in is the class body's own, with that staticness,
+    and no `function` between gives `this` another value. (Java has none of these members: there
+    the class body is reached.)"""
+    for outer in ancestors(node):
+        if outer.id == owner.id:
+            return True
+        if outer.type in OWN_THIS_TYPES:
+            return False
+        if outer.type in CLASS_MEMBER_TYPES:
+            return outer.parent is not None and outer.parent.id == owner.id and is_static(outer) == static
+    return False
+
+
+def class_members(source: Snapshot, body: tree_sitter.Node) -> list[tuple[tree_sitter.Node, tree_sitter.Node]]:
+    """(member, its name) for the named members of a JS/TS class body: methods, fields, signatures."""
+    members = []
+    for member in body.named_children:
+        name = member.child_by_field_name("name") or member.child_by_field_name("property")
+        if name is not None:
+            members.append((member, name))
+    return members
+
+
+def class_member_renames(new: Snapshot, owner: tree_sitter.Node, function: tree_sitter.Node, old_name: str,
+                         new_name: str) -> list[Outcome]:
+    """The JS/TS members that a method's rename renames with it: its accessor pair's other half
+    (`get size()` / `set size(v)`) and its TypeScript overload signatures (`area(): number;`),
+    those of the same name and staticness."""
+    return [Outcome(new.start(name), new.end(name), new_name, f"reference to {old_name}", "rename")
+            for member, name in class_members(new, owner)
+            if member.id != function.id and member.type in METHOD_MEMBER_TYPES
+            and new.node_text(name) == old_name and is_static(member) == is_static(function)]
+
+
+def class_name(source: Snapshot, body: tree_sitter.Node) -> str | None:
+    """The name of the JS/TS class whose body is `body` (`const A = class {...}` names it too)."""
+    definition = body.parent
+    if definition is None:
+        return None
+    name = definition.child_by_field_name("name")
+    if name is None and definition.parent is not None and definition.parent.type == "variable_declarator":
+        name = definition.parent.child_by_field_name("name")
+    return source.node_text(name) if name is not None else None
+
+
+def subclass_bodies(source: Snapshot, owner: tree_sitter.Node, old_name: str) -> list[tuple[tree_sitter.Node, bool]]:
+    """(body, whether it has its own member `old_name`) of the JS/TS classes in the file that
+    extend the class of `owner` by name (`class Square extends Shape`)."""
+    name = class_name(source, owner)
+    if name is None:
+        return []
+    bodies = []
+    for node in word_nodes(source, name):
+        heritage = node.parent
+        if heritage is not None and heritage.type == "extends_clause" and field_name(node) == "value":
+            heritage = heritage.parent                       # typescript: class_heritage > extends_clause
+        elif heritage is None or heritage.type != "class_heritage":
+            continue
+        definition = heritage.parent if heritage is not None and heritage.type == "class_heritage" else None
+        body = definition.child_by_field_name("body") if definition is not None else None
+        if body is not None and body.id != owner.id:
+            overrides = any(source.node_text(n) == old_name for _, n in class_members(source, body))
+            bodies.append((body, overrides))
+    return bodies
+
+
+def rust_impl_type(source: Snapshot, impl: tree_sitter.Node | None) -> str | None:
+    """The name of the type a Rust `impl` is for (`S` for `impl S`, `impl<T> S<T>`, `impl Tr for S`)."""
+    if impl is None or impl.type != "impl_item":
+        return None
+    kind = impl.child_by_field_name("type")
+    while kind is not None and kind.type in ("generic_type", "scoped_type_identifier"):
+        kind = kind.child_by_field_name("type") or kind.child_by_field_name("name")
+    return source.node_text(kind) if kind is not None and kind.type == "type_identifier" else None
+
+
+def impl_bodies(source: Snapshot, owner: tree_sitter.Node) -> list[tree_sitter.Node]:
+    """Where a method of the class (impl) `owner` is named through its receiver: the class itself;
+    for a method of a Rust inherent impl (`impl S`, no trait), every impl of that type in the file
+    (`self.old()` in `impl Display for S` calls it too). A trait impl's method is the trait's:
+    its own block only."""
+    impl = owner.parent
+    name = rust_impl_type(source, impl) if owner.type == "declaration_list" else None
+    if name is None or impl.child_by_field_name("trait") is not None:
+        return [owner]
+    bodies = [body for other in rust_impls(source, name) if (body := other.child_by_field_name("body")) is not None]
+    return bodies or [owner]
+
+
+def rust_impls(source: Snapshot, name: str) -> list[tree_sitter.Node]:
+    """The Rust impls in the file for the type `name`."""
+    impls = []
+    for node in word_nodes(source, name):
+        holder = node.parent
+        if node.type != "type_identifier" or holder is None:
+            continue
+        if holder.type in ("generic_type", "scoped_type_identifier"):
+            holder = holder.parent
+        if holder is not None and holder.type == "impl_item" and rust_impl_type(source, holder) == name \
+                and all(impl.id != holder.id for impl in impls):
+            impls.append(holder)
+    return impls
+
+
+def type_path_references(source: Snapshot, type_name: str, old_name: str, new_name: str) -> list[Outcome]:
+    """A Rust inherent method named through its type's path anywhere in the file (`S::old(s)`,
+    `.map(S::old)`); another type's `R::old` is another method."""
+    edits = []
+    for node in word_nodes(source, old_name):
+        path = node.parent
+        if path is None or path.type != "scoped_identifier" or field_name(node) != "name":
+            continue
+        prefix = path.child_by_field_name("path")
+        if prefix is None or source.node_text(prefix) != type_name:
+            continue
+        call = path.parent
+        called = call is not None and call.type in CALL_TYPES and field_name(path) == "function"
+        edits.append(member_edit(source, node, called, old_name, new_name))
+    return edits
+
+
+def go_receiver(source: Snapshot, method: tree_sitter.Node) -> tuple[str | None, str | None]:
+    """(receiver name, receiver type name) of a Go method: ("s", "S") for `func (s *S[T]) ...`;
+    the name is None for `func (S) ...` or `func (_ S) ...`."""
+    receiver = method.child_by_field_name("receiver")
+    declaration = next((c for c in receiver.named_children if c.type == "parameter_declaration"), None) \
+        if receiver is not None else None
+    if declaration is None:
+        return None, None
+    name = declaration.child_by_field_name("name")
+    kind = declaration.child_by_field_name("type")
+    while kind is not None and kind.type in ("pointer_type", "generic_type", "parenthesized_type"):
+        kind = kind.child_by_field_name("type") or (kind.named_children[-1] if kind.named_child_count else None)
+    receiver_name = source.node_text(name) if name is not None else None
+    return (None if receiver_name == "_" else receiver_name,
+            source.node_text(kind) if kind is not None and kind.type == "type_identifier" else None)
+
+
+def go_methods(source: Snapshot, type_name: str) -> list[tree_sitter.Node]:
+    """The Go methods in the file whose receiver is `type_name` (or a pointer to it)."""
+    return [node for node in source.root.named_children
+            if node.type == "method_declaration" and go_receiver(source, node)[1] == type_name]
+
+
+def go_method_references(new: Snapshot, function: tree_sitter.Node, old_name: str, new_name: str) -> list[Outcome]:
+    """A Go method named through a receiver of its type: `s.Old()` and the method value `s.Old`
+    in every method of the type where `s` is that method's receiver (not where a closure's
+    parameter or a block's `s :=` rebinds it), and the method expressions `S.Old`, `(*S).Old`.
+    Another receiver's `r.Old` is another type's method, and a bare `Old()` a function."""
+    type_name = go_receiver(new, function)[1]
+    if type_name is None:
+        return []
+    edits = []
+    bindings: dict[str, Bindings] = {}   # one per receiver name: most methods of a type share it
+    for method in go_methods(new, type_name):
+        receiver = go_receiver(new, method)[0]
+        body = method.child_by_field_name("body")
+        if receiver is None or body is None:
+            continue
+        names = bindings.setdefault(receiver, Bindings(new, receiver))
+        for node in word_nodes(new, old_name, new.start(body), new.end(body)):
+            selector = selector_of(node)
+            operand = selector.child_by_field_name("operand") if selector is not None else None
+            if operand is None or operand.type != "identifier" or new.node_text(operand) != receiver \
+                    or names.shadowed(operand, method) or names.block_shadowed(operand, method):
+                continue
+            edits.append(member_edit(new, node, called_selector(selector), old_name, new_name))
+    for node in word_nodes(new, old_name):
+        selector = selector_of(node)
+        operand = selector.child_by_field_name("operand") if selector is not None else None
+        while operand is not None and operand.type in ("parenthesized_expression", "unary_expression"):
+            if operand.type == "unary_expression" and new.node_text(operand)[:1] != "*":
+                break
+            operand = operand.child_by_field_name("operand") or operand.named_children[-1]
+        if operand is not None and operand.type in ("identifier", "type_identifier") \
+                and new.node_text(operand) == type_name:
+            edits.append(member_edit(new, node, called_selector(selector), old_name, new_name))
+    return edits
+
+
+def selector_of(node: tree_sitter.Node) -> tree_sitter.Node | None:
+    """The Go selector `x.Name` whose member `node` is."""
+    selector = node.parent
+    if node.type == "field_identifier" and selector is not None and selector.type == "selector_expression" \
+            and field_name(node) == "field":
+        return selector
+    return None
+
+
+def called_selector(selector: tree_sitter.Node) -> bool:
+    call = selector.parent
+    return call is not None and call.type in CALL_TYPES and field_name(selector) == "function"
+
+
+def member_names(source: Snapshot, name: tree_sitter.Node) -> set[str]:
+    """When `name` is the name of a method: the names of its class's other members that
+    `has_name` does not see (they are no variables). A Go type's methods and struct fields, a JS/TS
+    class's members, the functions of a Rust type's impls; empty otherwise."""
+    function = declared_function(name)
+    if function is None:
+        return set()
+    if function.type == "method_declaration" and function.child_by_field_name("receiver") is not None:
+        type_name = go_receiver(source, function)[1]
+        if type_name is None:
+            return set()
+        names = {source.node_text(m.child_by_field_name("name")) for m in go_methods(source, type_name)
+                 if m.child_by_field_name("name") is not None}
+        return names | go_fields(source, type_name)
+    owner = method_class(function)
+    if owner is None:
+        return set()
+    if owner.type == "class_body":
+        return {source.node_text(n) for _, n in class_members(source, owner)}
+    if owner.type != "declaration_list":
+        return set()                     # a Python class: its `def`s are variables of its body (has_name)
+    names = set()
+    for body in impl_bodies(source, owner):
+        for item in body.named_children:
+            item_name = item.child_by_field_name("name") if item.type == "function_item" else None
+            if item_name is not None:
+                names.add(source.node_text(item_name))
+    return names
+
+
+def go_fields(source: Snapshot, type_name: str) -> set[str]:
+    """The field names of the Go struct `type_name` declared in the file."""
+    fields = set()
+    for node in word_nodes(source, type_name):
+        spec = node.parent
+        if node.type != "type_identifier" or spec is None or spec.type != "type_spec" or field_name(node) != "name":
+            continue
+        struct = spec.child_by_field_name("type")
+        if struct is None or struct.type != "struct_type":
+            continue
+        for declaration in (n for n in walk(struct) if n.type == "field_declaration"):
+            fields.update(source.node_text(n) for n in declaration.children_by_field_name("name"))
+    return fields
 
 
 def documentation_word(name: str) -> re.Pattern:
