@@ -6,6 +6,7 @@ local config = require('dllm.config')
 local ghost = require('dllm.ghost')
 local insert = require('dllm.insert')
 local partial = require('dllm.partial')
+local span = require('dllm.span')
 local stream = require('dllm.stream')
 local util = require('dllm.util')
 
@@ -20,8 +21,9 @@ local pending = {} ---@type table<integer, fun()> bufnr -> cancel of the running
 -- bufnr -> next / prev pressed while that request's answer was still coming (Neovim then holds the
 -- report's one item): applied once the answer with the alternatives is Neovim's.
 local deferred = {} ---@type table<integer, integer>
--- bufnr -> { handler, ctx, row, col }: the last answer handed to Neovim's handler, and the cursor
--- (row, byte column) its request was made at, where the items' ranges start.
+-- bufnr -> { handler, ctx, row, col, origin }: the last answer handed to Neovim's handler, and the
+-- cursor (row, byte column) its request was made at, where the items' ranges start; `origin` also
+-- holds that line's text then (dllm.span finds a range end after the cursor again from it).
 local answered = {}
 
 --- Neovim (0.12-dev) redraws its current item on every CursorMovedI at the item's range start; a
@@ -41,9 +43,9 @@ local function drop_stale_item(bufnr)
   end
 end
 
-local function remember(bufnr, handler, ctx, cursor)
+local function remember(bufnr, handler, ctx, cursor, origin)
   if cursor then
-    answered[bufnr] = { handler = handler, ctx = ctx, row = cursor[1], col = cursor[2] }
+    answered[bufnr] = { handler = handler, ctx = ctx, row = cursor[1], col = cursor[2], origin = origin }
   end
 end
 
@@ -74,12 +76,14 @@ function M.wrap_client(client)
       end)
       return true, nil
     end
+    local asked = M.asked[bufnr]
     M.asked[bufnr] = nil
     if not stream.enabled or stream.supported == false then
       local w = util.win(bufnr)
       local at = w ~= -1 and vim.api.nvim_win_get_cursor(w) or nil
+      local origin = span.origin(bufnr, w)
       return request(self, method, params, function(err, result, ctx, ...)
-        remember(bufnr, handler, ctx, at)
+        remember(bufnr, handler, ctx, at, origin)
         handler(err, util.unix_answer(result), ctx, ...)
       end, bufnr)
     end
@@ -90,6 +94,7 @@ function M.wrap_client(client)
     local tick = vim.api.nvim_buf_get_changedtick(bufnr)
     local win = util.win(bufnr)
     local cursor = win ~= -1 and vim.api.nvim_win_get_cursor(win) or nil
+    local origin = span.origin(bufnr, win)
     local ctx = { method = method, client_id = self.id, bufnr = bufnr, params = params }
     local function current()
       if not vim.api.nvim_buf_is_valid(bufnr) or vim.api.nvim_buf_get_changedtick(bufnr) ~= tick then
@@ -99,11 +104,22 @@ function M.wrap_client(client)
       local now = w ~= -1 and vim.api.nvim_win_get_cursor(w) or nil
       return vim.deep_equal(now, cursor) and vim.api.nvim_get_mode().mode:sub(1, 1) == 'i'
     end
+    -- The buffer changed while the cursor stayed where the request was made (a formatter, an
+    -- edit from a timer or another client): Neovim asks again only when the cursor moves.
+    local function changed_under_cursor()
+      if not vim.api.nvim_buf_is_valid(bufnr) or vim.api.nvim_buf_get_changedtick(bufnr) == tick then
+        return false
+      end
+      local w = util.win(bufnr)
+      local now = w ~= -1 and vim.api.nvim_win_get_cursor(w) or nil
+      return vim.deep_equal(now, cursor) and vim.api.nvim_get_mode().mode:sub(1, 1) == 'i'
+        and vim.api.nvim_get_current_buf() == bufnr
+    end
     local cancel
     -- The original request function: through self.request it would come back here.
     cancel = stream.request(self, bufnr, params, function(item)
       if current() and item.text ~= '' then
-        remember(bufnr, handler, ctx, cursor)
+        remember(bufnr, handler, ctx, cursor, origin)
         handler(nil, { items = { { insertText = item.text, range = item.range } } }, ctx)
       end
     end, function(err, result)
@@ -116,11 +132,19 @@ function M.wrap_client(client)
         return
       end
       if err or current() then
-        remember(bufnr, handler, ctx, cursor)
+        remember(bufnr, handler, ctx, cursor, origin)
         handler(err, util.unix_answer(result), ctx)
         if not err and cycles and cycles ~= 0 then
           vim.lsp.inline_completion.select({ bufnr = bufnr, count = cycles })
         end
+      elseif changed_under_cursor() then
+        -- The answer is for the text before the change, and so is the streamed report Neovim
+        -- still draws: that stayed, and Tab took it (a few tokens of the suggestion). It is taken
+        -- away and the suggestion asked for again, as a cursor move would (as trigger() does).
+        answered[bufnr] = nil
+        handler(nil, { items = {} }, ctx)
+        M.asked[bufnr] = asked
+        vim.api.nvim_exec_autocmds('CursorMovedI', { buffer = bufnr, modeline = false })
       end
     end, request)
     pending[bufnr] = cancel
@@ -165,46 +189,49 @@ function M.detach(bufnr)
   deferred[bufnr] = nil
 end
 
---- The text Neovim's current suggestion still has to insert at the cursor (nil when none).
-local function native_rest(item, bufnr)
+--- Neovim's current suggestion placed at the cursor (dllm.span), nil when the buffer no longer
+--- agrees with it. Its range (Neovim's, in bytes) is of the text the answer's request was made on.
+local function native_placed(item, bufnr)
   local text = type(item.insert_text) == 'string' and item.insert_text or nil
   if not text then
     return nil
   end
-  local win = util.win(bufnr)
-  local row, col = unpack(vim.api.nvim_win_get_cursor(win))
-  row = row - 1
-  if item.range then
-    local srow, scol = item.range.start.row, item.range.start.col
-    if srow ~= row or scol > col then
-      return nil
-    end
-    local line = vim.api.nvim_buf_get_lines(bufnr, row, row + 1, false)[1] or ''
-    local typed = line:sub(scol + 1, col)
-    if text:sub(1, #typed) ~= typed then
-      return nil
-    end
-    return text:sub(#typed + 1)
-  end
-  return text
+  local range = item.range
+      and { item.range.start.row, item.range.start.col, item.range.end_.row, item.range.end_.col }
+    or nil
+  local last = answered[bufnr]
+  return span.place(bufnr, util.win(bufnr), text, range, last and last.origin)
 end
 
 --- Accepts all, a line or a word of Neovim's current suggestion, at the cursor. Not through
 --- Neovim's own accept: that writes the item over its range, which ends where the cursor was when
 --- the answer came, so a character typed since (the suggestion's first, typed through) was doubled.
+--- A range that ends after the cursor replaces the text there when all is taken (it was left after
+--- the accepted text: `x)` over `)` gave `x))`); a line or a word is taken from the text as drawn,
+--- less the replaced part at its end.
 function M.accept(kind, bufnr)
   bufnr = util.buf(bufnr)
   kind = kind or 'all'
   return vim.lsp.inline_completion.get({
     bufnr = bufnr,
     on_accept = function(item)
-      local rest = native_rest(item, bufnr)
-      if not rest or rest == '' then
+      local placed = native_placed(item, bufnr)
+      if not placed then
         return
       end
-      local chunk = (kind == 'line' and partial.line(rest)) or (kind == 'word' and partial.word(rest)) or rest
+      local chunk, delete
+      if kind == 'all' then
+        chunk, delete = span.insertion(placed)
+      else
+        local shown = span.shown(placed)
+        chunk, delete = (kind == 'line' and partial.line(shown)) or partial.word(shown), 0
+      end
+      if chunk == '' and delete == 0 then
+        return
+      end
       -- typed in (dllm.insert): `.` repeats it with the rest of the insert, `u` takes it back at once
       insert.at_cursor(bufnr, util.win(bufnr), chunk, {
+        delete = delete,
         after = function()
           -- the whole suggestion is taken: its command (the import it needs) runs after the text
           -- is in, as Neovim's accept runs it

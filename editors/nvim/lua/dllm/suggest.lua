@@ -6,6 +6,7 @@ local ghost = require('dllm.ghost')
 local insert = require('dllm.insert')
 local message = require('dllm.message')
 local partial = require('dllm.partial')
+local span = require('dllm.span')
 local stream = require('dllm.stream')
 local util = require('dllm.util')
 
@@ -38,42 +39,34 @@ local function cursor(bufnr)
   return pos[1] - 1, pos[2]
 end
 
+--- Where `item`'s range lies now (dllm.span): its byte positions, taken when it was shown (on the
+--- text its request was made on), moved past what was typed at the cursor since.
+local function placed(bufnr, item)
+  if not item or item.text == '' then
+    return nil
+  end
+  local range = item.bytes
+  if not range and item.range then
+    local srow, scol = util.to_buf(bufnr, item.range.start, item.encoding)
+    local erow, ecol = util.to_buf(bufnr, item.range['end'], item.encoding)
+    range = { srow, scol, erow, ecol }
+  end
+  return span.place(bufnr, util.win(bufnr), item.text, range, item.origin)
+end
+
 --- What of `item` is still to insert at the cursor: the text after what the user already typed
 --- inside its range, minus the part of the line after the cursor that the range replaces anyway.
 --- nil when the buffer no longer agrees with the suggestion.
 function M.remainder(bufnr, item)
-  local row, col = cursor(bufnr)
-  if not row or not item or item.text == '' then
+  local p = placed(bufnr, item)
+  if not p then
     return nil
   end
-  local line = vim.api.nvim_buf_get_lines(bufnr, row, row + 1, false)[1] or ''
-  local srow, scol, erow, ecol = row, col, row, col
-  if item.range then
-    srow, scol = util.to_buf(bufnr, item.range.start, item.encoding)
-    erow, ecol = util.to_buf(bufnr, item.range['end'], item.encoding)
-  end
-  if srow ~= row or scol > col then
-    return nil
-  end
-  local typed = line:sub(scol + 1, col)
-  if item.text:sub(1, #typed) ~= typed then
-    return nil
-  end
-  local rest = item.text:sub(#typed + 1)
+  local rest = span.shown(p)
   if rest == '' then
     return nil
   end
-  -- The replaced part of the line after the cursor (e.g. an auto-paired ')') is not drawn twice.
-  if erow == row and ecol > col then
-    local replaced = line:sub(col + 1, ecol)
-    local first_line_end = rest:find('\n', 1, true)
-    local first = first_line_end and rest:sub(1, first_line_end - 1) or rest
-    if first:sub(-#replaced) == replaced then
-      first = first:sub(1, #first - #replaced)
-      rest = first .. (first_line_end and rest:sub(first_line_end) or '')
-    end
-  end
-  return rest, row, col
+  return rest, p.row, p.col
 end
 
 local function render(bufnr)
@@ -90,10 +83,16 @@ local function render(bufnr)
 end
 
 --- Shows `items` (an answer, or one streamed state of its first item), the first one drawn.
-local function show(bufnr, items, encoding)
+--- Called while the buffer is as the request saw it (`origin`): the ranges are taken in bytes now.
+local function show(bufnr, items, encoding, origin)
   local st = state(bufnr)
   for _, item in ipairs(items) do
-    item.encoding = encoding
+    item.encoding, item.origin = encoding, origin
+    if item.range then
+      local srow, scol = util.to_buf(bufnr, item.range.start, encoding)
+      local erow, ecol = util.to_buf(bufnr, item.range['end'], encoding)
+      item.bytes = { srow, scol, erow, ecol }
+    end
   end
   st.items, st.index, st.item, st.cycled = items, 1, items[1], false
   render(bufnr)
@@ -121,6 +120,7 @@ function M.request(bufnr)
   end
   local tick = vim.api.nvim_buf_get_changedtick(bufnr)
   local row, col = cursor(bufnr)
+  local origin = span.origin(bufnr, util.win(bufnr))
   local params = vim.lsp.util.make_position_params(util.win(bufnr), client.offset_encoding)
   params.context = { triggerKind = 2 }
   local function current()
@@ -130,7 +130,7 @@ function M.request(bufnr)
   st.done, st.deferred = false, nil
   st.cancel = stream.request(client, bufnr, params, function(item)
     if current() then
-      show(bufnr, { item }, client.offset_encoding)
+      show(bufnr, { item }, client.offset_encoding, origin)
     end
   end, function(err, result)
     st.done = true
@@ -144,7 +144,7 @@ function M.request(bufnr)
       return
     end
     if current() then
-      show(bufnr, stream.items(result), client.offset_encoding)
+      show(bufnr, stream.items(result), client.offset_encoding, origin)
       local deferred = st.deferred or 0
       for _ = 1, math.abs(deferred) do
         M.cycle(deferred > 0 and 1 or -1, bufnr)
@@ -237,28 +237,6 @@ function M.detach(bufnr)
   states[bufnr] = nil
 end
 
---- What accepting all of `item` types at the cursor, and how many characters after the cursor
---- it replaces: the server's range may cover text after the cursor (an auto-paired `)`). When the
---- text ends with what it replaces, that is kept rather than deleted and typed again.
-local function insertion(bufnr, item)
-  local row, col = cursor(bufnr)
-  if not item.range then
-    return (M.remainder(bufnr, item)), 0
-  end
-  local _, scol = util.to_buf(bufnr, item.range.start, item.encoding)
-  local erow, ecol = util.to_buf(bufnr, item.range['end'], item.encoding)
-  local line = vim.api.nvim_buf_get_lines(bufnr, row, row + 1, false)[1] or ''
-  local text = item.text:sub(#line:sub(scol + 1, col) + 1) -- remainder() found the typed part agrees
-  if erow < row or (erow == row and ecol <= col) then
-    return text, 0
-  end
-  local replaced = table.concat(vim.api.nvim_buf_get_text(bufnr, row, col, erow, ecol, {}), '\n')
-  if replaced ~= '' and text:sub(-#replaced) == replaced then
-    return text:sub(1, #text - #replaced), 0
-  end
-  return text, vim.fn.strchars(replaced, true)
-end
-
 --- Accepts all of the suggestion ('all'), its current line ('line') or its next word ('word').
 --- Returns false when there is nothing to accept. The text is typed in (dllm.insert): `.` repeats
 --- it with the rest of the insert, `u` takes it back in one step.
@@ -271,7 +249,8 @@ function M.accept(kind, bufnr)
   end
   local win = util.win(bufnr)
   if kind == 'all' or kind == nil then
-    local text, delete = insertion(bufnr, st.item)
+    -- the server's range may cover text after the cursor (dllm.span)
+    local text, delete = span.insertion(placed(bufnr, st.item))
     if st.cancel then
       st.cancel()
     end
