@@ -39,10 +39,13 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import re
 import warnings
 from dataclasses import dataclass
 
+from dllm_lsp.code_scan import (LINE_ESCAPES, Delimited, Lexicon, Scanner, digit_separator,
+                                rust_char_or_lifetime)
 from dllm_lsp.syntax.languages import facts_for
 from dllm_lsp.planner.lines import (block_steps, indent_width, leading_ws, line_break_near, line_bounds,
                                     previous_nonblank_line, render_indent, usual_step)
@@ -266,7 +269,7 @@ def _brackets(text: str, name: str = "", strings: bool = True) -> _Brackets:
 def trim_line_overlap(text: str, rest: str, name: str = "") -> str:
     """Drop the end of `text` that the rest of the line already has (`foo(a)` before `)` -> `foo(a`
     only if that `)` is not the completion's own). `name`: the file's language (canonical grammar
-    name), which says what a `'` is (_not_a_quote)."""
+    name), which says what a `'` is (_APOSTROPHE_RULES)."""
     rest = rest.rstrip()
     if not rest or not text:
         return text
@@ -324,10 +327,6 @@ _CHAR_QUOTE_LANGUAGES = frozenset({"c", "cpp", "go", "java", "rust"})   # `'` op
 # (an ERROR node holding most of it) is not judged: reading it costs more than the rule is worth.
 _TREE_NODES_LOOKED_AT = 4000
 _TREE_BYTES_LOOKED_AT = 4000
-_RUST_CHAR = re.compile(r"'(?:[^'\\\n]|\\(?:x[0-9a-fA-F]{2}|u\{[0-9a-fA-F_]{1,8}\}|.))'")
-_RUST_LIFETIME = re.compile(r"'[^\W\d]\w*")   # `'a`, `'static`, a loop label `'outer`
-_LUA_LONG_COMMENT = re.compile(r"--\[(=*)\[")
-_LUA_LONG_STRING = re.compile(r"\[(=*)\[")   # `[[`, `[==[`: no escapes, no brackets inside
 
 
 class _BracketRule:
@@ -509,101 +508,59 @@ def _line_code(line: str, name: str) -> tuple[list[tuple[int, str]], str | None,
     return _scan(line, name, comments=True)
 
 
+# The one-line rules' reading (code_scan.Scanner with the lexicon _scanner builds). A string ends
+# with its line, a backslash escaping the next character of it; where a `'` opens no string, a
+# language's rule says (C / C++ digit separators, Rust char literals and lifetimes).
+_LINE_STRINGS = tuple(Delimited("string", quote, quote, False, LINE_ESCAPES) for quote in _QUOTES)
+_APOSTROPHE_RULES = {"c": digit_separator, "cpp": digit_separator, "rust": rust_char_or_lifetime}
+_BLOCK_COMMENT = Delimited("comment", "/*", "*/", True)
+# Lua's long brackets (`--[==[`, `[==[`) go on past their line; a long string has no escapes and
+# no brackets inside.
+_LUA_LONG_COMMENT = Delimited("comment", "--[[", "]]", True, levels=True)
+_LUA_LONG_STRING = Delimited("string", "[[", "]]", True, levels=True)
+
+
 def _scan(text: str, name: str = "", *, strings: bool = True, comments: bool = False,
           angles: bool = False) -> tuple[list[tuple[int, str]], str | None, int]:
     """The one reading of quotes and brackets the rules here share: the brackets of `text` (code in
     language `name`, canonical grammar name; "" for any) with their indices, outside its strings
     and character literals, and the quote of a string open at its end with its index (None, -1:
     none). In a string a backslash escapes the next character, and a string ends with its line (a
-    `'` in a comment, `don't`, would otherwise hide every bracket after it); a `'` that
-    _not_a_quote says opens no string is code (a Rust lifetime, a C++ digit separator `1'000`,
-    a Rust char literal's bracket `')'`). What the rules read differently is asked for:
+    `'` in a comment, `don't`, would otherwise hide every bracket after it); a `'` that the
+    language's rule (code_scan.digit_separator, rust_char_or_lifetime) reads as code opens no
+    string (a Rust lifetime, a C++ digit separator `1'000`, a Rust char literal's bracket `')'`).
+    What the rules read differently is asked for:
     `strings` False: no quote opens a string (JSX text, where `'` is an apostrophe);
     `comments`: a line comment ends the reading and a block comment is skipped (one left open at
     the end is the quote, `/*` or Lua's `--[[`), and so is a Lua long string (`[[`, `[==[`: no
     escapes, no brackets inside); without it (the one-line rules, which read a completion's own
     text and the line around it) comments are read as code, as they always were there;
     `angles`: `<` and `>` are marks too (a type argument list's, _closing_angle)."""
-    comment = facts_for(name).line_comment if comments else None
-    block_comments = comments and name != "lua"
-    long_strings = comments and name == "lua"
     marks: list[tuple[int, str]] = []
-    quote, quote_at = None, -1
-    at, size = 0, len(text)
-    while at < size:
-        ch = text[at]
-        if ch == "\n":
-            quote = None      # a string ends with its line
-        elif quote is not None:
-            if ch == "\\" and text[at + 1:at + 2] != "\n":
-                at += 2
-                continue
-            if ch == quote:
-                quote = None
-        elif comment and text.startswith(comment, at):
-            if long_strings and (long := _LUA_LONG_COMMENT.match(text, at)) \
-                    and text.find("]" + long.group(1) + "]", long.end()) < 0:
-                quote, quote_at = "--[[", at   # a long comment goes on past the line
+    for token in _scanner(name, strings, comments, angles).tokens(text):
+        if token.kind == "bracket":
+            marks.append((token.start, token.opener))
+        elif not token.closed and token.end == len(text):
+            return marks, token.opener, token.start    # open at the end (a one-line string that its line ended is not)
+        elif token.kind == "line" or token.opener == _LUA_LONG_COMMENT.opener:
+            # A Lua long comment ends the reading as the `--` it begins with does, closed on the
+            # line or not: these rules read a line at a time, and what follows one on its line is
+            # left unread, as it always was.
             break
-        elif block_comments and text.startswith("/*", at):
-            close = text.find("*/", at + 2)
-            if close < 0:
-                quote, quote_at = "/*", at     # so does a block comment
-                break
-            at = close + 2
-            continue
-        elif strings and ch == "'" and (after := _not_a_quote(text, at, name)) > at:
-            at = after
-            continue
-        elif strings and ch in _QUOTES:
-            quote, quote_at = ch, at
-        elif long_strings and ch == "[" and (long := _LUA_LONG_STRING.match(text, at)):
-            close = text.find("]" + long.group(1) + "]", long.end())
-            if close < 0:
-                quote, quote_at = "[[", at     # a long string goes on past the line
-                break
-            at = close + len(long.group())
-            continue
-        elif ch in _OPENERS or ch in _CLOSERS or (angles and ch in "<>"):
-            marks.append((at, ch))
-        at += 1
-    return marks, quote, (quote_at if quote is not None else -1)
+    return marks, None, -1
 
 
-def _not_a_quote(text: str, at: int, name: str) -> int:
-    """Where the code goes on after the `'` at `at` of `text` (code in language `name`, canonical
-    grammar name) when that `'` opens no string to read on: past a C / C++ digit separator
-    (`1'000'000`), past a Rust char literal (`')'`: its bracket is no bracket) or a Rust lifetime
-    or loop label (`'a`, `'outer`). `at` itself where it opens a string or char literal. _scan,
-    which every bracket rule here reads through, reads `'` by this."""
-    if name in ("c", "cpp"):
-        return at + 1 if _digit_separator(text, at) else at
-    if name == "rust":
-        literal = _RUST_CHAR.match(text, at) or (_rust_lifetime(text, at) and _RUST_LIFETIME.match(text, at))
-        return literal.end() if literal else at
-    return at
-
-
-def _rust_lifetime(line: str, at: int) -> bool:
-    """Can the `'` at `at` in Rust start a lifetime or a loop label (`&'a`, `<'a>`, `T: 'a`,
-    `break 'outer`) rather than a char literal? Not right after a word (`b'a`: a byte literal), nor
-    after what a value follows (`= 'a`, `('a`, `!'a`, `=> 'a`, `{ 'a`)."""
-    if at and _word_char(line[at - 1]):
-        return False
-    before = line[max(0, at - 64):at].rstrip(" \t")
-    return not (before.endswith(_RUST_VALUE_BEFORE) or before.endswith("=>"))
-
-
-_RUST_VALUE_BEFORE = tuple("=([{!|^%*/;")
-
-
-def _digit_separator(line: str, at: int) -> bool:
-    """Is the `'` at `at` inside a number (`1'000`, `0xFF'FF`), not the start of a char literal
-    (`u8'a'` starts with a letter)? Looks back at most 64 characters."""
-    start = at
-    while start > max(0, at - 64) and (line[start - 1].isalnum() or line[start - 1] in "_.'"):
-        start -= 1
-    return line[start:start + 1].isdigit() and line[at + 1:at + 2].isalnum()
+@functools.cache
+def _scanner(name: str, strings: bool, comments: bool, angles: bool) -> Scanner:
+    """The scanner _scan reads with (one per language and reading, compiled on first use)."""
+    lua = comments and name == "lua"
+    line_comment = facts_for(name).line_comment if comments else None
+    return Scanner(Lexicon(
+        block_comments=(_LUA_LONG_COMMENT,) if lua else (_BLOCK_COMMENT,) if comments else (),
+        line_comments=(line_comment,) if line_comment else (),
+        apostrophe=_APOSTROPHE_RULES.get(name) if strings else None,
+        strings=(_LINE_STRINGS if strings else ()) + ((_LUA_LONG_STRING,) if lua else ()),
+        brackets="()[]{}<>" if angles else "()[]{}"))
 
 
 # --- after a `=>` at a line's end ------------------------------------------------------------------

@@ -17,10 +17,9 @@ docstring opens nothing. A language without an entry here gets no rule (`for_req
 from __future__ import annotations
 
 import functools
-import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import NamedTuple
+
+from dllm_lsp.code_scan import ANY_ESCAPES, Delimited, Lexicon, Scanner, char_literal
 
 from .types import InfillRequest
 
@@ -28,90 +27,51 @@ _OPENERS = {"(": ")", "[": "]", "{": "}"}
 _CLOSERS = {v: k for k, v in _OPENERS.items()}
 
 
-@dataclass(frozen=True)
-class Lexicon:
-    """A language's delimiters, as far as balance goes."""
-
-    line_comments: tuple[str, ...] = ()
-    block_comments: tuple[tuple[str, str], ...] = ()
-    strings: tuple[tuple[str, str, bool], ...] = ()   # (open, close, may span lines), longest first
-    # `'` opens a character literal only when one (possibly escaped) character and a `'` follow:
-    # otherwise it is a Rust lifetime or label (`'a`), or C++'s digit separator, and opens nothing.
-    char_literals: bool = False
+def _strings(*specs: tuple[str, str, bool]) -> tuple[Delimited, ...]:
+    """(open, close, may span lines) -> strings in which a backslash escapes the next character,
+    a line break too. Go's raw strings and Lua's long strings read so as well, though neither has
+    escapes: a backslash right before their closer is rare in a span."""
+    return tuple(Delimited("string", opener, closer, multiline, ANY_ESCAPES) for opener, closer, multiline in specs)
 
 
-_C_LIKE = Lexicon(("//",), (("/*", "*/"),), (('"', '"', False),), char_literals=True)
+def _comments(*pairs: tuple[str, str]) -> tuple[Delimited, ...]:
+    """(open, close) -> block comments."""
+    return tuple(Delimited("comment", opener, closer, True) for opener, closer in pairs)
+
+
+# A language's delimiters, as far as balance goes (code_scan.Lexicon), strings longest opener
+# first. Where `'` opens no string, `char_literal` reads it: one (possibly escaped) character and
+# a `'` are a character literal; any other `'` (a Rust lifetime or label `'a`, C++'s digit
+# separator) opens nothing.
+_BLOCK = _comments(("/*", "*/"))
+_C_LIKE = Lexicon(block_comments=_BLOCK, line_comments=("//",), apostrophe=char_literal,
+                  strings=_strings(('"', '"', False)))
 LEXICONS: dict[str, Lexicon] = {
-    "python": Lexicon(("#",), (), (('"""', '"""', True), ("'''", "'''", True), ('"', '"', False), ("'", "'", False))),
-    "javascript": Lexicon(("//",), (("/*", "*/"),), (('"', '"', False), ("'", "'", False), ("`", "`", True))),
+    "python": Lexicon(line_comments=("#",), strings=_strings(('"""', '"""', True), ("'''", "'''", True),
+                                                            ('"', '"', False), ("'", "'", False))),
+    "javascript": Lexicon(block_comments=_BLOCK, line_comments=("//",),
+                          strings=_strings(('"', '"', False), ("'", "'", False), ("`", "`", True))),
     "c": _C_LIKE,
     "cpp": _C_LIKE,
-    "java": Lexicon(("//",), (("/*", "*/"),), (('"""', '"""', True), ('"', '"', False)), char_literals=True),
-    "go": Lexicon(("//",), (("/*", "*/"),), (('"', '"', False), ("`", "`", True)), char_literals=True),
-    "rust": Lexicon(("//",), (("/*", "*/"),), (('"', '"', True),), char_literals=True),
-    # Lua's long brackets (`[[ ]]`, `--[[ ]]`) come before the short forms that share their start.
-    "lua": Lexicon(("--",), (("--[[", "]]"),), (("[[", "]]", True), ('"', '"', False), ("'", "'", False))),
+    "java": Lexicon(block_comments=_BLOCK, line_comments=("//",), apostrophe=char_literal,
+                    strings=_strings(('"""', '"""', True), ('"', '"', False))),
+    "go": Lexicon(block_comments=_BLOCK, line_comments=("//",), apostrophe=char_literal,
+                  strings=_strings(('"', '"', False), ("`", "`", True))),
+    "rust": Lexicon(block_comments=_BLOCK, line_comments=("//",), apostrophe=char_literal,
+                    strings=_strings(('"', '"', True))),
+    # Lua's long brackets (`[[ ]]`, `--[[ ]]`) come before the short forms that share their start
+    # (the scanner tries block comments before line comments, strings before brackets).
+    "lua": Lexicon(block_comments=_comments(("--[[", "]]")), line_comments=("--",),
+                   strings=_strings(("[[", "]]", True), ('"', '"', False), ("'", "'", False))),
 }
 LEXICONS["typescript"] = LEXICONS["tsx"] = LEXICONS["javascript"]
-
-
-class Token(NamedTuple):
-    start: int
-    kind: str          # "string", "comment" (block), "line" (a line comment), "char" or "bracket"
-    opener: str        # its opening delimiter (the bracket itself for a bracket)
-    closed: bool       # a string or comment ended before the text did (a one-line string: its line)
-    multiline: bool    # a string or comment that may span lines
-
-
-class _Scanner:
-    """One regex over a text's comments, strings and brackets, in the order a lexer meets them
-    (block comments before line comments, so Lua's `--[[` is not read as `--`)."""
-
-    def __init__(self, lexicon: Lexicon) -> None:
-        self.delims: list[tuple[str, str, str, bool]] = []    # (kind, open, close, may span lines)
-        parts: list[str] = []
-        for opener, closer in lexicon.block_comments:
-            parts.append(self._delimited(opener, closer, True, "comment"))
-        for opener in lexicon.line_comments:
-            self.delims.append(("line", opener, "", False))
-            parts.append(f"(?P<d{len(self.delims) - 1}>{re.escape(opener)}[^\n]*)")
-        for opener, closer, multiline in lexicon.strings:
-            parts.append(self._delimited(opener, closer, multiline, "string"))
-        if lexicon.char_literals:
-            parts.append(r"(?P<char>'(?:\\[^\n]|[^'\\\n])')")
-        parts.append(r"(?P<bracket>[()\[\]{}])")
-        self.pattern = re.compile("|".join(parts))
-
-    def _delimited(self, opener: str, closer: str, multiline: bool, kind: str) -> str:
-        index = len(self.delims)
-        self.delims.append((kind, opener, closer, multiline))
-        body_char = r"[\s\S]" if multiline else r"[^\n]"
-        escape = r"\\[\s\S]|" if kind == "string" else ""
-        # Lazily up to the first closer; an unclosed one runs to the end of the text (or line).
-        end = r"\Z" if multiline else r"(?=\n)|\Z"
-        return (f"(?P<d{index}>{re.escape(opener)}(?:{escape}{body_char})*?"
-                f"(?:(?P<c{index}>{re.escape(closer)})|{end}))")
-
-    def tokens(self, text: str) -> Iterator[Token]:
-        """Every token of `text`, in order."""
-        for match in self.pattern.finditer(text):
-            group = match.lastgroup
-            if group == "bracket":
-                yield Token(match.start(), "bracket", match.group(), True, False)
-            elif group == "char":
-                yield Token(match.start(), "char", "'", True, False)
-            else:
-                index = int(group[1:])
-                kind, opener, _, multiline = self.delims[index]
-                closed = kind == "line" or match.group(f"c{index}") is not None
-                yield Token(match.start(), kind, opener, closed, multiline)
 
 
 @dataclass
 class SlotEnds:
     """One slot's end rule: the text around it, and a memo of judged spans."""
 
-    scanner: _Scanner
+    scanner: Scanner
     resume: str           # the opener of what the cursor sits inside ("" in code): the span starts inside it
     after_line: str       # the text after the slot up to the end of its line
     single_line: bool
@@ -142,7 +102,7 @@ class SlotEnds:
         return not any(own for _, own in stack)
 
 
-def cursor_state(scanner: _Scanner, before: str) -> str:
+def cursor_state(scanner: Scanner, before: str) -> str:
     """The opener of the string or comment that `before` ends inside ("" in code)."""
     last = None
     for last in scanner.tokens(before):
@@ -178,6 +138,6 @@ class SpanEnds:
 
 
 @functools.cache
-def _scanner(language: str) -> _Scanner:
+def _scanner(language: str) -> Scanner:
     """One compiled scanner per language (built on first use)."""
-    return _Scanner(LEXICONS[language])
+    return Scanner(LEXICONS[language])

@@ -5,7 +5,7 @@ language on what a `'` is, and must not read prose as code:
 - a C / C++ digit separator (`1'000'000`) is no quote: read as one, `g(‸)` + `1'000` was refused,
   and after `1'000` on the line a completion that leaves a `(` open (`g(x`) was shown, its bracket
   swallowed by the "string" the separator opened. The line-end rule already had it right; both
-  now ask one function (postprocess._not_a_quote);
+  now ask one rule per language (postprocess._APOSTROPHE_RULES, from code_scan);
 - a Rust char literal holds no bracket (`')'` was refused: its `)` was read as a stray closer);
 - inside a comment, a string begun on a line above (a docstring's second line), a Lua long string
   or JSX text, a `'` is an apostrophe: `user's` was refused in all of them, Python's comments
