@@ -51,7 +51,8 @@ SECTION = "dllm"
 # milliseconds, a client that never does delays the first completion by at most this, and its
 # answer still applies when it comes (the model reloads if it names another).
 CONFIGURATION_WAIT_S = 2.0
-# A pull unanswered after this is given up, with a warning (pygls would keep it pending for ever).
+# A pull unanswered after this is given up, with a warning, and leaves pygls' table of pending
+# requests (client_requests.py: pygls kept it there until the client disconnected).
 CONFIGURATION_GIVE_UP_S = 30.0
 OPTION_KEYS = frozenset(name for option in OPTIONS for name in (option.wire, option.field))
 
@@ -146,7 +147,12 @@ class DllmLanguageServer(LanguageServer):
         return self.settling is not None and not self.settling.done()
 
     def pull_settings(self) -> asyncio.Task:
-        """Ask the client for the `dllm` section; the task says whether the options changed."""
+        """Ask the client for the `dllm` section; the task says whether the options changed. A
+        pull still waiting is given up on: its answer would be dropped as superseded, and a client
+        that answered none kept one request waiting per didChangeConfiguration (20,000 of them,
+        and as many warnings 30 s later). Its answer, if it comes, is dropped quietly."""
+        for older in self.pulls:
+            older.cancel()
         self.settings_turn += 1
         task = asyncio.ensure_future(self.take_pulled(self.settings_turn))
         self.pulls.add(task)
@@ -161,8 +167,8 @@ class DllmLanguageServer(LanguageServer):
         ask = types.ConfigurationParams(items=[types.ConfigurationItem(section=SECTION)])
         try:
             answer = await asyncio.wait_for(self.workspace_configuration_async(ask), CONFIGURATION_GIVE_UP_S)
-        except asyncio.TimeoutError:
-            return self.warn(f"{where}: no answer in {CONFIGURATION_GIVE_UP_S:.0f} s; the options stay")
+        except asyncio.TimeoutError as exc:   # ours, or the request's own life (client_requests.RequestGivenUp)
+            return self.warn(f"{where}: {str(exc) or f'no answer in {CONFIGURATION_GIVE_UP_S:.0f} s'}; the options stay")
         except Exception as exc:   # the client answered an error, or an answer that could not be read
             return self.warn(f"{where} failed: {getattr(exc, 'message', None) or exc}; the options stay")
         if turn != self.settings_turn:
@@ -280,6 +286,9 @@ async def load_with_progress(ls: DllmLanguageServer, loading: asyncio.Future) ->
     finally:
         if token is not None:
             ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))
+            # pygls keeps a Future for every token it began (for the client's cancel) and never
+            # lets go of it: one per load, for as long as the connection lasts
+            ls.work_done_progress.tokens.pop(token, None)
     log.info(message)
 
 

@@ -21,6 +21,7 @@ from pygls.protocol.language_server import lsp_method
 from pygls.workspace import Workspace
 
 from .auth import SERVER_NOT_INITIALIZED
+from .client_requests import ClientRequests
 from .documents import LspWorkspace
 from .params import describe
 
@@ -55,6 +56,12 @@ class DllmProtocol(LanguageServerProtocol):
         super().__init__(server, converter)
         self.initialized_seen = False   # the `initialized` notification came (it is sent once)
         self.told_notebooks = False     # a notebook notification was dropped and logged
+        self.client_requests = ClientRequests(self)   # our requests to the client, each with a bounded life
+
+    def send_request(self, method: str, params: Any | None = None, callback=None, msg_id=None) -> Future:
+        """Every request to the client (pygls' helpers all come here): bounded in life and in
+        number, and out of pygls' table once answered or given up on (client_requests.py)."""
+        return self.client_requests.send(super().send_request, method, params, callback, msg_id)
 
     @property
     def _workspace(self) -> Workspace | None:
@@ -214,12 +221,20 @@ class DllmProtocol(LanguageServerProtocol):
         """pygls keeps the future of a notification it runs as a generator or coroutine (its own
         didOpen / didChange / didClose) in the table of pending requests for good: ~1.8 KB a
         keystroke that never came back, and a disconnecting TCP client was said to leave
-        thousands of requests pending. A notification's entry goes once it is done."""
+        thousands of requests pending. A notification's entry goes once it is done. So does that of
+        a handler one of pygls' own handlers yields to, filed under a fresh id of pygls' (a
+        `workspace/executeCommand` command: the task of every command run, its result included,
+        stayed for the life of the connection); the request's own entry goes as it is answered."""
         super()._execute_handler(msg_id, handler, callback, args, kwargs)
-        if callback == self._check_handler_result:
+        inner = getattr(callback, "func", None) == self._run_generator   # pygls 2.1: partial(_run_generator)
+        if callback == self._check_handler_result or inner:
             future = self._request_futures.get(msg_id)
             if future is not None:
-                future.add_done_callback(lambda _, key=msg_id: self._request_futures.pop(key, None))
+                future.add_done_callback(lambda done, key=msg_id: self._drop_entry(key, done))
+
+    def _drop_entry(self, msg_id, future) -> None:
+        if self._request_futures.get(msg_id) is future:
+            del self._request_futures[msg_id]
 
     def _send_handler_result(self, future: Future, *, msg_id) -> None:
         if not future.cancelled():

@@ -431,15 +431,11 @@ class Connection:
 
     def given_up(self, msg_id: Any) -> bool:
         """Whether `msg_id` answers one of our requests that was given up on (a progress token
-        the client took more than its 5 s to create, say): the answer is dropped. pygls set the
-        result on the cancelled future, which raised, and an ERROR with a traceback was logged."""
-        futures = self.protocol._request_futures
-        future = futures.get(msg_id) if isinstance(msg_id, (int, str)) else None
-        if future is None or not future.done():
-            return False
-        del futures[msg_id]
-        log.info("an answer to request %s came after it was given up on: dropped", msg_id)
-        return True
+        the client took more than its 5 s to create, a settings pull superseded by a newer one):
+        the answer is dropped quietly (client_requests.ClientRequests.late). pygls set the result
+        on the cancelled future, which raised, and an ERROR with a traceback was logged."""
+        requests = getattr(self.protocol, "client_requests", None)
+        return requests is not None and requests.late(msg_id)
 
     def message(self, data: dict) -> bool:
         """Hand a message object to the protocol; False when it was answered here as malformed."""
