@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 from dllm_lsp.engine.engine import CancelToken, Engine
 from dllm_lsp.engine.types import CacheSettings, DecodeSettings, InfillRequest, InfillResult, StepState, TokenConfidence
@@ -23,7 +24,7 @@ from dllm_lsp.options import CHARS_PER_TOKEN, Options
 from dllm_lsp.planner.lines import line_bounds, line_break_near
 from dllm_lsp.planner.spans import plan_span
 from dllm_lsp.planner.types import PlanError, SpanPlan
-from dllm_lsp.postprocess import finish, unheal
+from dllm_lsp.postprocess import BlockLayout, finish, unheal
 from dllm_lsp.syntax.snapshot import Snapshot
 
 __all__ = ["Completion", "CompletionPlan", "Confidence", "PlanError", "plan", "shown_confidence"]
@@ -139,14 +140,29 @@ class CompletionPlan:
 
     def step_state(self, state: StepState) -> StepState:
         """A streamed step as the cursor request sees it: without the companion slot, and its text
-        read from the cursor's range on (the healed blanks taken out, postprocess.unheal), its line
+        read from the cursor's range on (the healed blanks taken out, postprocess.unheal), a
+        multi-line body laid out as `finish` lays out the final text (`_body_layout`), its line
         breaks the file's own, as `finish` writes them (a CRLF or lone-CR file's)."""
         state = self.companion.main_state(state) if self.companion is not None else state
-        if not self.span.healed and self.newline == "\n":
+        layout = self._body_layout
+        if not self.span.healed and self.newline == "\n" and layout is None:
             return state
-        texts = [[unheal(self.span, slots[0]).replace("\r\n", "\n").replace("\n", self.newline), *slots[1:]]
-                 for slots in state.slot_texts]
+        texts = []
+        for slots in state.slot_texts:
+            text = unheal(self.span, slots[0].replace("\r\n", "\n"))
+            if layout is not None:
+                text = _laid_out(layout, text)
+            texts.append([text.replace("\n", self.newline), *slots[1:]])
         return replace(state, slot_texts=texts)
+
+    @cached_property
+    def _body_layout(self) -> BlockLayout | None:
+        """How a multi-line span's text is laid out (None for the others: what the model writes is
+        what is shown, as far as the text goes). Worked out once per plan, not at every step."""
+        span = self.span
+        if span.single_line or span.kind == "arrow_tail":   # the kinds postprocess._finish_block leaves
+            return None
+        return BlockLayout.of(span, span.snapshot.text)
 
     def model_text(self, result: InfillResult) -> str:
         """The cursor slot's text as post-processing reads it (the healed blanks taken out): what
@@ -194,6 +210,17 @@ class CompletionPlan:
             return None
         return Completion(text, self.span.replace_start, self.span.replace_end, self.snapshot, self.span, result,
                           None, confidence)
+
+
+def _laid_out(layout: BlockLayout, text: str) -> str:
+    """A streamed step's text laid out as `finish` lays out the final one: re-indented, the lines
+    the suffix already has cut, after a header on lines of their own. The parse check and the
+    bracket rule are left out: a step's text, its masked positions left out, is not code yet, and
+    the final text is what they check."""
+    lines = layout.trimmed(layout.lines(text))
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return layout.render(lines, "\n") if lines else ""   # nothing but blanks decided yet: nothing to lay out
 
 
 def _finished(span: SpanPlan, raw: str, provided: frozenset[str], newline: str) -> str | None:

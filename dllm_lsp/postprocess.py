@@ -638,25 +638,52 @@ def _arrow_block_lines(lines: list[str], line_indent: str, unit: str) -> list[st
 
 # --- multi-line spans ------------------------------------------------------------------------------
 
-def _finish_block(plan: SpanPlan, doc_text: str, text: str, provided: frozenset[str] = frozenset()) -> str | None:
-    line_start = line_bounds(doc_text, plan.replace_start)[0]
-    before = doc_text[line_start: plan.replace_start]
-    header_mode = bool(before.strip())   # the cursor ends a header line: the body starts on the next line
-    cursor_ws = None if header_mode else before
-    lines = reindent(text, plan, cursor_ws, body_indent(plan, doc_text, line_start, cursor_ws))
-    newline = line_break_near(doc_text, line_start)
+@dataclass(frozen=True)
+class BlockLayout:
+    """How a multi-line body is laid out where its plan puts it: its lines re-indented to the
+    body's depth and, after a header line, on lines of their own, with the `}` of `{ | }` pushed
+    to one below them. `finish` lays out the final text with it, and the streamed steps
+    (pipeline.CompletionPlan.step_state) with the same one, so what streams is placed as what is
+    answered (the reports showed the body of `function f() { }` glued to the `{`)."""
 
-    def render(body: list[str]) -> str:
-        joined = newline.join(body)
-        if header_mode:
-            joined = newline + joined
-            if plan.closer_indent is not None:
-                joined += newline + plan.closer_indent
+    plan: SpanPlan
+    cursor_ws: str | None    # the blanks before the cursor on a blank line; None: the cursor ends a header line
+    indent: str              # the body's indentation (body_indent)
+    suffix: str              # the text after the range that the body's last lines may repeat
+    newline: str             # the line break near the cursor
+
+    @classmethod
+    def of(cls, plan: SpanPlan, doc_text: str) -> BlockLayout:
+        line_start = line_bounds(doc_text, plan.replace_start)[0]
+        before = doc_text[line_start: plan.replace_start]
+        cursor_ws = None if before.strip() else before   # after a header the body starts on the next line
+        suffix = doc_text[plan.replace_end: plan.replace_end + _SUFFIX_LINES_LOOKED_AT]
+        return cls(plan, cursor_ws, body_indent(plan, doc_text, line_start, cursor_ws),
+                   suffix if plan.closer_indent is None else suffix.lstrip(" \t"),
+                   line_break_near(doc_text, line_start))
+
+    def lines(self, text: str) -> list[str]:
+        return reindent(text, self.plan, self.cursor_ws, self.indent)
+
+    def trimmed(self, lines: list[str]) -> list[str]:
+        """`lines` without the last ones the suffix already has."""
+        return trim_duplicate_lines(lines, self.suffix)
+
+    def render(self, body: list[str], newline: str | None = None) -> str:
+        joined = (self.newline if newline is None else newline).join(body)
+        if self.cursor_ws is None:
+            joined = (self.newline if newline is None else newline) + joined
+            if self.plan.closer_indent is not None:
+                joined += (self.newline if newline is None else newline) + self.plan.closer_indent
         return joined
 
+
+def _finish_block(plan: SpanPlan, doc_text: str, text: str, provided: frozenset[str] = frozenset()) -> str | None:
+    layout = BlockLayout.of(plan, doc_text)
+    lines = layout.lines(text)
+    render = layout.render
     brackets = _BracketRule(plan, doc_text)
-    suffix = doc_text[plan.replace_end: plan.replace_end + _SUFFIX_LINES_LOOKED_AT]
-    trimmed = trim_duplicate_lines(lines, suffix if plan.closer_indent is None else suffix.lstrip(" \t"))
+    trimmed = layout.trimmed(lines)
     # A closer line the suffix seems to repeat is the completion's own where it closes a bracket
     # the file leaves open: the `}` of an `if x {‸` typed above a function's last `}` (cut, the
     # completion left the `if` open and the file as broken as before).

@@ -230,7 +230,7 @@ class CompletionService:
                                                       engine.denoiser.max_context, engine.denoiser.max_slot)
             if token.cancelled:
                 raise Cancelled()
-            place = functools.partial(self._placed, uri, token, snapshot.text)
+            place = functools.partial(self._placed, uri, token, snapshot.text, completion_plan.span.after_cursor)
             step = None if on_step is None else (lambda state: on_step(completion_plan, state, place))
             result = await self.host.run_plan(completion_plan, token, step, engine=engine)
             if token.cancelled:      # cancelled between its last step and here: its answer is stale
@@ -263,8 +263,9 @@ class CompletionService:
         shown = self._shown.get(uri)
         if shown is None:
             return None
-        moved = rebase(shown.text, shown.start, shown.end, shown.snapshot.text, snapshot.text)
-        if moved is None or moved.typed_through == 0 or moved.end != offset:
+        after = shown.span.after_cursor       # a `{ | }` body's range goes on past the cursor
+        moved = rebase(shown.text, shown.start, shown.end, shown.snapshot.text, snapshot.text, after)
+        if moved is None or moved.typed_through == 0 or moved.end - after != offset:
             return None
         completion = await with_tree(snapshot, _moved_if_it_passes, shown, moved.start, moved.end, snapshot)
         if completion is None:
@@ -282,7 +283,8 @@ class CompletionService:
             self._shown.pop(uri, None)
             return None
         if current.text != completion.snapshot.text:
-            moved = rebase(completion.text, completion.start, completion.end, completion.snapshot.text, current.text)
+            moved = rebase(completion.text, completion.start, completion.end, completion.snapshot.text, current.text,
+                           completion.span.after_cursor)
             if moved is None:
                 self.counters["dropped"] += 1
                 self._shown.pop(uri, None)
@@ -300,10 +302,11 @@ class CompletionService:
         self._shown[uri] = completion
         return completion
 
-    def _placed(self, uri: str, token: CancelToken, old: str, text: str, start: int,
+    def _placed(self, uri: str, token: CancelToken, old: str, after_cursor: int, text: str, start: int,
                 end: int) -> tuple[str, int, int] | None:
-        """A streamed refinement ([start, end) of `old` replaced by `text`) on the document as it is
-        now, moved as the final answer would be (rebase: exact or not at all); None once its
+        """A streamed refinement ([start, end) of `old` replaced by `text`; the range's last
+        `after_cursor` characters lie after the cursor) on the document as it is now, moved as the
+        final answer would be (rebase: exact or not at all); None once its
         request was cancelled, superseded or its document closed (its answer is an error, and no
         report may follow a reply)."""
         if token.cancelled:
@@ -311,7 +314,7 @@ class CompletionService:
         current = self.trees.text_of(uri)
         if current is None:
             return None
-        moved = rebase(text, start, end, old, current)
+        moved = rebase(text, start, end, old, current, after_cursor)
         return None if moved is None else (current, moved.start, moved.end)
 
     def _supersede(self, key: tuple[str, bool]) -> CancelToken:
