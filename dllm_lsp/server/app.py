@@ -360,7 +360,8 @@ def did_open(ls: DllmLanguageServer, params: types.DidOpenTextDocumentParams) ->
     if refused is not None:
         ls.refuse_document(doc.uri, refused)
         return
-    ls.multisite.history.record(doc.uri, doc.text)   # dllm/nextEdits compares versions
+    # dllm/nextEdits compares versions: the plain text (lone surrogates as U+FFFD), as didChange records
+    ls.multisite.history.record(doc.uri, ls.trees.text_of(doc.uri))
 
 
 def did_change(ls: DllmLanguageServer, params: types.DidChangeTextDocumentParams) -> None:

@@ -21,7 +21,7 @@ from dllm_lsp.syntax.document import SYNC_PARSE_BYTES, ParsedDocument
 from dllm_lsp.syntax.snapshot import Snapshot, TreeSlot
 
 from .errors import RequestFailed
-from .positions import LspTextDocument, edit_range
+from .positions import LspTextDocument, client_text, edit_range, plain_text
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,7 @@ class DocumentTrees:
         take this connection past MAX_OPEN_DOCUMENTS or MAX_OPEN_CHARS."""
         uri = unquote(uri)
         self.close(uri)
+        text = plain_text(client_text(text))   # as pygls' document reads it (positions.py)
         if len(self._parsed) >= self.max_documents:
             return self._refuse(uri, f"{self.max_documents} documents are open on this connection, the most it keeps")
         if self._chars + len(text) > self.max_chars:
@@ -152,17 +153,22 @@ class DocumentTrees:
             self._language.pop(uri, None)
             return self._refuse(uri, self._chars_reason(len(current.source)))
         self._parsed[uri] = self._parsed.pop(uri)   # the most recently opened or changed last
-        for index, change in enumerate(changes):
-            last = index == len(changes) - 1   # one reparse per notification, after its last edit
+        for change in changes:
             if isinstance(change, types.TextDocumentContentChangePartial):
-                # the same offsets as LspTextDocument's edit
+                # the same offsets as LspTextDocument's edit (the plain text has its characters)
                 start, end = edit_range(parsed.text, change.range, current.position_codec)
-                parsed.edit(start, end, change.text, reparse=last)
+                parsed.edit(start, end, plain_text(change.text), reparse=False)
             else:
-                parsed.edit(0, len(parsed.text), change.text, reparse=last)
-        if parsed.text != current.source:   # never expected: both copies took the same edits
-            log.warning("%s: the parsed copy differs from the text: reparsing it", uri)
-            self._parsed[uri] = parsed = ParsedDocument(current.source, self._language[uri])
+                parsed.edit(0, len(parsed.text), plain_text(client_text(change.text)), reparse=False)
+        if parsed.text != current.source:
+            # Expected only where an edit put a surrogate next to its other half: the client joined
+            # them into one character, and the plain copy cannot tell a lone surrogate's U+FFFD
+            # from the character U+FFFD. The stretch that differs is edited over, as one edit.
+            start, end, insert = differing(parsed.text, current.source)
+            if not any("\ufffd" in piece for piece in (parsed.text[start:end], insert)):
+                log.warning("%s: the parsed copy differs from the text: edited over", uri)
+            parsed.edit(start, end, insert, reparse=False)
+        parsed.snapshot   # noqa: B018 - one reparse per notification, after its last edit
         self._chars += growth
         parse_soon(parsed)
         return None
@@ -190,6 +196,22 @@ class DocumentTrees:
         recently opened or changed first (the planner looks at the first few)."""
         uri = unquote(uri)
         return [(u, p.text) for u, p in reversed(self._parsed.items()) if u != uri]
+
+
+def differing(old: str, new: str) -> tuple[int, int, str]:
+    """(start, end, text): `new` is `old` with old[start:end] replaced by text, the stretch as
+    short as the common head and tail allow (found by halving, comparing slices at C speed)."""
+    def common(a: str, b: str, tail: bool) -> int:
+        lo, hi = 0, min(len(a), len(b))
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            same = a[len(a) - mid:] == b[len(b) - mid:] if tail else a[:mid] == b[:mid]
+            lo, hi = (mid, hi) if same else (lo, mid - 1)
+        return lo
+
+    head = common(old, new, tail=False)
+    tail = common(old[head:], new[head:], tail=True)
+    return head, len(old) - tail, new[head:len(new) - tail]
 
 
 async def tree_ready(snapshot: Snapshot) -> None:

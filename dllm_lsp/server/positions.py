@@ -5,6 +5,19 @@ Lines end where LSP says they do: at `\r\n`, `\r` or `\n`, and nowhere else. pyg
 `str.splitlines`, which also breaks at a form feed, `\x0b`, `\x1c`-`\x1e`, `\x85`, U+2028 and
 U+2029; a client does not, so an edit below such a character would land on the wrong line.
 `LspTextDocument` gives pygls the client's lines.
+
+Lone surrogates. A client whose strings are UTF-16 (VS Code, any JavaScript client: JSON.stringify
+writes `"\\ud800"`) may send a lone surrogate, and an edit may later put a low surrogate right
+after a high one: the client then holds one astral character there (2 UTF-16 units, 4 UTF-8
+bytes, 1 code point), where two U+FFFD would count 6 bytes and 2 code points. So the document
+keeps the client's text as a Python string of its UTF-16 code units read as code points
+(`client_text`): a pair is always one character, a lone surrogate stays one. pygls' codec counts a
+lone surrogate as 1 UTF-16 unit, 3 UTF-8 bytes (its WTF-8 form, and the U+FFFD a UTF-8 encoder
+writes for it: TextEncoder, Rust's from_utf16_lossy) and 1 code point. Everything else in the
+server (tree-sitter, the tokenizer, the planner) reads `plain_text`: the same characters with each
+lone surrogate as U+FFFD, which counts the same in every encoding, so an offset in one is the
+same offset in the other. (The transport keeps lone surrogates in document texts only: didOpen's
+text and didChange's change texts, once it does: docs/protocol.md.)
 """
 from __future__ import annotations
 
@@ -13,6 +26,7 @@ import functools
 import re
 from itertools import accumulate, repeat
 from operator import add
+from typing import Any
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
@@ -23,6 +37,7 @@ from dllm_lsp.syntax.snapshot import has_lone_cr
 
 
 EOL = re.compile(r"\r\n|\r|\n")
+SURROGATE = re.compile("[\ud800-\udfff]")
 # a line with its end, as pygls' `lines` holds them (no empty line after a final line end)
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 
@@ -85,9 +100,41 @@ def lsp_lines(text: str) -> tuple[str, ...]:
     return tuple(_LINE.findall(text))
 
 
+def client_text(text: str) -> str:
+    """`text` with each high surrogate that is followed by a low one joined to it, as the client's
+    UTF-16 string reads them (json.loads joins a pair only within one string: `"\\ud83d"` typed,
+    then `"\\ude00"` after it, is one character in the client)."""
+    if not SURROGATE.search(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+
+
+def plain_text(text: str) -> str:
+    """`text` (a client_text) with each lone surrogate as U+FFFD, character for character: no
+    tokenizer takes a lone surrogate, and U+FFFD counts as many units in every encoding."""
+    return SURROGATE.sub("\ufffd", text) if SURROGATE.search(text) else text
+
+
 class LspTextDocument(TextDocument):
     """pygls' document with LSP's lines: its incremental edits and position conversions index
-    the lines the client counts."""
+    the lines the client counts. `source` is the plain text; the client's own (lone surrogates
+    and all, see the module's docstring) is kept to apply the client's edits to."""
+
+    def __init__(self, uri: str, source: str | None = None, *args: Any, **kwargs: Any) -> None:
+        super().__init__(uri, source, *args, **kwargs)
+        self._set_text(client_text(source or ""))
+
+    def _set_text(self, text: str, scan: bool = True) -> None:
+        # scan=False: the edit put no surrogate in a text that had none (the text is its own plain
+        # text; a scan of the whole text at each content change of a Replace All would cost a
+        # pass over the file per change)
+        self._client_text = text
+        self._source = plain_text(text) if scan else text
+
+    @property
+    def client_source(self) -> str:
+        """The text as the client holds it: lone surrogates kept (module docstring)."""
+        return self._client_text
 
     @property
     def lines(self) -> tuple[str, ...]:
@@ -97,9 +144,23 @@ class LspTextDocument(TextDocument):
         # pygls clamps a character past the line's end to one before it, counted without a CRLF's
         # `\r`: text typed at the end of a CRLF line split its line end, and the server's text
         # drifted from the client's for good
-        text = self.source
-        start, end = edit_range(text, change.range, self.position_codec)
-        self._source = text[:start] + change.text + text[end:]
+        text, put = apply_edit(self._client_text, change.range, change.text, self.position_codec)
+        self._set_text(text, scan=put or self._source is not self._client_text)
+
+    def _apply_full_change(self, change: types.TextDocumentContentChangeEvent) -> None:
+        self._set_text(client_text(change.text))
+
+
+def apply_edit(text: str, lsp_range: types.Range, insert: str, codec: PositionCodec) -> tuple[str, bool]:
+    """`text` (a client_text) after a didChange edit, still a client_text: a surrogate the edit
+    puts next to its other half is joined to it. And whether the edit put a surrogate in (else a
+    text without any still has none)."""
+    start, end = edit_range(text, lsp_range, codec)
+    edited = text[:start] + insert + text[end:]
+    at, to = max(0, start - 1), start + len(insert) + 1   # where a pair can be made: the edges
+    if SURROGATE.search(edited, at, to):
+        edited = edited[:at] + client_text(edited[at:to]) + edited[to:]
+    return edited, SURROGATE.search(insert) is not None
 
 
 def edit_range(text: str, lsp_range: types.Range, codec: PositionCodec) -> tuple[int, int]:
@@ -111,8 +172,9 @@ def edit_range(text: str, lsp_range: types.Range, codec: PositionCodec) -> tuple
 def edit_offset(text: str, position: types.Position, codec: PositionCodec) -> int:
     """Where a didChange position lands, by LSP's rule: a character past the line's end is the
     line's end (before its line break); a line past the last is the document's end; a position
-    inside a character (half a surrogate pair) is after it. Requests are stricter (offset_in_text):
-    an edit the client already made must be mirrored, not refused."""
+    inside a character (half a surrogate pair, a byte inside a UTF-8 sequence) is after it.
+    Requests are stricter (offset_in_text): an edit the client already made must be mirrored,
+    not refused. The same offset in a client_text and in its plain_text (character for character)."""
     start = line_start(text, position.line)
     if start is None:
         return len(text)

@@ -14,8 +14,9 @@ and every later request goes unanswered while the server stays alive. Here:
   when nothing more comes for BODY_STALL_S and what came is a whole JSON message, served as is;
 - a batch (JSON array) and a request with an unusable id (object, array, bool, null) get
   JSON-RPC 2.0 answers (-32600, id null where the id is unusable); a request may omit `params`;
-- lone UTF-16 surrogates (`"\\ud800"`) in strings become U+FFFD (one UTF-16 unit either way, so
-  positions are unchanged) instead of failing every later completion on that document;
+- lone UTF-16 surrogates (`"\\ud800"`) in strings become U+FFFD instead of failing every later
+  completion on that document, except in a document's text (didOpen, didChange): the document
+  store keeps the client's text and gives the rest of the server U+FFFD (positions.py);
 - `exit` ends the process with status 1 unless `shutdown` came first (pygls swallows its own
   SystemExit and always exits 0).
 
@@ -283,6 +284,29 @@ def replace_lone_surrogates(value: Any) -> tuple[Any, int]:
     return value, total
 
 
+# A document's text keeps its lone surrogates: the document store counts them as the client does,
+# joins a pair an edit makes, and hands the rest of the server U+FFFD for them (positions.py).
+# As U+FFFD here, a high and a low surrogate an edit put together counted 6 UTF-8 bytes and 2
+# code points where the client had one astral character (4 bytes, 1 code point).
+_DOCUMENT_TEXTS = {"textDocument/didOpen": lambda p: [p.get("textDocument")],
+                   "textDocument/didChange": lambda p: p.get("contentChanges")}
+
+
+def replace_lone_surrogates_outside_documents(data: Any) -> tuple[Any, int]:
+    """replace_lone_surrogates, except in the document texts of a didOpen or didChange."""
+    kept = []
+    texts = _DOCUMENT_TEXTS.get(data.get("method")) if isinstance(data, dict) else None
+    if texts is not None and isinstance(data.get("params"), dict):
+        holders = texts(data["params"])
+        for holder in holders if isinstance(holders, list) else []:
+            if isinstance(holder, dict) and isinstance(holder.get("text"), str):
+                kept.append((holder, holder.pop("text")))
+    data, found = replace_lone_surrogates(data)
+    for holder, text in kept:
+        holder["text"] = text
+    return data, found
+
+
 def decode_body(body: bytes) -> Any:
     """UTF-8 JSON; raises ValueError (UnicodeDecodeError, JSONDecodeError, or arrays and objects
     nested deeper than the parser's recursion limit) with the reason."""
@@ -291,7 +315,7 @@ def decode_body(body: bytes) -> Any:
         data = json.loads(text)
         found = 0
         if _SURROGATE_ESCAPE.search(text):
-            data, found = replace_lone_surrogates(data)
+            data, found = replace_lone_surrogates_outside_documents(data)
     except RecursionError:
         # Thousands of nested `[` would otherwise end the whole read loop (stdio: the server).
         raise ValueError("JSON nested too deeply") from None
