@@ -21,6 +21,8 @@ said so, and one made again at the address (another model, maybe) is joined with
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import os
 import socket
@@ -66,6 +68,27 @@ class ClusterChanged(Exception):
     restarted): what was sent to the old one will never be answered."""
 
 
+class ModelChanged(Exception):
+    """A replica's refusal of a request made for another model than the one it serves (the
+    deployment was redeployed with another model, and the front had not noticed yet): its budgets
+    and limits were the other model's tokenizer's. Carries the replica's description (`info`,
+    tokenizer included), so that the front takes it up without asking again."""
+
+    def __init__(self, info: dict) -> None:
+        super().__init__(info)      # the one argument: how Ray's pickling makes it again
+        self.info = info
+
+    def __str__(self) -> str:
+        return f"this replica serves {self.info['name']} on {self.info['device']}"
+
+
+def model_key(info: dict) -> str:
+    """What tells two models apart for the front: everything it plans a request with (name,
+    limits, special tokens, the tokenizer itself) and the device it names in dllm/status."""
+    kept = {k: v for k, v in info.items() if k not in ("key", "started", "replica", "pid")}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 @dataclass(frozen=True)
 class ReplicaConfig:
     """How a deployment is laid out on the cluster (`dllm-lsp ray deploy`)."""
@@ -91,7 +114,8 @@ def board_name(app_name: str) -> str:
 
 @ray.remote(num_cpus=0)
 class CounterBoard:
-    """Every replica's request counters and the model they serve, where `ray status` reads them.
+    """Every replica's request counters and the model they serve, where `ray status` reads them,
+    and the newest replica's full description, where fronts notice a redeploy with another model.
 
     Asking the replicas themselves went through Serve's routing: the question waited in the same
     queue as the infill requests (behind all of them when the replicas were busy, which is when
@@ -102,14 +126,27 @@ class CounterBoard:
     def __init__(self) -> None:
         self.rows: dict[str, dict] = {}
         self.model: dict | None = None
+        self.info: dict | None = None
 
-    def report(self, row: dict, model: dict | None = None) -> None:
+    def report(self, row: dict, model: dict | None = None, info: dict | None = None) -> None:
         self.rows[row["replica"]] = row
-        if model is not None:
+        # The newest replica's model is the deployment's: in a rolling redeploy the new replicas
+        # start while the old ones still serve (and report their counters).
+        if info is not None and (self.info is None or info["started"] >= self.info["started"]):
+            self.info = info
+            self.model = model if model is not None else self.model
+        elif model is not None and info is None:
             self.model = model
 
     def snapshot(self) -> dict:
         return {"model": self.model, "replicas": dict(self.rows)}
+
+    def current(self, key: str | None = None) -> dict | None:
+        """The newest replica's description (None: no replica has started); only its key when
+        that is `key` (what the asking front holds: nothing to send every few seconds)."""
+        if self.info is None or self.info["key"] != key:
+            return self.info
+        return {"key": key}
 
 
 def counter_board(app_name: str):
@@ -124,26 +161,38 @@ class DenoiserReplica:
     def __init__(self, model: str, device: str) -> None:
         self.engine = Engine(load_model(model, device))
         self.engine.prepare()     # a replica takes traffic warm (Engine.prepare)
-        self.counts = {"requests": 0, "completed": 0, "cancelled": 0, "failed": 0}
+        # "stopped": cancelled requests whose denoise loop has ended (at its next step boundary),
+        # as opposed to "cancelled", counted when the cancel arrives.
+        self.counts = {"requests": 0, "completed": 0, "cancelled": 0, "stopped": 0, "failed": 0}
         context = serve.get_replica_context()
         self.replica_id = context.replica_id.unique_id
-        self.board = counter_board(context.app_name)
+        self.started = time.time()      # which replica is newest (the board keeps its model)
         denoiser = self.engine.denoiser
+        self.key = model_key(self._info())
+        self.board = counter_board(context.app_name)
         self.board.report.remote(self.stats(), {**denoiser.describe(), "device": f"ray:{denoiser.device}",
-                                                "backend": "ray"})
+                                                "backend": "ray"}, self.info())
 
     def _count(self, what: str) -> None:
         self.counts[what] += 1
         self.board.report.remote(self.stats())
 
-    def info(self) -> dict:
+    def _info(self) -> dict:
         denoiser = self.engine.denoiser
         return {**denoiser.describe(), "max_context": denoiser.max_context, "max_slot": denoiser.max_slot,
-                "special": denoiser.special,
-                "tokenizer": denoiser.tokenizer.to_str(), "replica": self.replica_id}
+                "special": denoiser.special, "tokenizer": denoiser.tokenizer.to_str()}
+
+    def info(self) -> dict:
+        return {**self._info(), "key": self.key, "started": self.started, "replica": self.replica_id}
 
     def stats(self) -> dict:
-        return {"replica": self.replica_id, **self.counts}
+        # The pid: which process to look at (or kill) on the replica's node.
+        return {"replica": self.replica_id, "pid": os.getpid(), **self.counts}
+
+    def _same_model(self, model: str | None) -> None:
+        """Refuse a request made for another model (`model`: its key; None: a caller that does not say)."""
+        if model is not None and model != self.key:
+            raise ModelChanged(self.info())
 
     def check_health(self) -> None:
         """Serve calls this every health_check_period_s; raising takes the replica out of rotation."""
@@ -151,7 +200,8 @@ class DenoiserReplica:
             raise RuntimeError("engine not loaded")
 
     async def infill(self, request: InfillRequest, settings: DecodeSettings, context_tokens: int | None,
-                     cache: CacheSettings) -> InfillResult:
+                     cache: CacheSettings, model: str | None = None) -> InfillResult:
+        self._same_model(model)
         self._count("requests")
         cancel = CancelToken()
         job = asyncio.to_thread(self.engine.infill, request, settings, cancel, None,
@@ -159,8 +209,9 @@ class DenoiserReplica:
         return await self._finish(asyncio.ensure_future(job), cancel)
 
     async def infill_stream(self, request: InfillRequest, settings: DecodeSettings, context_tokens: int | None,
-                            cache: CacheSettings):
+                            cache: CacheSettings, model: str | None = None):
         """Yields ("step", StepState) after every denoising step, then ("result", InfillResult)."""
+        self._same_model(model)
         self._count("requests")
         cancel = CancelToken()
         loop = asyncio.get_running_loop()
@@ -181,17 +232,29 @@ class DenoiserReplica:
                     getter.cancel()
             yield ("result", await self._finish(task, cancel))
         except asyncio.CancelledError:
-            cancel.cancel()
-            self._count("cancelled")
+            self._stop(task, cancel)
             raise
+
+    def _stop(self, task: asyncio.Future, cancel: CancelToken) -> None:
+        """The caller cancelled (the editor moved on, or its front): stop the loop at its next step
+        boundary. Counted as "cancelled" now (once: a stream's cancel passes through `_finish` too)
+        and "stopped" when the loop has ended, which is when the replica's work is over."""
+        if cancel.cancelled:
+            return
+        cancel.cancel()
+        self._count("cancelled")
+
+        def ended(done: asyncio.Future) -> None:
+            if not done.cancelled():
+                done.exception()    # Cancelled, as asked: retrieved, so asyncio does not log it
+            self._count("stopped")
+        task.add_done_callback(ended)
 
     async def _finish(self, task: asyncio.Future, cancel: CancelToken) -> InfillResult:
         try:
             result = await asyncio.shield(task)
         except asyncio.CancelledError:
-            # The caller cancelled (the editor moved on): stop the loop at its next step boundary.
-            cancel.cancel()
-            self._count("cancelled")
+            self._stop(task, cancel)
             raise
         except Exception:
             self._count("failed")
@@ -403,6 +466,10 @@ class RemoteDenoiser:
         self.max_slot: int | None = info.get("max_slot")   # the widest slot it was trained on (Denoiser.max_slot)
         self.special: SpecialTokens = info["special"]
         self.tokenizer = plain_text_tokenizer(Tokenizer.from_str(info["tokenizer"]))
+        # Which model exactly (model_key), sent with every request so that a replica of another
+        # one refuses it, and when the replica that described it started (the newest one wins).
+        self.key: str | None = info.get("key")
+        self.started: float = float(info.get("started", 0.0))
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids if text else []
@@ -462,6 +529,45 @@ class RemoteEngine:
             log.warning("the %r deployment now serves %s on %s (it served %s on %s)", self.app_name,
                         denoiser.name, denoiser.device, old.name, old.device)
         self.handle, self.denoiser = handle, denoiser
+        try:
+            # The application's board (its newest replica's model: `check` compares keys with it).
+            # Taken once: a call to the actor goes to its worker, not through the GCS.
+            self._board = ray.get_actor(board_name(self.app_name), namespace=BOARD_NAMESPACE)
+        except ValueError:      # replicas of a version that made none
+            self._board = None
+
+    def _adopt(self, info: dict) -> bool:
+        """Take up the model a replica described if it is the newest one seen (a redeploy), and
+        say whether the front now holds that model (False: an older replica, being replaced)."""
+        with self._lock:
+            old = self.denoiser
+            if info.get("key") == old.key:
+                return True
+            if float(info.get("started", 0.0)) < old.started:
+                return False
+            self.denoiser = RemoteDenoiser(info)
+            log.warning("the %r deployment now serves %s on %s (it served %s on %s)", self.app_name,
+                        self.denoiser.name, self.denoiser.device, old.name, old.device)
+            return True
+
+    def _same_deployment(self) -> None:
+        """Follow a redeploy with another model on the same cluster: the board's newest replica
+        serves another model than the front holds (the front budgeted with the old model's
+        tokenizer, and dllm/status named it, until the deployment went away). RemoteUnavailable
+        when the board went: the deployment was deleted (`ray delete` ends its board)."""
+        if self._board is None:
+            return
+        try:
+            now = ray.get(self._board.current.remote(self.denoiser.key), timeout=GCS_CHECK_S)
+        except ray.exceptions.GetTimeoutError:
+            return              # a busy head: asked again at the next check
+        except RayActorError:
+            self._attached = False
+            self._attach()      # deleted (RemoteUnavailable), or deleted and made again: taken anew
+            self._attached = True
+            return
+        if now is not None and "tokenizer" in now:
+            self._adopt(now)
 
     def check(self) -> str | None:
         """Why the deployment cannot serve now (None: it can), mending what can be mended: a
@@ -483,6 +589,8 @@ class RemoteEngine:
                     self._attached = True
                     if self.unavailable is not None:
                         log.warning("the %r deployment serves again (%s)", self.app_name, self.denoiser.name)
+                else:
+                    self._same_deployment()
                 self.unavailable = None
             except RemoteUnavailable as exc:
                 self.unavailable = str(exc)
@@ -517,7 +625,8 @@ class RemoteEngine:
         no replica could serve after RETRIES tries."""
         cancel = cancel or CancelToken()
         self._ready()
-        args = (request, settings, context_tokens, cache)
+        made_for = self.denoiser       # the model the caller planned this request with
+        args = (request, settings, context_tokens, cache, made_for.key)
         last: Exception | None = None
         for attempt in range(1, RETRIES + 1):
             if cancel.cancelled:
@@ -542,7 +651,16 @@ class RemoteEngine:
                     self.unavailable = f"the {self.app_name!r} deployment cannot serve: {one_line(exc)}"
                 raise RemoteUnavailable(self.unavailable) from exc
             except RayTaskError as exc:
-                raise replica_error(exc) from None
+                error = replica_error(exc)
+                if not isinstance(error, ModelChanged):
+                    raise error from None
+                last = error
+                if self._adopt(error.info):
+                    # Planned with the other model's tokenizer and limits: not sent to this one.
+                    raise RemoteUnavailable(
+                        f"the {self.app_name!r} deployment now serves {self.denoiser.name} on "
+                        f"{self.denoiser.device} (this request was made for {made_for.name}): ask again") from None
+                # An older replica that a redeploy is replacing: sent again, to a newer one.
         raise RemoteUnavailable(f"no replica of {self.app_name!r} could serve the request after {RETRIES} tries: {last}")
 
     def _call(self, args: tuple, cancel: CancelToken) -> InfillResult:
