@@ -8,7 +8,7 @@ import os
 import sys
 
 from . import __version__
-from .cli_errors import output_file
+from .cli_errors import did_you_mean, output_file
 from .serving import INSTALL_HINT as RAY_INSTALL_HINT
 
 # Subcommands whose argument parsing lives with the code they run: name -> module with main(argv).
@@ -28,12 +28,25 @@ BENCH_MODES = {
     "training-data": "dllm_lsp.bench.training_data",
     "startup": "dllm_lsp.bench.startup",
 }
+# What each mode measures, for `dllm-lsp bench --help` (the modes' own parsers live in their
+# modules, which import torch: reading their descriptions here would slow every --help).
+BENCH_SUMMARIES = {
+    "overhead": "the server's own cost per request, model excluded (planning, post-processing)",
+    "kernels": "the Triton kernels against the torch paths they replace (for a GPU)",
+    "checkpoint": "open-checkpoint latency: dual cache, no cache, autoregressive (for a GPU)",
+    "typing": "people typing real files through the real server over TCP, 1..N clients",
+    "block": "block-diffusion latency against an autoregressive decode (for a GPU)",
+    "batching": "one denoising step shared by k requests against their steps in turn",
+    "training-data": "how fast one core builds training batches",
+    "startup": "what an editor waits for when it starts the server and asks at once",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dllm-lsp", description="Code completion by diffusion infilling.")
+    parser = argparse.ArgumentParser(prog="dllm-lsp", description="Code completion by diffusion infilling.",
+                                     epilog="`dllm-lsp COMMAND --help` for a command's options; docs/cli.md")
     parser.add_argument("--version", action="version", version=f"dllm-lsp {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="run the language server")
     mode = serve.add_mutually_exclusive_group()
@@ -41,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--tcp", metavar="HOST:PORT", help="listen on TCP (HOST defaults to 127.0.0.1)")
     add_model_args(serve, default=None)
     serve.add_argument("--log-file", help="write the server log here (stderr otherwise)")
-    serve.add_argument("--log-level", default="INFO")
+    serve.add_argument("--log-level", default="INFO", metavar="LEVEL",
+                       help="DEBUG, INFO (default), WARNING or ERROR")
     serve.add_argument("--batching", action=argparse.BooleanOptionalAction, default=True,
                        help="concurrent requests share denoising steps (default); --no-batching runs them one by one")
     serve.add_argument("--step-slack", type=float, default=None, metavar="X",
@@ -70,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "otherwise only the shipped models and --model (docs/deploy.md)")
 
     complete = sub.add_parser("complete", help="print one completion at FILE:LINE:COL (1-based)")
-    complete.add_argument("location", metavar="FILE:LINE:COL")
+    complete.add_argument("location", metavar="FILE:LINE:COL",
+                          help="the file and the 1-based line and column to complete at, e.g. examples/hello.py:7:21")
     add_model_args(complete)
     complete.add_argument("--language", help="language id (default: from the file extension)")
     complete.add_argument("--steps", type=int, default=None, help="denoising steps (default: the server's)")
@@ -98,20 +113,41 @@ def build_parser() -> argparse.ArgumentParser:
     infill.add_argument("--concurrency", type=int, default=1, metavar="N",
                         help="lines in flight at once, sharing denoising steps (default 1; output stays in input order)")
 
-    bench = sub.add_parser("bench", help="completion latency on a model (see also: bench overhead|kernels|checkpoint)")
+    modes = "\n".join(f"  {name:15s}{summary}" for name, summary in BENCH_SUMMARIES.items())
+    bench = sub.add_parser("bench", help=f"completion latency; modes: {', '.join(BENCH_MODES)}",
+                           description="`dllm-lsp bench [options]`: completion latency (engine only, warm prefix "
+                                       "cache) of a line tail\nand a block body, p50/p95 per case. "
+                                       "`dllm-lsp bench MODE [options]`: one of the modes below.",
+                           epilog=f"modes (`dllm-lsp bench MODE --help` for each one's options):\n{modes}",
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_args(bench)
-    bench.add_argument("--runs", type=int, default=20)
+    bench.add_argument("--runs", type=int, default=20, help="timed completions per case (default 20)")
     bench.add_argument("--steps", type=int, default=None, help="step budget (default: the server's `steps`)")
     bench.add_argument("--also-steps", default=None, metavar="N[,M]",
                        help="each case also with these step budgets, interleaved (`<case>_steps_N`)")
-    bench.add_argument("--json", action="store_true")
+    bench.add_argument("--json", action="store_true", help="print the JSON figures instead of a table")
     bench.add_argument("--out", type=output_file, help="also write the JSON figures to this file")
     bench.add_argument("--profile", action="store_true",
                        help="also record where the line tail's time goes: host or device, launches, syncs, Python")
 
     for name in DELEGATED:
         sub.add_parser(name, help=f"see `dllm-lsp {name} --help`", add_help=False)
+    parser.commands = sub.choices      # name -> its parser, for refuse_unknown_words
     return parser
+
+
+def refuse_unknown_words(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """A mistyped command or bench mode refused with the likely one named. argparse (before
+    Python 3.14) listed every choice without a hint, and took `bench typng` for the latency
+    benchmark with a stray argument: "unrecognized arguments: typng". Usage errors: status 2."""
+    commands = parser.commands
+    if argv and not argv[0].startswith("-") and argv[0] not in commands:
+        parser.error(f"unknown command {argv[0]!r}{did_you_mean(argv[0], commands)} "
+                     f"(commands: {', '.join(commands)})")
+    if len(argv) >= 2 and argv[0] == "bench" and not argv[1].startswith("-"):
+        # the latency benchmark takes no word of its own: a word here is a mode's name
+        commands["bench"].error(f"unknown bench mode {argv[1]!r}{did_you_mean(argv[1], BENCH_MODES)} "
+                                f"(modes: {', '.join(BENCH_MODES)}; none for the latency benchmark)")
 
 
 def existing_folder(value: str) -> str:
@@ -124,7 +160,9 @@ def existing_folder(value: str) -> str:
 
 
 def add_model_args(parser: argparse.ArgumentParser, default: str | None = "default") -> None:
-    parser.add_argument("--model", default=default, help="model folder, or a shipped model's name")
+    parser.add_argument("--model", default=default,
+                        help="model folder, or a shipped model's name (default: the one models/DEFAULT names "
+                             "for the device)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: $DLLM_LSP_THREADS, else 1; docs/cli.md says why)")
@@ -161,6 +199,7 @@ def _main(argv: list[str] | None) -> int:
     if len(argv) >= 2 and argv[0] == "bench" and argv[1] in BENCH_MODES:
         return int(importlib.import_module(BENCH_MODES[argv[1]]).main(argv[2:]) or 0)
     parser = build_parser()
+    refuse_unknown_words(parser, argv)
     args = parser.parse_args(argv)
     if args.command == "serve" and args.allow_model_dir and not args.tcp:
         # Over stdio the editor is the user's own, on the user's machine: it may name any folder.

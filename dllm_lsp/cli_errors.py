@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import io
 import os
 import stat
@@ -30,6 +31,13 @@ def one_line(text: object) -> str:
     """The first line of an error's text (some, like torch's state-dict errors, run to dozens)."""
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
     return (lines[0] + (" ..." if len(lines) > 1 else "")) if lines else ""
+
+
+def did_you_mean(word: str, choices) -> str:
+    """`: did you mean 'complete'?` for the choice closest to a mistyped `word`, else "" (a
+    command's or a mode's name; what argparse's suggest_on_error says from Python 3.14)."""
+    close = difflib.get_close_matches(word.lower(), list(choices), n=1, cutoff=0.6)
+    return f": did you mean {close[0]!r}?" if close else ""
 
 
 def report(prog: str, exc: object) -> int:

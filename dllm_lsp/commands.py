@@ -23,8 +23,8 @@ from .engine.engine import CanvasTooSmall, Engine, out_of_memory
 from .engine.types import InfillRequest
 from .lifetime import end_with_parent
 from .cpus import usable_cpus
-from .loader import ModelLoadError, load_model
-from .options import Options, SettingsError
+from .loader import ModelLoadError, load_model, read_config, resolve_device, resolve_model_path
+from .options import Options, SettingsError, snake_to_camel
 from .server import auth, create_server
 from .server.model_host import LoadKey, ModelHost, local_engine, use_cuda_graphs
 from .server.positions import line_end, line_starts
@@ -102,6 +102,7 @@ def serve(args) -> int:
     if getattr(args, "ray", None):
         model_host = remote_host(args.ray, args.ray_app)
     else:
+        check_model_folder(settings.model.model, settings.model.device)
         if args.max_models < 1:
             raise UserError(f"--max-models must be at least 1, not {args.max_models}")
         if args.step_slack is not None and not args.step_slack >= 1:
@@ -136,6 +137,18 @@ def serve(args) -> int:
         logging.shutdown()
         os._exit(code)
     return 0
+
+
+def check_model_folder(model: str, device: str) -> None:
+    """The operator's `--model` and `--device` refused at start, in one line, when they name no
+    model folder or no device: the server loads the model only when a client first asks, so a
+    misspelt one had been served, exit status 0 when the editor closed, every completion failing
+    with the reason in the client's log. Only the folder and its config.json are looked at here;
+    the weights load later, as before (a client's own options may name another model)."""
+    try:
+        read_config(resolve_model_path(model, resolve_device(device).type))
+    except ModelLoadError as exc:
+        raise UserError(str(exc)) from None
 
 
 REMOTE_WORKERS = 32   # infills the front keeps in flight to a Ray deployment (its replicas queue the rest)
@@ -176,8 +189,10 @@ def os_reason(exc: OSError) -> str:
 
 def parse_host_port(spec: str) -> tuple[str, int]:
     host, _, port = spec.rpartition(":")
-    if not port.isdecimal() or not 0 < int(port) < 65536:
+    if not port.isdecimal():
         raise UserError(f"--tcp needs HOST:PORT or :PORT, not {spec!r}")
+    if not 0 < int(port) < 65536:
+        raise UserError(f"--tcp port must be within 1..65535, not {port}")
     return host or "127.0.0.1", int(port)
 
 
@@ -196,8 +211,10 @@ def load_engine(args, batching: bool = False):
 
 
 def read_source(path: Path) -> str:
+    if not path.exists():
+        raise UserError(f"{path} is not a file: no such file or directory")
     if not path.is_file():
-        raise UserError(f"{path} is not a file")
+        raise UserError(f"{path} is not a file" + (": it is a folder" if path.is_dir() else ""))
     if path.stat().st_size > MAX_FILE_BYTES:
         raise UserError(f"{path} is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
     data = path.read_bytes()
@@ -248,11 +265,21 @@ def cli_options(args) -> Options:
              "companion_edits": getattr(args, "companion_edits", None),
              "min_confidence": getattr(args, "min_confidence", None),
              "alternatives": getattr(args, "alternatives", None)}
+    given = {k: v for k, v in given.items() if v is not None}
     try:
-        return Options().merged({k: v for k, v in given.items() if v is not None})
+        return Options().merged(given)
     except SettingsError as exc:
-        if steps is not None and str(exc).startswith("steps"):
-            raise UserError(f"--{exc}, not {steps}") from None
+        # The refusal names the option as a client spells it (`minConfidence must be within
+        # 0..1`); the user typed a flag: name that and the value it was given (the option's name
+        # kept where it is another word: the server's docs and settings call it that).
+        for key, value in given.items():
+            try:
+                Options().merged({key: value})
+            except SettingsError as alone:
+                text, wire, flag = str(alone), snake_to_camel(key), "--" + key.replace("_", "-")
+                if text.startswith(wire) and wire == key:
+                    raise UserError(f"{flag}{text[len(wire):]}, not {value}") from None
+                raise UserError(f"{flag} {value}: {text}") from None
         raise UserError(str(exc)) from None
 
 
@@ -355,6 +382,11 @@ def infill(args) -> int:
         raise UserError(f"--concurrency must be at least 1, not {args.concurrency}")
     if args.max_tokens is not None and not 1 <= args.max_tokens <= MAX_INFILL_TOKENS:
         raise UserError(f"--max-tokens must be within 1..{MAX_INFILL_TOKENS}, not {args.max_tokens}")
+    if sys.stdin.isatty():
+        # `dllm-lsp infill` typed without `< requests.jsonl`: it would wait without a word
+        print('dllm-lsp infill: reading requests from the terminal, one JSON object a line '
+              '({"id": 1, "prefix": "...", "suffix": "..."}); Ctrl-D ends, `< FILE.jsonl` reads a file',
+              file=sys.stderr)
     options = cli_options(args)
     settings = options.decode.decode_settings()
     default_max = args.max_tokens if args.max_tokens is not None else options.planner.max_line_tokens
@@ -468,8 +500,13 @@ def bench(args) -> int:
     if args.json:
         print(text)
     else:
+        # what was measured first: a table of numbers does not say which model on which device
+        model = figures.get("model", {})
+        print(f"{model.get('name', engine.denoiser.name)} on {model.get('device', args.device)}, {steps} steps, "
+              f"{args.runs} runs a case (--json for every figure)")
+        width = max(len(name) for name in figures["cases"])   # `line_tail_alternatives_4` is 24 wide
         for name, row in figures["cases"].items():
-            print(f"{name:22s} p50 {row['p50_ms']:8.2f} ms  p95 {row['p95_ms']:8.2f} ms  steps {row['steps']:3d}  "
+            print(f"{name:{width}s}  p50 {row['p50_ms']:8.2f} ms  p95 {row['p95_ms']:8.2f} ms  steps {row['steps']:3d}  "
                   f"slot {row['slot_width_decoded']}/{row['span_tokens']} tokens")
         for name, found in figures.get("profile", {}).items():
             if "error" in found:
