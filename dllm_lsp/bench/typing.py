@@ -336,12 +336,15 @@ class Typist:
             self.stats.unanswered += len(not_done)
             self.given_up.update(key for key, f in self.pending.values() if f in not_done)
 
-    async def close(self) -> None:
-        try:
-            await asyncio.wait_for(self.client.shutdown_async(None), timeout=10)
-            self.client.exit(None)
-        except Exception:
-            pass
+    async def close(self, handshake: bool = True) -> None:
+        """End the connection: `shutdown` and `exit` first when `handshake` (the server is up and
+        answers), then the client's own end. Without it, the server is already gone."""
+        if handshake:
+            try:
+                await asyncio.wait_for(self.client.shutdown_async(None), timeout=10)
+                self.client.exit(None)
+            except Exception:
+                pass
         try:
             await asyncio.wait_for(self.client.stop(), timeout=10)
         except Exception:
@@ -420,11 +423,14 @@ async def run_clients(n: int, options: dict, args, files: list[Path], log, serve
     # blocked it for good, and every request after that went unanswered. The file's last line
     # says why a server that did not start stopped.
     server_log = tempfile.TemporaryFile(prefix="dllm-typing-serve-", suffix=".log")
-    # The server ends with the bench, a SIGKILL of the bench included (it was left listening, its
-    # model loaded, by every bench stopped that way: lifetime.py).
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=server_log, env=child_env(env))
+    proc: subprocess.Popen | None = None
     typists: list[Typist] = []
+    finished = False
     try:
+        # The server ends with the bench, a SIGKILL of the bench included (it was left listening,
+        # its model loaded, by every bench stopped that way: lifetime.py). Started inside the
+        # `try`, so a stop that lands as it starts still ends it here.
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=server_log, env=child_env(env))
         await wait_for_port(port, proc, server_log)
         for i in range(n):
             rng = random.Random(args.seed * 1000 + i)
@@ -444,15 +450,22 @@ async def run_clients(n: int, options: dict, args, files: list[Path], log, serve
         for key in ("typedThroughHits", "prefetchStarted", "prefetchHits", "rebased", "dropped"):
             if all(isinstance(f.get(key), int) for f in finals):
                 final[key] = sum(f[key] for f in finals)
+        finished = True
     finally:
-        for t in typists:
-            await t.close()
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        if finished:
+            for t in typists:
+                await t.close()
+            end_server(proc)
+        else:
+            # Stopped (SIGTERM at the GPU job's time box, Ctrl-C, an error): the server is ended
+            # first and the clients are closed without the `shutdown` handshake. A server the same
+            # signal had ended (the job signals the whole process group) never answered it, and
+            # each client waited 10 s for the answer; a server still up kept each client's
+            # connection open, and its end waited as long. That time came out of the step's grace
+            # before its SIGKILL, and out of the GPU lease.
+            end_server(proc)
+            for t in typists:
+                await t.close(handshake=False)
         server_log.close()
     stats = [t.stats for t in typists]
     latencies = [ms for s in stats for ms in s.latencies_ms]
@@ -480,6 +493,18 @@ async def run_clients(n: int, options: dict, args, files: list[Path], log, serve
     log(f"  {n} client(s): p50 {row['latency']['p50_ms'] if row['latency'] else '-'} ms, "
         f"answered {row['answered_share']:.0%}, {row['requests_per_s']} req/s, unanswered {row['unanswered']}{busy}")
     return row
+
+
+def end_server(proc: subprocess.Popen | None) -> None:
+    """Terminate the bench's server (if it was started) and wait for it; killed if it lingers."""
+    if proc is None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def work_between(before: dict | None, after: dict | None, wall: float, batching: dict | None) -> dict | None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from dllm_lsp.arch.weight_storage import weight_shapes
 from dllm_lsp.eval.results import samples_path
 from dllm_lsp.loader import with_default
-from dllm_lsp.train.folder import recover_model_folder
+from dllm_lsp.train.whole_folder import recover_model_folder
 
 PART_BYTES = 15 * 1024 * 1024
 MAX_FILES = 8

@@ -24,7 +24,7 @@ from dllm_lsp.cpus import usable_cpus
 from dllm_lsp.engine.denoise import RUN_STATE_ENV
 from dllm_lsp.eval.tasks import FILES as EVAL_FILES
 from dllm_lsp.loader import ModelLoadError, default_model_path, resolve_device
-from dllm_lsp.train.folder import recover_model_folder
+from dllm_lsp.train.whole_folder import recover_model_folder
 from dllm_lsp.train.presets import MODEL_KEYS, preset
 
 from .budget import PHASES, Budget

@@ -48,26 +48,50 @@ class LoadKey:
     # What dllm/status calls the model until it is loaded: its folder's name, as the loaded model
     # calls itself, even when the device does not resolve (empty: `model`)
     name: str = field(default="", compare=False)
+    # The pair names a folder that is not there at this instant (`resolved` is False): keyed by
+    # the path it would have, so a model loaded from that path is the one it means.
+    missing: bool = field(default=False, compare=False)
 
     @classmethod
     def of(cls, model: str, device: str) -> "LoadKey":
         """The key of what a (model, device) pair loads: the model folder's real path and the device
         it resolves to, so `auto` and `cpu`, or `default` and the default's name, share one load and
         one of the `max_models` slots. A pair that does not resolve keeps its words (its load fails
-        and says why)."""
+        and says why), except a folder path that is missing now: it keeps the path it would resolve
+        to (`missing`). `dllm-lsp train` renames a new model folder into place in two steps, and the
+        GPU job's unpack removes a folder before it copies the new one in: a connection asking in
+        between got a key of its words, unlike the loaded model's, and a failed load ("does not
+        exist") instead of the model loaded from that very path."""
         try:
             dev = resolve_device(device)
         except ModelLoadError:
             dev = None
+        if dev is not None and dev.type == "cuda" and dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
         try:
             folder = resolve_model_path(model, dev.type if dev is not None else _device_type(device)).resolve()
         except (ModelLoadError, OSError):
             folder = None
+        if dev is not None and folder is None:
+            missing = _missing_folder(model)
+            if missing is not None:
+                return cls(str(missing), str(dev), resolved=False, name=model, missing=True)   # named as asked
         if dev is None or folder is None:
             return cls(model, device, resolved=False, name=folder.name if folder is not None else model)
-        if dev.type == "cuda" and dev.index is None:
-            dev = torch.device("cuda", torch.cuda.current_device())
         return cls(str(folder), str(dev), name=folder.name)
+
+
+def _missing_folder(model: str) -> Path | None:
+    """The real path `model` would name, when it is a folder path with nothing there now (a link
+    included whose target is gone, as a folder renamed away leaves it); None for `default`, a
+    shipped model's name, or a path that exists (not a folder, say: its load says why)."""
+    if model in ("", "default") or model in shipped_model_names():
+        return None
+    try:
+        path = Path(model).expanduser()
+        return None if path.exists() else path.resolve()
+    except (OSError, RuntimeError, ValueError):   # a name the file system refuses, a link loop, a NUL
+        return None
 
 
 def _device_type(device: str) -> str | None:
@@ -368,13 +392,21 @@ class ModelHost:
 
     def _files_changed(self, slot: Slot) -> bool:
         """Whether `slot`, a loaded model, was loaded from other files than its folder holds now
-        (a newer checkpoint trained or unpacked into it; a folder gone or half-written counts:
-        its load fails, and this one serves on). A stat per model file, nothing read. Asked when
-        a connection asks for the model (its options, sent again or by a new connection): the
-        same options had kept the first weights for the server's life."""
+        (a newer checkpoint trained or unpacked into it; a folder half-written counts: its load
+        fails, and this one serves on). A stat per model file, nothing read. Asked when a
+        connection asks for the model (its options, sent again or by a new connection): the same
+        options had kept the first weights for the server's life.
+
+        A folder that cannot be listed now (gone: between `train`'s two renames, or removed by the
+        GPU job's unpack before its copy) has not changed: it is being replaced, and a load of
+        nothing could only fail. The model loaded from it serves on, with nothing to say; the files
+        that come back are compared when the model is next asked for."""
         if slot.engine is None or slot.stamp is None:
             return False
-        if self._stamp(slot.key) != slot.stamp:
+        now = self._stamp(slot.key)
+        if now is None:
+            return False
+        if now != slot.stamp:
             return True
         if slot.successor is not None and slot.successor.loading.done():
             slot.successor = None       # the files are back as this one loaded them: nothing to tell
@@ -388,6 +420,9 @@ class ModelHost:
         so it switches as soon as another connection's model is let go."""
         key = self._key_of(model, device)
         slot = self._slots.get((key.model, key.device))
+        if key.missing and slot is not None and slot.engine is not None:
+            log.info("the model folder %s is not there now (being replaced?): the model loaded from it serves on",
+                     key.model)
         if slot is not None and self._files_changed(slot):
             self._use(user, slot)        # served by the model loaded before until the new files have loaded
             return self._reload(slot, model, device).loading

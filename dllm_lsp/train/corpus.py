@@ -2,6 +2,8 @@
 
 Output folder: train.jsonl and val.jsonl (one file per line: text, language, license,
 origin, path) and stats.json (counts, bytes, licenses, why files were dropped, throughput).
+They are written beside the folder and renamed into place once whole and on the disk
+(train/folder.py), so a rebuild that is interrupted or fails leaves the old corpus as it was.
 
 The per-file work (reading, the quality filters, the benchmark check, the exact key and the
 MinHash signature) runs in worker processes; the one parent process keeps the deduplication
@@ -13,9 +15,11 @@ from __future__ import annotations
 import json
 import multiprocessing
 import random
+import shutil
 import time
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import closing
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,10 +27,15 @@ from pathlib import Path
 import numpy as np
 
 from dllm_lsp.cpus import usable_cpus
+from dllm_lsp.lifetime import cleanup_on_termination
 
 from .decontam import benchmark_signatures, contaminated
 from .filters import NearDuplicateIndex, exact_key, rejection
+from .whole_folder import begin_next_version, fsync_tree, partial_folder, put_in_place
 from .sources import SourceFile, default_folders, files_in
+
+# The files a build writes; anything else in the corpus folder is carried over to the new one.
+CORPUS_FILES = frozenset({"train.jsonl", "val.jsonl", "stats.json"})
 
 
 @dataclass
@@ -136,9 +145,30 @@ def build_corpus(opts: CorpusOptions, out_dir: Path, log=print) -> dict:
         raise ValueError("no permissively licensed source files found in the given folders")
     random.Random(opts.seed).shuffle(sources)   # a byte cap then keeps a random sample, not the first folder
     signatures = benchmark_signatures(opts.decontaminate)
-    # Made once the sources and the benchmark are read: a refused build (a missing folder, nothing
-    # licensed in it, an unreadable benchmark file) left an empty --out folder behind.
-    out_dir.mkdir(parents=True, exist_ok=True)
+    # The corpus is written beside its folder and renamed into place once whole and synced, as a
+    # model folder is. It was rewritten in place: a rebuild over an existing corpus that was
+    # interrupted (Ctrl-C, the GPU job's SIGTERM at its time box) or failed (a full disk) left
+    # half a train.jsonl, which the next `train` read as the whole corpus. SIGTERM and SIGHUP
+    # run the cleanup as Ctrl-C does (lifetime.py), so no half-written copy is left beside it
+    # either. Begun once the sources and the benchmark are read: a refused build (a missing
+    # folder, nothing licensed in it, an unreadable benchmark file) touches nothing.
+    with cleanup_on_termination():
+        partial = partial_folder(out_dir)
+        try:
+            begin_next_version(out_dir, leave_out=CORPUS_FILES)
+            result = _write_corpus(opts, sources, signatures, partial, t0, log)
+            fsync_tree(partial)         # the data on the disk before a rename can publish it
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        put_in_place(partial, out_dir)
+    return result
+
+
+def _write_corpus(opts: CorpusOptions, sources: list[SourceFile], signatures: set[str], out_dir: Path,
+                  t0: float, log) -> dict:
+    """Analyse `sources` (in their shuffled order) and write the kept files and the stats into
+    `out_dir`, a new folder; the figures (stats.json's)."""
     workers = opts.workers or usable_cpus()
     exact: set[str] = set()
     near = NearDuplicateIndex()
@@ -147,9 +177,10 @@ def build_corpus(opts: CorpusOptions, out_dir: Path, log=print) -> dict:
     stats = {split: {"files": 0, "bytes": 0, "by_language": Counter(), "licenses": Counter()}
              for split in ("train", "val")}
     total = seen = read_bytes = 0
-    with open(out_dir / "train.jsonl", "w", encoding="utf-8") as train_fh, \
+    results = analysed([s.path for s in sources], signatures, workers)
+    # closing: the workers stop when the loop does, a byte cap's early stop, an error or an interrupt
+    with closing(results), open(out_dir / "train.jsonl", "w", encoding="utf-8") as train_fh, \
          open(out_dir / "val.jsonl", "w", encoding="utf-8") as val_fh:
-        results = analysed([s.path for s in sources], signatures, workers)
         for src, found in zip(sources, results):
             seen += 1
             if opts.max_bytes is not None and total >= opts.max_bytes:
@@ -190,7 +221,6 @@ def build_corpus(opts: CorpusOptions, out_dir: Path, log=print) -> dict:
             if seen % 2000 == 0:
                 rate = seen / max(time.time() - t0, 1e-9)
                 log(f"corpus: {seen}/{len(sources)} files seen, {total / 1e6:.1f} MB kept, {rate:.0f} files/s")
-        results.close()   # a byte cap stops early: stop the workers too
     seconds = time.time() - t0
     result = {
         "candidates": len(sources), "dropped": dict(dropped), "seconds": round(seconds, 1),

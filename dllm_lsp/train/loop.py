@@ -29,7 +29,8 @@ from dllm_lsp.model_folder import check_finite, load_json_file, nonfinite_weight
 
 from .data import SpanBatches, TrainBatches, fixed_batches, load_files
 from .examples import LayoutOptions
-from .folder import fsync_path, recover_model_folder, save_model_folder
+from .folder import save_model_folder
+from .whole_folder import fsync_path, recover_model_folder
 from .objective import ObjectiveOptions, diffusion_loss
 from .tokenizer_step import check_encodes, load_tokenizer
 

@@ -19,7 +19,8 @@ from dllm_lsp.arch.tiny import sample_corpus
 from dllm_lsp.arch.tokenizer import special_ids, train_tokenizer
 from dllm_lsp.loader import load_model
 from dllm_lsp.train.cli import main
-from dllm_lsp.train.folder import replaced_folder, save_model_folder
+from dllm_lsp.train.folder import save_model_folder
+from dllm_lsp.train.whole_folder import replaced_folder
 
 
 @pytest.fixture(scope="module")
