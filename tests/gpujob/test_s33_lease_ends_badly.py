@@ -10,7 +10,6 @@ import signal
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -19,15 +18,7 @@ from dllm_lsp.gpujob.children import is_dllm_process
 from dllm_lsp.gpujob.cli import main
 from dllm_lsp.gpujob.pack import pack_job, unpack
 
-
-def wait_for(predicate, seconds: float):
-    until = time.monotonic() + seconds
-    while time.monotonic() < until:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError("timed out waiting")
+from .polling import wait_for
 
 
 def state_of(out):

@@ -13,6 +13,8 @@ import pytest
 
 from dllm_lsp.gpujob.children import dllm_command, end_group, run_child, tree_of
 
+from .polling import wait_for
+
 pytestmark = pytest.mark.timeout(300)
 
 
@@ -28,16 +30,6 @@ def cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
-
-
-def wait_for(predicate, seconds: float):
-    until = time.monotonic() + seconds
-    while time.monotonic() < until:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError("timed out waiting")
 
 
 def kill_all(pids):

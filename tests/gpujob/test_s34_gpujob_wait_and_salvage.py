@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,8 @@ from dllm_lsp.eval.tasks import default_data_dir
 from dllm_lsp.gpujob.children import is_dllm_process
 from dllm_lsp.gpujob.cli import main
 from dllm_lsp.gpujob.pack import unpack
+
+from .polling import wait_for
 
 pytestmark = pytest.mark.timeout(300)
 REPO = Path(__file__).resolve().parents[2]
@@ -68,16 +69,6 @@ def state_of(out):
         return json.loads((out / "job.json").read_text())
     except (OSError, ValueError):
         return None
-
-
-def wait_for(predicate, seconds: float):
-    until = time.monotonic() + seconds
-    while time.monotonic() < until:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError("timed out waiting")
 
 
 def test_a_salvaged_pack_has_a_card_written_from_what_the_job_left(tmp_path, capsys):

@@ -119,3 +119,19 @@ def raw_inline_params(uri: str, line: Any, character: Any) -> dict:
         "position": {"line": line, "character": character},
         "context": {"triggerKind": 1},
     }
+
+
+async def connect_tcp(port: int, options: dict | None = None, tries: int = 300):
+    """A client initialized over TCP on `port` (a server just started: its port may not be open
+    yet, so the connect is tried every 0.1 s, `tries` times), and what it was sent."""
+    client, seen = make_client()
+    for _ in range(tries):
+        try:
+            await client.start_tcp("127.0.0.1", port)
+            break
+        except OSError:
+            await asyncio.sleep(0.1)
+    await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities(),
+                                                         initialization_options=options or {}))
+    client.initialized(types.InitializedParams())
+    return client, seen

@@ -18,7 +18,7 @@ from dllm_lsp.arch.tiny import write_tiny_model
 from dllm_lsp.checkpoints.tiny import write_tiny_checkpoint
 from dllm_lsp.server.model_host import ModelHost, local_engine
 
-from .lsp_harness import inline_params, make_client, open_doc, start_server, stop_server, wait_loaded, wait_until
+from .lsp_harness import connect_tcp, inline_params, open_doc, start_server, stop_server, wait_loaded, wait_until
 
 URI = "file:///reload/area.py"
 TEXT = "def area(width, height):\n    return \n"
@@ -96,20 +96,6 @@ async def test_new_files_load_when_the_options_are_sent_again_and_half_written_o
         await stop_server(client)
 
 
-async def connect_tcp(port: int, options: dict):
-    client, seen = make_client()
-    for _ in range(200):
-        try:
-            await client.start_tcp("127.0.0.1", port)
-            break
-        except OSError:
-            await asyncio.sleep(0.1)
-    await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities(),
-                                                         initialization_options=options))
-    client.initialized(types.InitializedParams())
-    return client
-
-
 async def close_tcp(client) -> None:
     await asyncio.wait_for(client.shutdown_async(None), 10)
     client.exit(None)
@@ -123,11 +109,11 @@ async def test_a_new_connection_gets_the_new_files_and_so_do_the_connections_bef
         "--device", "cpu", "--log-file", str(tmp_path / "tcp.log"))
     clients = []
     try:
-        first = await connect_tcp(unused_tcp_port, {})      # the server's own model
+        first, _ = await connect_tcp(unused_tcp_port, {})      # the server's own model
         clients.append(first)
         assert (await wait_loaded(first, 120))["family"] == "embedded"
         replace_folder(folder, newer_checkpoint)
-        second = await connect_tcp(unused_tcp_port, {})
+        second, _ = await connect_tcp(unused_tcp_port, {})
         clients.append(second)
         # It was handed the model already loaded, the old files', and so was every later client.
         status = await wait_loaded(second, 120)

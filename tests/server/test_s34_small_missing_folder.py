@@ -22,7 +22,7 @@ from dllm_lsp.checkpoints.tiny import write_tiny_checkpoint
 from dllm_lsp.loader import ModelLoadError
 from dllm_lsp.server.model_host import LoadKey, ModelHost
 
-from .lsp_harness import inline_params, make_client, open_doc, start_server, stop_server, wait_loaded
+from .lsp_harness import connect_tcp, inline_params, open_doc, start_server, stop_server, wait_loaded
 
 URI = "file:///moving/area.py"
 TEXT = "def area(width, height):\n    return \n"
@@ -89,20 +89,6 @@ async def test_options_sent_again_while_the_folder_is_away_keep_the_loaded_model
         assert not alarms(seen), alarms(seen)
     finally:
         await stop_server(client)
-
-
-async def connect_tcp(port: int, options: dict):
-    client, seen = make_client()
-    for _ in range(300):
-        try:
-            await client.start_tcp("127.0.0.1", port)
-            break
-        except OSError:
-            await asyncio.sleep(0.1)
-    await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities(),
-                                                         initialization_options=options))
-    client.initialized(types.InitializedParams())
-    return client, seen
 
 
 async def close_tcp(client) -> None:
