@@ -22,6 +22,7 @@ from pathlib import Path
 from dllm_lsp.cli_errors import report as report_error
 from dllm_lsp.eval.tasks import default_data_dir
 from dllm_lsp.kernels.dispatch import KERNEL_NAMES
+from dllm_lsp.lifetime import process_alive
 
 from .budget import PHASES, parse_phases
 from .children import is_dllm_process
@@ -213,12 +214,11 @@ def run_process(out: Path) -> int | None:
     for cmdline in proc.glob("[0-9]*/cmdline"):
         try:
             argv = cmdline.read_bytes().decode(errors="replace").split("\0")
-            stat = (cmdline.parent / "stat").read_text()
         except OSError:
             continue
-        if stat.rsplit(")", 1)[-1].split()[:1] == ["Z"] or not is_run_of(argv, want, cmdline.parent.name):
-            continue
-        return int(cmdline.parent.name)
+        pid = int(cmdline.parent.name)
+        if is_run_of(argv, want, cmdline.parent.name) and process_alive(pid):   # not a zombie
+            return pid
     return None
 
 
