@@ -82,8 +82,12 @@ CLASS_MEMBER_TYPES = frozenset({"method_definition", "field_definition", "public
                                 "class_static_block"})
 METHOD_MEMBER_TYPES = frozenset({"method_definition", "method_signature", "abstract_method_signature"})
 # A method named through its receiver without a call (`key=self.area`, `[1].map(this.area)`,
-# `.map(Self::area)`) is the method too; Rust's `self.area` and Go's `s.Area` read a field.
-RECEIVER_VALUE_TYPES = frozenset({"attribute", "member_expression", "scoped_identifier"})
+# `.map(Self::area)`, Java's `this::area`) is the method too; Rust's `self.area`, Go's `s.Area` and
+# Java's `this.area` read a field.
+RECEIVER_VALUE_TYPES = frozenset({"attribute", "member_expression", "scoped_identifier", "method_reference"})
+# Where a class names the class it extends: JS `class_heritage` (TypeScript's holds an
+# `extends_clause`), Java `superclass`.
+HERITAGE_TYPES = frozenset({"class_heritage", "superclass"})
 # Scopes a name can be bound in besides functions: a comprehension's `for` targets, and a Python
 # class body's names (seen from that body only: its methods do not see them).
 COMPREHENSION_TYPES = frozenset({"list_comprehension", "set_comprehension", "dictionary_comprehension",
@@ -723,8 +727,9 @@ def function_renames(new: Snapshot, names: Bindings, function: tree_sitter.Node,
     in an import. A method's: `self.old(...)`, `this.old(...)`, `Self::old(...)` in its class, also
     as a value (`key=self.old`; a bare `old()` there is another function), and in a Python class
     body the name as that body reads it; a Rust inherent method's in every impl of its type and
-    `S::old`; a JS/TS method's accessor pair, overload signatures and subclasses' `super.old`; a Go
-    method's through the receivers of its type's methods (go_method_references)."""
+    `S::old`; a JS/TS or Java method's subclasses' `super.old` (and a JS/TS method's accessor pair and
+    overload signatures); a Go method's through the receivers of its type's methods
+    (go_method_references)."""
     if function.type == "method_declaration" and function.child_by_field_name("receiver") is not None:
         return without_overlaps(go_method_references(new, function, names.name, new_name))
     owner = method_class(function)
@@ -783,25 +788,72 @@ def receiver_references(new: Snapshot, owner: tree_sitter.Node, function: tree_s
     grammar's access is not a field's (Rust's `self.old` without a call reads a field). Not in a
     class nested in it (its `self`/`this` is another object), nor, in JS/TS, where `this` is not
     the class's: in a `function` (its own `this`), or in a static member for an instance method
-    and the other way round (a class may have a static and an instance `area`)."""
+    and the other way round (a class may have a static and an instance `area`). In Java also the
+    bare `old()` (implicit `this`) and `this::old`; of an overloaded method only the calls whose
+    argument count fits it and no overload."""
     edits = []
     static = is_static(function)
+    overloads = java_overloads(new, function, old_name)
     for node in word_nodes(new, old_name, new.start(owner), new.end(owner)):
         callee = node.parent
-        if callee is None or not callee.named_child_count or callee.named_children[-1].id != node.id \
-                or callee.named_children[0].id == node.id:
-            continue
-        receiver = new.node_text(callee.named_children[0])
+        if callee is not None and callee.type == "method_invocation":
+            # Java's call is (object, name, arguments): the name is not its last child. Without an
+            # object it is called on `this` (Java has no functions outside classes); it is the
+            # renamed method only where `this.old()` is (not in a subclass that overrides it).
+            target = callee.child_by_field_name("object")
+            if field_name(node) != "name" or (target is None and "this" not in receivers):
+                continue
+            receiver = "this" if target is None else new.node_text(target)
+            arguments = callee.child_by_field_name("arguments")
+            if overloads and (arguments is None or not java_calls(function, overloads, parameter_count(arguments))):
+                continue                 # another overload's call (Java picks one by its arguments)
+            called = True
+        else:
+            if callee is None or not callee.named_child_count or callee.named_children[-1].id != node.id \
+                    or callee.named_children[0].id == node.id:
+                continue
+            receiver = new.node_text(callee.named_children[0])
+            call = callee.parent
+            called = call is not None and call.type in CALL_TYPES and field_name(callee) == "function"
+            if overloads or not (called or callee.type in RECEIVER_VALUE_TYPES):
+                continue                 # an overloaded Java method's `this::old`: its target type picks one
         holder = enclosing(callee, CLASS_BODY_TYPES)
         if receiver not in receivers or holder is None or holder.id != owner.id:
             continue
         if receiver in ("this", "super") and not this_is_the_class(callee, owner, static):
             continue
-        call = callee.parent
-        called = call is not None and call.type in CALL_TYPES and field_name(callee) == "function"
-        if called or callee.type in RECEIVER_VALUE_TYPES:
-            edits.append(member_edit(new, node, called, old_name, new_name))
+        edits.append(member_edit(new, node, called, old_name, new_name))
     return edits
+
+
+def java_overloads(source: Snapshot, function: tree_sitter.Node, old_name: str) -> list[tree_sitter.Node]:
+    """The other Java methods called `old_name` in the class body of the renamed `function`: its
+    overloads, which `this.old(...)` and `super.old(...)` may call instead (a subclass that has a
+    member `old` of its own is reached through `super` only); empty for another language's method."""
+    owner = function.parent
+    if function.type != "method_declaration" or function.child_by_field_name("receiver") is not None \
+            or owner is None:
+        return []
+    return [m for m in owner.named_children if m.type == "method_declaration" and m.id != function.id
+            and (name := m.child_by_field_name("name")) is not None and source.node_text(name) == old_name]
+
+
+def java_accepts(method: tree_sitter.Node, count: int) -> bool:
+    """Whether a call with `count` arguments fits the Java `method`'s parameters (varargs: any
+    number from the fixed ones up)."""
+    parameters = method.child_by_field_name("parameters")
+    if parameters is None:
+        return False
+    fixed = [p for p in parameters.named_children if p.type == "formal_parameter"]
+    if any(p.type == "spread_parameter" for p in parameters.named_children):
+        return count >= len(fixed)
+    return count == len(fixed)
+
+
+def java_calls(function: tree_sitter.Node, overloads: list[tree_sitter.Node], count: int) -> bool:
+    """Whether a call with `count` arguments is the renamed `function`'s: it fits it and no
+    overload (an overload of the same arity differs in types, which are not resolved here)."""
+    return java_accepts(function, count) and not any(java_accepts(m, count) for m in overloads)
 
 
 def member_edit(new: Snapshot, node: tree_sitter.Node, called: bool, old_name: str, new_name: str) -> Outcome:
@@ -862,19 +914,21 @@ def class_name(source: Snapshot, body: tree_sitter.Node) -> str | None:
 
 
 def subclass_bodies(source: Snapshot, owner: tree_sitter.Node, old_name: str) -> list[tuple[tree_sitter.Node, bool]]:
-    """(body, whether it has its own member `old_name`) of the JS/TS classes in the file that
-    extend the class of `owner` by name (`class Square extends Shape`)."""
+    """(body, whether it has its own member `old_name`) of the JS/TS and Java classes in the file
+    that extend the class of `owner` by name (`class Square extends Shape`)."""
     name = class_name(source, owner)
     if name is None:
         return []
     bodies = []
     for node in word_nodes(source, name):
         heritage = node.parent
+        if heritage is not None and heritage.type == "generic_type" and heritage.named_children[0].id == node.id:
+            heritage = heritage.parent                       # java: `extends Shape<T>`
         if heritage is not None and heritage.type == "extends_clause" and field_name(node) == "value":
             heritage = heritage.parent                       # typescript: class_heritage > extends_clause
-        elif heritage is None or heritage.type != "class_heritage":
+        elif heritage is None or heritage.type not in HERITAGE_TYPES:
             continue
-        definition = heritage.parent if heritage is not None and heritage.type == "class_heritage" else None
+        definition = heritage.parent if heritage is not None and heritage.type in HERITAGE_TYPES else None
         body = definition.child_by_field_name("body") if definition is not None else None
         if body is not None and body.id != owner.id:
             overrides = any(source.node_text(n) == old_name for _, n in class_members(source, body))
