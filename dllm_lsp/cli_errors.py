@@ -40,6 +40,23 @@ def did_you_mean(word: str, choices) -> str:
     return f": did you mean {close[0]!r}?" if close else ""
 
 
+def refuse_unknown_choice(parser: argparse.ArgumentParser, argv: list[str] | None, choices, noun: str) -> None:
+    """The first word of a subcommand's own parser (`eval BENCHMARK`, `train STEP`, `ray COMMAND`,
+    `gpujob COMMAND`) checked before `parser` parses `argv`: a mistyped one is refused with the
+    likely one named (`did_you_mean`), a missing one with what is wanted and the choices. argparse
+    (before Python 3.14) listed the choices without a hint, and named a missing one by its `dest`
+    ("the following arguments are required: bench"). Either is a usage error: argparse's usage,
+    status 2. Only words argparse would refuse are refused: anything it accepts is left to it.
+    `argv` None: the process's arguments, as for `parse_args`."""
+    argv = sys.argv[1:] if argv is None else argv
+    names = ", ".join(choices)
+    words = [word for word in argv if not word.startswith("-")]
+    if not words and not {"-h", "--help"} & set(argv):
+        parser.error(f"missing the {noun} ({noun}s: {names})")
+    if argv and not argv[0].startswith("-") and argv[0] not in choices:
+        parser.error(f"unknown {noun} {argv[0]!r}{did_you_mean(argv[0], choices)} ({noun}s: {names})")
+
+
 def report(prog: str, exc: object) -> int:
     """Print `prog: error: exc` as one line on stderr; the exit status for a user error (1)."""
     message = one_line(exc) or type(exc).__name__

@@ -11,7 +11,7 @@ from dataclasses import replace
 import torch
 
 from dllm_lsp.bench.environment import environment
-from dllm_lsp.cli_errors import output_file, report as report_error
+from dllm_lsp.cli_errors import output_file, refuse_unknown_choice, report as report_error
 from dllm_lsp.engine.engine import Engine
 from dllm_lsp.engine.types import CONFIDENCE_KINDS
 from dllm_lsp.lifetime import cleanup_on_termination
@@ -123,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--json", action="store_true", help="print one JSON object (pass@1 = the headline figure)")
     h.add_argument("--out", type=output_file, default=None, help="also write the full results here (the per-task completions go xz-compressed beside it, NAME.samples.json.xz; dllm_lsp.eval.results.read_result reads both)")
     started = time.monotonic()
+    refuse_unknown_choice(ap, argv, sub.choices, "benchmark")
     a = ap.parse_args(argv)
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
     try:
@@ -224,8 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"\nmodel: {weights_label(summary)}")
                 for r in results:
                     if r.confidence is not None:
-                        print(f"{r.mode}: confidence tells passing from failing with AUROC {r.confidence['auroc_mean']} "
-                              f"(mean), {r.confidence['auroc_least']} (least)", file=sys.stderr)
+                        print(confidence_line(r.mode, r.confidence), file=sys.stderr)
                 if "length_gap_points" in summary:
                     print(f"\nlength gap (oracle - unknown): {summary['length_gap_points']} points")
         except (KeyboardInterrupt, SystemExit):
@@ -234,6 +234,17 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"dllm-lsp eval: interrupted: no results written{kept}", file=sys.stderr, flush=True)
             raise
     return 0
+
+
+def confidence_line(mode: str, confidence: dict) -> str:
+    """How well a mode's confidence tells passing from failing completions. There is no AUROC
+    while the completions with a confidence all pass or all fail (a few tasks, a weak model): the
+    line says so and counts them, where it printed "AUROC None"."""
+    if confidence["auroc_mean"] is None:
+        return (f"{mode}: AUROC: needs passing and failing tasks ({confidence['passed']} of "
+                f"{confidence['with_confidence']} with a confidence passed)")
+    return (f"{mode}: confidence tells passing from failing with AUROC {confidence['auroc_mean']} (mean), "
+            f"{confidence['auroc_least']} (least)")
 
 
 def length_gap_points(unknown, oracle) -> float | None:

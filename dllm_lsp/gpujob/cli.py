@@ -19,7 +19,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from dllm_lsp.cli_errors import report as report_error
+from dllm_lsp.cli_errors import refuse_unknown_choice, report as report_error
 from dllm_lsp.eval.tasks import default_data_dir
 from dllm_lsp.kernels.dispatch import KERNEL_NAMES
 from dllm_lsp.lifetime import process_alive
@@ -94,6 +94,7 @@ def parser() -> argparse.ArgumentParser:
                    help="make the packed model the shipped default on CUDA devices (models/DEFAULT)")
     u.add_argument("--force", action="store_true",
                    help="overwrite or delete files with uncommitted changes (refused without it)")
+    ap.commands = sub.choices      # name -> its parser, for refuse_unknown_choice
     return ap
 
 
@@ -321,7 +322,9 @@ def stage_wheels(wheels: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parser().parse_args(argv)
+    ap = parser()
+    refuse_unknown_choice(ap, argv, ap.commands, "command")
+    a = ap.parse_args(argv)
     try:
         if a.verb == "run":
             return run(a)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from dllm_lsp.cli_errors import report as report_error
+from dllm_lsp.cli_errors import refuse_unknown_choice, report as report_error
 
 from .ray_serve import APP_NAME, RemoteUnavailable, ReplicaConfig, deploy, replica_status, undeploy
 
@@ -33,6 +33,7 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--num-gpus", type=float, default=None, help="GPUs per replica (default: 1 on cuda)")
             p.add_argument("--num-cpus", type=float, default=1.0, help="CPUs per replica")
             p.add_argument("--max-ongoing", type=int, default=8, help="requests a replica holds at once")
+    ap.commands = sub.choices      # name -> its parser, for refuse_unknown_choice
     return ap
 
 
@@ -52,7 +53,9 @@ def config_of(a) -> ReplicaConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parser().parse_args(argv)
+    ap = parser()
+    refuse_unknown_choice(ap, argv, ap.commands, "command")
+    a = ap.parse_args(argv)
     try:
         if a.verb == "deploy":
             print(json.dumps(deploy(a.address, config_of(a), a.app)))

@@ -8,7 +8,7 @@ import argparse
 import json
 from pathlib import Path
 
-from dllm_lsp.cli_errors import report as report_error
+from dllm_lsp.cli_errors import refuse_unknown_choice, report as report_error
 from dllm_lsp.eval.tasks import DATA_ENV, default_data_dir
 from dllm_lsp.loader import read_config
 
@@ -165,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     cd.add_argument("--title", default=None)
     cd.add_argument("--preamble", type=Path, default=None, help="markdown put under the title")
     cd.add_argument("--closing", type=Path, default=None, help="markdown put at the end")
+    refuse_unknown_choice(ap, argv, sub.choices, "step")
     a = ap.parse_args(argv)
     try:
         if a.step == "corpus":
