@@ -96,12 +96,6 @@ async def test_new_files_load_when_the_options_are_sent_again_and_half_written_o
         await stop_server(client)
 
 
-async def close_tcp(client) -> None:
-    await asyncio.wait_for(client.shutdown_async(None), 10)
-    client.exit(None)
-    await asyncio.wait_for(client.stop(), 10)
-
-
 async def test_a_new_connection_gets_the_new_files_and_so_do_the_connections_before_it(tmp_path, unused_tcp_port):
     folder = write_tiny_model(tmp_path / "shared")
     proc = await asyncio.create_subprocess_exec(
@@ -125,7 +119,7 @@ async def test_a_new_connection_gets_the_new_files_and_so_do_the_connections_bef
     finally:
         try:
             for client in clients:
-                await close_tcp(client)
+                await stop_server(client)
         finally:
             proc.terminate()
             await proc.wait()

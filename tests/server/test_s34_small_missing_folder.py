@@ -91,12 +91,6 @@ async def test_options_sent_again_while_the_folder_is_away_keep_the_loaded_model
         await stop_server(client)
 
 
-async def close_tcp(client) -> None:
-    await asyncio.wait_for(client.shutdown_async(None), 10)
-    client.exit(None)
-    await asyncio.wait_for(client.stop(), 10)
-
-
 async def test_a_tcp_client_connecting_while_the_folder_is_away_gets_the_loaded_model(tmp_path, unused_tcp_port):
     folder = write_tiny_model(tmp_path / "shared")
     proc = await asyncio.create_subprocess_exec(
@@ -129,7 +123,7 @@ async def test_a_tcp_client_connecting_while_the_folder_is_away_gets_the_loaded_
     finally:
         try:
             for client in clients:
-                await close_tcp(client)
+                await stop_server(client)
         finally:
             proc.terminate()
             await proc.wait()
