@@ -70,8 +70,24 @@ def test_a_step_ended_at_its_box_takes_its_whole_tree(tmp_path):
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs /proc")
 def test_what_a_step_leaves_running_when_it_exits_is_ended(tmp_path):
     log = io.StringIO()
-    script = f"sleep 300 & echo $! > {tmp_path}/left; setsid sleep 300 & echo $! > {tmp_path}/left2; sleep 1; exit 0"
-    result = run_child("bench/left", ["sh", "-c", script], 600, log, dict(os.environ), echo=False)
+    # The step exits only once a look at its tree (each second, just before stop_early) was taken
+    # after both were started: one in a session of its own is then known only from that look (a
+    # fixed `sleep 1` raced the first look on a loaded machine).
+    script = (f"sleep 300 & echo $! > {tmp_path}/left; setsid sleep 300 & echo $! > {tmp_path}/left2; "
+              f"while [ ! -e {tmp_path}/go ]; do sleep 0.1; done; exit 0")
+    looks = {"count": 0, "started_at": None}
+
+    def after_a_look() -> bool:
+        looks["count"] += 1
+        if looks["started_at"] is None:
+            if (tmp_path / "left2").is_file() and (tmp_path / "left2").read_text().strip():
+                looks["started_at"] = looks["count"]
+        elif looks["count"] > looks["started_at"]:
+            (tmp_path / "go").touch()
+        return False
+
+    result = run_child("bench/left", ["sh", "-c", script], 600, log, dict(os.environ), echo=False,
+                       stop_early=after_a_look)
     left = [int((tmp_path / n).read_text()) for n in ("left", "left2")]
     try:
         assert result.rc == 0
